@@ -1,0 +1,75 @@
+// Command warren-agent runs as PID 1 inside every Warren sandbox. The host
+// starts it in fresh namespaces with three inherited descriptors (see
+// guest.FDConfig, FDListener, FDStatus); it sets the sandbox up, reports
+// readiness and serves the agent protocol until the sandbox is stopped.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/debug"
+
+	"github.com/warren-sandbox/warren/internal/guest"
+	"github.com/warren-sandbox/warren/internal/guest/fs"
+	"github.com/warren-sandbox/warren/internal/guest/repl"
+)
+
+func main() {
+	status := os.NewFile(guest.FDStatus, "status")
+	if err := run(status); err != nil {
+		fmt.Fprintf(status, "%v\n", err)
+		fmt.Fprintf(os.Stderr, "warren-agent: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(status *os.File) error {
+	// A small heap matters more here than GC throughput: one agent idles
+	// in every sandbox.
+	debug.SetGCPercent(50)
+	cfgFile := os.NewFile(guest.FDConfig, "config")
+	lf := os.NewFile(guest.FDListener, "listener")
+	if cfgFile == nil || lf == nil || status == nil {
+		return fmt.Errorf("started without the host's descriptors; warren-agent is run by warren, not by hand")
+	}
+	var cfg guest.Config
+	if err := json.NewDecoder(io.LimitReader(cfgFile, 4<<20)).Decode(&cfg); err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	cfgFile.Close()
+	if cfg.Lifeline {
+		life := os.NewFile(guest.FDLifeline, "lifeline")
+		go func() {
+			// Blocks until the host's end closes; then the sandbox ends:
+			// PID 1 exiting kills every process in the namespace.
+			_, _ = io.Copy(io.Discard, life)
+			os.Exit(0)
+		}()
+	}
+	l, err := net.FileListener(lf)
+	if err != nil {
+		return fmt.Errorf("listener: %w", err)
+	}
+	lf.Close()
+	if err := guest.Setup(&cfg); err != nil {
+		return err
+	}
+	reaper := guest.NewReaper()
+	go reaper.Run(nil)
+	env := cfg.Spec.Process.Env
+	runner := &guest.Runner{Reaper: reaper, Env: env, Cwd: cfg.Spec.Process.Cwd}
+	root, err := fs.Open("/")
+	if err != nil {
+		return err
+	}
+	rm := repl.NewManager(repl.Options{Python: cfg.Python, Node: cfg.Node, Env: env, Dir: runner.Cwd})
+	srv := guest.NewServer(runner, root, rm)
+	if _, err := status.WriteString("ok\n"); err != nil {
+		return fmt.Errorf("report ready: %w", err)
+	}
+	status.Close()
+	return srv.Serve(l)
+}

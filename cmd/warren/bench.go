@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/bench"
+)
+
+const benchAbout = `
+Measures, in one run and as medians, what Warren promises to be fast, next
+to baselines run at the same time on the same machine:
+
+  fork+exec of /bin/true               the floor for any sandbox
+  warren cold create -> exec -> destroy  vs bubblewrap and crun (when installed)
+  exec /bin/true in a running sandbox  through the agent
+  python3 -c 'print(1)'                in a sandbox vs on the host
+  REPL 1+1 round trip                  warm Python interpreter
+  idle agent memory                    resident set of warren-agent
+
+Ratios are against the baseline of the same run; the machine may be noisy,
+so compare ratios, not absolute numbers, across runs.`
+
+func benchCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren bench", "warren bench [flags]", benchAbout)
+	var hf hostFlags
+	hf.register(fs)
+	n := fs.Int("n", 200, "iterations per measurement (python: n/4)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *n < 5 || *n > 100000 {
+		return fmt.Errorf("-n %d: want 5..100000", *n)
+	}
+	be, err := hf.backend(true)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	_, _ = be.ReapOrphans(nil)
+	img, err := be.HostImage()
+	if err != nil {
+		return err
+	}
+	env := &bench.Env{Backend: be, Image: img, HostPid: func(sb backend.Sandbox) int { return sb.(*native.Sandbox).Pid() }}
+	tmp, err := os.MkdirTemp("", "warren-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "measurement\tmedian\tratio\tbaseline")
+	row := func(name string, d time.Duration, ratioTo time.Duration, base string) {
+		r := ""
+		if ratioTo > 0 {
+			r = fmt.Sprintf("%.2fx", float64(d)/float64(ratioTo))
+		}
+		fmt.Fprintf(tw, "%s\t%.3f ms\t%s\t%s\n", name, float64(d.Microseconds())/1000, r, base)
+	}
+	measure := func(name string, iters int, f func() error) (time.Duration, error) {
+		fmt.Fprintf(os.Stderr, "measuring %s (%d runs)...\n", name, iters)
+		ds, err := bench.Sample(iters, f)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", name, err)
+		}
+		return bench.Median(ds), nil
+	}
+
+	floor, err := measure("fork+exec", *n, bench.ForkExec)
+	if err != nil {
+		return err
+	}
+	row("fork+exec /bin/true (host)", floor, 0, "")
+	cold, err := measure("warren cold cycle", *n, func() error { return env.ColdCycle(ctx) })
+	if err != nil {
+		return err
+	}
+	row("warren create+exec true+destroy", cold, floor, "fork+exec")
+	if bw := bench.Bwrap(); bw != nil {
+		if d, err := measure("bubblewrap", *n, bw); err == nil {
+			row("bubblewrap (same shape)", d, floor, "fork+exec")
+			row("  warren / bubblewrap", cold, d, "bubblewrap")
+		} else {
+			fmt.Fprintf(os.Stderr, "bubblewrap skipped: %v\n", err)
+		}
+	}
+	if cr, cleanup, err := bench.Crun(tmp); err == nil && cr != nil {
+		if d, err := measure("crun", *n, cr); err == nil {
+			row("crun (same shape)", d, floor, "fork+exec")
+			row("  warren / crun", cold, d, "crun")
+		} else {
+			fmt.Fprintf(os.Stderr, "crun skipped: %v\n", err)
+		}
+		cleanup()
+	}
+	sb, stop, err := env.Warm(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	// Idle memory of an agent that has served a request, before the
+	// measurements below grow its heap.
+	if err := bench.Exec(ctx, sb, "/bin/true"); err != nil {
+		return err
+	}
+	time.Sleep(100 * time.Millisecond)
+	rss, err := env.AgentRSS(sb)
+	if err != nil {
+		return err
+	}
+	d, err := measure("exec true", *n, func() error { return bench.Exec(ctx, sb, "/bin/true") })
+	if err != nil {
+		return err
+	}
+	row("exec true in running sandbox", d, floor, "fork+exec")
+	pyHost, err := measure("python host", *n/4, bench.PythonHost)
+	if err != nil {
+		return err
+	}
+	row("python3 -c print(1) (host)", pyHost, 0, "")
+	pySb, err := measure("python sandbox", *n/4, func() error { return bench.Exec(ctx, sb, "/usr/bin/python3", "-c", "print(1)") })
+	if err != nil {
+		return err
+	}
+	row("python3 -c print(1) (sandbox)", pySb, pyHost, "python host")
+	repl, err := measure("repl 1+1", *n, func() error { return bench.Repl(ctx, sb) })
+	if err != nil {
+		return err
+	}
+	row("REPL 1+1 round trip", repl, 0, "")
+	fmt.Fprintf(tw, "idle agent RSS\t%.2f MiB\t\t\n", float64(rss)/(1<<20))
+	return tw.Flush()
+}

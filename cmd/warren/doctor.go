@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/cgroup"
+)
+
+const doctorAbout = `
+Checks, one by one, the kernel features the native backend uses, and ends
+with a real sandbox start. For anything that does not work it says why and
+what Warren does instead. Exits 1 when sandboxes cannot run here.`
+
+type check struct {
+	name string
+	ok   bool
+	note string
+	// required checks make the exit status fail.
+	required bool
+}
+
+func doctorCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren doctor", "warren doctor [flags]", doctorAbout)
+	var hf hostFlags
+	hf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var checks []check
+	add := func(name string, required bool, err error, okNote string) {
+		c := check{name: name, ok: err == nil, note: okNote, required: required}
+		if err != nil {
+			c.note = err.Error()
+		}
+		checks = append(checks, c)
+	}
+	root := os.Geteuid() == 0
+	add("running as root", true, boolErr(root, "warren needs root for namespaces, cgroups and mounts"), "")
+
+	for _, ns := range []struct {
+		name string
+		flag uintptr
+	}{
+		{"mount namespace", syscall.CLONE_NEWNS}, {"pid namespace", syscall.CLONE_NEWPID},
+		{"ipc namespace", syscall.CLONE_NEWIPC}, {"uts namespace", syscall.CLONE_NEWUTS},
+		{"net namespace", syscall.CLONE_NEWNET}, {"cgroup namespace", syscall.CLONE_NEWCGROUP},
+	} {
+		add(ns.name, true, probeClone(ns.flag), "")
+	}
+	if err := native.ProbeUserNS(); err != nil {
+		add("user namespace", false, fmt.Errorf("%v; sandboxes run as host root with dropped capabilities, seccomp and no_new_privs instead", err), "")
+	} else {
+		add("user namespace", false, nil, fmt.Sprintf("sandbox root maps to host uid %d..%d", native.DefaultUIDBase, native.DefaultUIDBase+65535))
+	}
+	add("overlayfs", true, fsSupported("overlay"), "")
+	add("seccomp", true, seccompSupported(), "")
+	if m, err := cgroup.New("warren"); err != nil {
+		add("cgroups", true, err, "")
+	} else {
+		add("cgroups", true, nil, "mode "+m.Mode())
+		for _, f := range m.Probe() {
+			c := check{name: "  cgroup " + f.Name, ok: f.Usable, note: f.Reason}
+			checks = append(checks, c)
+		}
+	}
+	for _, p := range []string{"/usr/bin/python3", "/usr/bin/node"} {
+		_, err := os.Stat(p)
+		add(p+" (host image)", false, err, "")
+	}
+	if root {
+		d, err := smokeTest(ctx, &hf)
+		add("sandbox start + exec true", true, err, fmt.Sprintf("%.1f ms cold start to exit", float64(d.Microseconds())/1000))
+	}
+
+	failed := false
+	for _, c := range checks {
+		mark := "ok  "
+		if !c.ok {
+			mark = "FAIL"
+			if !c.required {
+				mark = "warn"
+			} else {
+				failed = true
+			}
+		}
+		line := fmt.Sprintf("%s  %s", mark, c.name)
+		if c.note != "" {
+			line += ": " + c.note
+		}
+		fmt.Println(line)
+	}
+	if failed {
+		return exitError{1}
+	}
+	return nil
+}
+
+func boolErr(ok bool, msg string) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf("%s", msg)
+}
+
+func probeClone(flag uintptr) error {
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flag}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("clone failed: %v", err)
+	}
+	return nil
+}
+
+func fsSupported(name string) error {
+	f, err := os.Open("/proc/filesystems")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) > 0 && fields[len(fields)-1] == name {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s is not in /proc/filesystems (and modules cannot be assumed loadable)", name)
+}
+
+func seccompSupported() error {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(string(b), "Seccomp:") {
+		return fmt.Errorf("kernel built without CONFIG_SECCOMP")
+	}
+	return nil
+}
+
+func smokeTest(ctx context.Context, hf *hostFlags) (time.Duration, error) {
+	be, err := hf.backend(true)
+	if err != nil {
+		return 0, err
+	}
+	defer be.Close()
+	img, err := be.HostImage()
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	sb, err := be.Create(ctx, backend.Config{ID: fmt.Sprintf("doctor-%d", os.Getpid()), Image: img, MemoryBytes: 256 << 20, CPUs: 1, PidsMax: 64})
+	if err != nil {
+		return 0, err
+	}
+	defer sb.Remove(context.WithoutCancel(ctx))
+	if err := sb.Start(ctx); err != nil {
+		return 0, err
+	}
+	res, err := backend.Exec(ctx, sb, &agent.ExecRequest{Argv: []string{"/bin/true"}}, nil)
+	if err != nil {
+		return 0, err
+	}
+	if res.Code != 0 {
+		return 0, fmt.Errorf("/bin/true exited %d %s", res.Code, res.Error)
+	}
+	return time.Since(start), nil
+}

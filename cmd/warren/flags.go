@@ -1,0 +1,96 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/warren-sandbox/warren/internal/agentbin"
+	"github.com/warren-sandbox/warren/internal/backend/native"
+)
+
+// hostFlags are the flags every command that runs sandboxes shares.
+type hostFlags struct {
+	dataDir string
+	runDir  string
+	userNS  string
+	agent   string
+	verbose bool
+}
+
+func (h *hostFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&h.dataDir, "data-dir", envOr("WARREN_DATA_DIR", "/var/lib/warren"), "where sandboxes and images are stored (env WARREN_DATA_DIR)")
+	fs.StringVar(&h.runDir, "run-dir", envOr("WARREN_RUN_DIR", "/run/warren"), "where runtime state (agent sockets) lives (env WARREN_RUN_DIR)")
+	fs.StringVar(&h.userNS, "userns", "auto", "user namespace: auto (use when the kernel allows), on (require), off")
+	fs.StringVar(&h.agent, "agent", "", "path of the warren-agent binary (default: embedded, or next to warren; env WARREN_AGENT)")
+	fs.BoolVar(&h.verbose, "v", false, "log what happens to stderr")
+}
+
+func (h *hostFlags) logger() *slog.Logger {
+	if !h.verbose {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// backend builds the native backend from the flags.
+func (h *hostFlags) backend(exitWithHost bool) (*native.Backend, error) {
+	agentPath, err := agentbin.Find(h.agent, filepath.Join(h.dataDir, "bin"))
+	if err != nil {
+		return nil, err
+	}
+	return native.New(native.Options{
+		DataDir: h.dataDir, RunDir: h.runDir, AgentPath: agentPath, UserNS: h.userNS,
+		ExitWithHost: exitWithHost, Logger: h.logger(),
+	})
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// newFlagSet returns a flag set whose --help prints usage text first.
+func newFlagSet(name, synopsis, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(about))
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseSize reads a memory size: plain numbers are MiB; suffixes K, M, G
+// (binary, optional "iB"/"B") are accepted.
+func parseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "IB"), "B")
+	mult := int64(1 << 20)
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, t[:len(t)-1]
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, t[:len(t)-1]
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, t[:len(t)-1]
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil || n < 0 || n*float64(mult) > 1<<50 {
+		return 0, fmt.Errorf("size %q: want a number of MiB or a size like 512M or 2G", s)
+	}
+	return int64(n * float64(mult)), nil
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+

@@ -1,0 +1,84 @@
+// Command warren runs untrusted code in isolated, resource-limited sandboxes.
+//
+// Subcommands are listed by `warren help`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"run", "run one command in a fresh sandbox, no daemon needed", runCmd},
+		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
+		{"bench", "measure sandbox start, exec and REPL latency against baselines", benchCmd},
+	}
+}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `warren: sandboxes for untrusted code
+
+Usage:
+  warren <command> [flags] [args]
+
+Commands:
+`)
+	for _, c := range commands() {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(os.Stderr, `
+Run 'warren <command> --help' for a command's flags.
+`)
+}
+
+// exitError carries an exit code out of a command without printing.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	name := os.Args[1]
+	if name == "help" || name == "-h" || name == "--help" {
+		usage()
+		return
+	}
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := c.run(ctx, os.Args[2:])
+		stop()
+		var ee exitError
+		switch {
+		case err == nil:
+		case errors.As(err, &ee):
+			os.Exit(ee.code)
+		case errors.Is(err, flag.ErrHelp):
+			os.Exit(0)
+		default:
+			fmt.Fprintf(os.Stderr, "warren %s: %v\n", name, err)
+			os.Exit(1)
+		}
+		return
+	}
+	fmt.Fprintf(os.Stderr, "warren: unknown command %q\n\n", name)
+	usage()
+	os.Exit(2)
+}

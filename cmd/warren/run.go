@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/image"
+)
+
+const runAbout = `
+Runs CMD in a fresh sandbox and removes the sandbox afterwards. CMD's stdout
+and stderr are passed through and warren exits with CMD's exit code:
+124 when --timeout killed it, 137 when the memory limit killed it (an
+out-of-memory message says so on stderr), 127 when CMD was not found.
+
+The sandbox has its own pid, mount, ipc, uts, net and cgroup namespaces (and
+a user namespace where the kernel allows), no network but loopback, a
+read-only view of the image, and a writable layer of its own.
+
+Examples:
+  warren run -- /usr/bin/python3 -c 'print(1)'
+  warren run --memory 256M --cpus 0.5 --timeout 10s -- sh -c 'echo hi'
+  echo data | warren run -i -- wc -c`
+
+func runCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren run", "warren run [flags] -- CMD [ARGS...]", runAbout)
+	var hf hostFlags
+	hf.register(fs)
+	img := fs.String("image", "host", "image to run: host (the host's /usr, read-only; no download)")
+	mem := fs.String("memory", "512M", "memory limit (MiB, or with K/M/G suffix); 0 = unlimited")
+	cpus := fs.Float64("cpus", 1, "CPU limit in cores (fractions allowed); 0 = unlimited")
+	pids := fs.Int64("pids", 1024, "maximum number of processes; 0 = unlimited")
+	timeout := fs.Duration("timeout", 0, "kill CMD after this long (e.g. 30s); 0 = no limit")
+	workdir := fs.String("workdir", "", "working directory inside the sandbox (default: the image's, or /)")
+	netMode := fs.String("net", "none", "network: none (loopback only)")
+	stdin := fs.Bool("i", false, "pass warren's stdin to CMD (read whole, up to 16 MiB)")
+	var envs stringList
+	fs.Var(&envs, "env", "set an environment variable K=V (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fs.Usage()
+		return exitError{2}
+	}
+	memBytes, err := parseSize(*mem)
+	if err != nil {
+		return err
+	}
+	for _, e := range envs {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return fmt.Errorf("--env %q: want K=V", e)
+		}
+	}
+	if *img != image.HostName {
+		return fmt.Errorf("image %q: only the host image is available so far", *img)
+	}
+	var in []byte
+	if *stdin {
+		in, err = io.ReadAll(io.LimitReader(os.Stdin, agent.MaxStdin+1))
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		if len(in) > agent.MaxStdin {
+			return fmt.Errorf("stdin is larger than %d MiB", agent.MaxStdin>>20)
+		}
+	}
+
+	be, err := hf.backend(true)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	// Clear what an earlier `warren run` killed with SIGKILL left behind.
+	_, _ = be.ReapOrphans(nil)
+	hostImg, err := be.HostImage()
+	if err != nil {
+		return err
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	sb, err := be.Create(ctx, backend.Config{
+		ID: "run-" + hex.EncodeToString(rnd[:]), Image: hostImg, Env: envs, Workdir: *workdir,
+		MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: *netMode,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := sb.Remove(rctx); err != nil {
+			fmt.Fprintf(os.Stderr, "warren run: cleanup: %v\n", err)
+		}
+	}()
+	if err := sb.Start(ctx); err != nil {
+		return err
+	}
+	req := &agent.ExecRequest{Argv: argv, Stdin: in, TimeoutMs: timeout.Milliseconds(), OutputLimit: agent.MaxOutputLimit}
+	res, err := backend.Exec(ctx, sb, req, func(stream string, data []byte) {
+		if stream == agent.Stderr {
+			_, _ = os.Stderr.Write(data)
+		} else {
+			_, _ = os.Stdout.Write(data)
+		}
+	})
+	if err != nil {
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return exitError{130}
+		}
+		return err
+	}
+	switch {
+	case res.Error != "":
+		fmt.Fprintf(os.Stderr, "warren run: %s\n", res.Error)
+	case res.TimedOut:
+		fmt.Fprintf(os.Stderr, "warren run: killed after the %s timeout\n", *timeout)
+		return exitError{124}
+	case res.OOMKilled:
+		fmt.Fprintf(os.Stderr, "warren run: killed: out of memory (limit %s)\n", *mem)
+	case res.Truncated:
+		fmt.Fprintf(os.Stderr, "warren run: output truncated at %d MiB\n", agent.MaxOutputLimit>>20)
+	}
+	if res.Code != 0 {
+		return exitError{res.Code}
+	}
+	return nil
+}

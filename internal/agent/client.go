@@ -1,0 +1,300 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Client talks to one sandbox's agent over its unix socket. It is safe for
+// concurrent use; connections are pooled.
+type Client struct {
+	http *http.Client
+	base string
+}
+
+// NewClient returns a client for the agent listening at socketPath.
+func NewClient(socketPath string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socketPath)
+		},
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &Client{http: &http.Client{Transport: tr}, base: "http://agent"}
+}
+
+// Close drops pooled connections.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
+// Error is an error answered by the agent.
+type Error struct {
+	Status int
+	ErrorBody
+}
+
+func (e *Error) Error() string { return "agent: " + e.Message }
+
+// IsKind reports whether err is an agent error of kind.
+func IsKind(err error, kind string) bool {
+	var ae *Error
+	return errors.As(err, &ae) && ae.Kind == kind
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		ae := &Error{Status: resp.StatusCode}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		if json.Unmarshal(b, &ae.ErrorBody) != nil || ae.Kind == "" {
+			ae.Kind, ae.Message = ErrInternal, fmt.Sprintf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		}
+		return nil, ae
+	}
+	return resp, nil
+}
+
+// call sends in as JSON (when non-nil) and decodes the answer into out (when non-nil).
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	resp, err := c.do(ctx, method, path, q, body, "application/json")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("agent %s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// Health checks the agent answers and speaks this protocol version.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	if err := c.call(ctx, http.MethodGet, "/v1/health", nil, nil, &h); err != nil {
+		return h, err
+	}
+	if h.Version != Version {
+		return h, fmt.Errorf("agent speaks protocol %q, host %q", h.Version, Version)
+	}
+	return h, nil
+}
+
+// Exec runs req to completion. onOutput, when non-nil, sees each chunk as it
+// arrives. The exit status is the stream's last event.
+func (c *Client) Exec(ctx context.Context, req *ExecRequest, onOutput func(stream string, data []byte)) (ExitStatus, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/v1/exec", nil, bytes.NewReader(b), "application/json")
+	if err != nil {
+		return ExitStatus{}, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	// Each event holds at most one 32 KiB read, base64-encoded.
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var ev ExecEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			return ExitStatus{}, fmt.Errorf("agent exec: bad event: %w", err)
+		}
+		if ev.Exit != nil {
+			return *ev.Exit, nil
+		}
+		if onOutput != nil && len(ev.Data) > 0 {
+			onOutput(ev.Stream, ev.Data)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return ExitStatus{}, fmt.Errorf("agent exec: %w", err)
+	}
+	return ExitStatus{}, errors.New("agent exec: stream ended without an exit status (agent died?)")
+}
+
+// StartProcess starts a background process.
+func (c *Client) StartProcess(ctx context.Context, req *ExecRequest) (ProcessInfo, error) {
+	var info ProcessInfo
+	err := c.call(ctx, http.MethodPost, "/v1/processes", nil, req, &info)
+	return info, err
+}
+
+// Processes lists background processes.
+func (c *Client) Processes(ctx context.Context) ([]ProcessInfo, error) {
+	var out []ProcessInfo
+	err := c.call(ctx, http.MethodGet, "/v1/processes", nil, nil, &out)
+	return out, err
+}
+
+// Process describes one background process.
+func (c *Client) Process(ctx context.Context, id string) (ProcessInfo, error) {
+	var info ProcessInfo
+	err := c.call(ctx, http.MethodGet, "/v1/processes/"+url.PathEscape(id), nil, nil, &info)
+	return info, err
+}
+
+// Output reads a process's stream from offset; wait > 0 long-polls for new data.
+func (c *Client) Output(ctx context.Context, id, stream string, offset int64, wait time.Duration) (OutputChunk, error) {
+	q := url.Values{"stream": {stream}, "offset": {strconv.FormatInt(offset, 10)}}
+	if wait > 0 {
+		q.Set("wait_ms", strconv.FormatInt(wait.Milliseconds(), 10))
+	}
+	var ch OutputChunk
+	err := c.call(ctx, http.MethodGet, "/v1/processes/"+url.PathEscape(id)+"/output", q, nil, &ch)
+	return ch, err
+}
+
+// Wait waits for a process to exit, at most timeout (0 = until ctx ends).
+func (c *Client) Wait(ctx context.Context, id string, timeout time.Duration) (ProcessInfo, error) {
+	var q url.Values
+	if timeout > 0 {
+		q = url.Values{"timeout_ms": {strconv.FormatInt(timeout.Milliseconds(), 10)}}
+	}
+	var info ProcessInfo
+	err := c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/wait", q, nil, &info)
+	return info, err
+}
+
+// Signal sends a signal ("SIGTERM", "9") to a process's group.
+func (c *Client) Signal(ctx context.Context, id, sig string) error {
+	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/signal", nil, SignalRequest{Signal: sig}, nil)
+}
+
+// WriteStdin writes to a process's stdin (or terminal), closing it after when close is set.
+func (c *Client) WriteStdin(ctx context.Context, id string, data []byte, close bool) error {
+	var q url.Values
+	if close {
+		q = url.Values{"close": {"1"}}
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/stdin", q, bytes.NewReader(data), "application/octet-stream")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Resize sets the terminal size of a TTY process.
+func (c *Client) Resize(ctx context.Context, id string, rows, cols uint16) error {
+	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/resize", nil, ResizeRequest{Rows: rows, Cols: cols}, nil)
+}
+
+// RemoveProcess kills a process if it runs and forgets it.
+func (c *Client) RemoveProcess(ctx context.Context, id string) error {
+	return c.call(ctx, http.MethodDelete, "/v1/processes/"+url.PathEscape(id), nil, nil, nil)
+}
+
+// ReadFile returns a file's content.
+func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/files/content", url.Values{"path": {path}}, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(io.LimitReader(resp.Body, MaxFileRead+1))
+}
+
+// WriteFile replaces a file's content atomically.
+func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode uint32) error {
+	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(mode), 10)}}
+	resp, err := c.do(ctx, http.MethodPut, "/v1/files/content", q, r, "application/octet-stream")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Stat describes a file without following a final symlink.
+func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
+	var fi FileInfo
+	err := c.call(ctx, http.MethodGet, "/v1/files/stat", url.Values{"path": {path}}, nil, &fi)
+	return fi, err
+}
+
+// List lists a directory.
+func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
+	var out []FileInfo
+	err := c.call(ctx, http.MethodGet, "/v1/files/list", url.Values{"path": {path}}, nil, &out)
+	return out, err
+}
+
+// Mkdir creates a directory.
+func (c *Client) Mkdir(ctx context.Context, req MkdirRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/files/mkdir", nil, req, nil)
+}
+
+// Remove removes a file or directory.
+func (c *Client) Remove(ctx context.Context, req RemoveRequest) error {
+	return c.call(ctx, http.MethodPost, "/v1/files/remove", nil, req, nil)
+}
+
+// Move renames a file or directory.
+func (c *Client) Move(ctx context.Context, from, to string) error {
+	return c.call(ctx, http.MethodPost, "/v1/files/move", nil, MoveRequest{From: from, To: to}, nil)
+}
+
+// DownloadTar streams a tar of path; the caller closes the reader.
+func (c *Client) DownloadTar(ctx context.Context, path string) (io.ReadCloser, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/files/tar", url.Values{"path": {path}}, nil, "")
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// UploadTar extracts a tar stream into directory path.
+func (c *Client) UploadTar(ctx context.Context, path string, r io.Reader) error {
+	resp, err := c.do(ctx, http.MethodPut, "/v1/files/tar", url.Values{"path": {path}}, r, "application/x-tar")
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// Repl runs code in the sandbox's persistent interpreter for the language.
+func (c *Client) Repl(ctx context.Context, req ReplRequest) (ReplResult, error) {
+	var res ReplResult
+	err := c.call(ctx, http.MethodPost, "/v1/repl/run", nil, req, &res)
+	return res, err
+}

@@ -1,0 +1,98 @@
+// Package backend defines what an isolation backend provides: sandbox
+// lifecycle plus a connection to the sandbox's agent. Everything else (exec,
+// files, REPLs, terminals) goes through the agent, so every backend behaves
+// the same and one conformance suite tests them all.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/image"
+)
+
+// Config describes a sandbox to create.
+type Config struct {
+	// ID names the sandbox on the host: 1–63 of [a-z0-9_-], unique.
+	ID    string
+	Image *image.Image
+	// Hostname inside the sandbox (default "sandbox").
+	Hostname string
+	// Env is added to the image's environment ("K=V").
+	Env []string
+	// Workdir overrides the image's working directory.
+	Workdir string
+	// Limits; zero means the backend default.
+	MemoryBytes int64
+	CPUs        float64
+	PidsMax     int64
+	// Network is "none" (loopback only), the only mode so far.
+	Network string
+}
+
+var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Validate reports every problem with c at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if !idRE.MatchString(c.ID) {
+		errs = append(errs, fmt.Errorf("id %q: want 1-63 of [a-z0-9_-], starting with a letter or digit", c.ID))
+	}
+	if c.Image == nil || len(c.Image.Layers) == 0 {
+		errs = append(errs, errors.New("image: none given"))
+	}
+	if c.MemoryBytes < 0 {
+		errs = append(errs, errors.New("memory: negative"))
+	} else if c.MemoryBytes > 0 && c.MemoryBytes < 16<<20 {
+		errs = append(errs, fmt.Errorf("memory: %d MiB is below the 16 MiB minimum", c.MemoryBytes>>20))
+	}
+	if c.CPUs < 0 || c.CPUs > 1024 {
+		errs = append(errs, fmt.Errorf("cpus: %v out of range (0 = unlimited, up to 1024)", c.CPUs))
+	}
+	if c.PidsMax < 0 {
+		errs = append(errs, errors.New("pids: negative"))
+	}
+	if c.Network != "" && c.Network != "none" {
+		errs = append(errs, fmt.Errorf("network %q: only \"none\" (loopback only) is supported", c.Network))
+	}
+	return errors.Join(errs...)
+}
+
+// Backend creates sandboxes of one isolation kind.
+type Backend interface {
+	// Name is the backend's name ("native").
+	Name() string
+	// Create prepares a sandbox's on-disk state; it does not start it.
+	Create(ctx context.Context, cfg Config) (Sandbox, error)
+}
+
+// Sandbox is one sandbox's lifecycle and agent connection.
+type Sandbox interface {
+	ID() string
+	// Start starts the sandbox's init (the agent) and returns once it serves.
+	Start(ctx context.Context) error
+	// Agent is the connection to the running agent.
+	Agent() *agent.Client
+	// Stats reads resource usage from the host's view (cgroups).
+	Stats() (Stats, error)
+	// Done is closed when the sandbox's init has exited.
+	Done() <-chan struct{}
+	// Stop kills every process of the sandbox and releases its mounts,
+	// cgroups and namespaces; its filesystem changes are kept.
+	Stop(ctx context.Context) error
+	// Remove stops the sandbox and deletes everything it has on the host.
+	Remove(ctx context.Context) error
+}
+
+// Stats is a sandbox's resource usage.
+type Stats struct {
+	MemoryBytes int64
+	CPUUsage    time.Duration
+	Pids        int64
+	OOMKills    int64
+	Throttled   int64
+}

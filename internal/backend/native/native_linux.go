@@ -1,0 +1,567 @@
+// Package native is Warren's own isolation backend: the sandbox's agent runs
+// as PID 1 in new mount, pid, ipc, uts, net and cgroup namespaces (and a user
+// namespace where the kernel allows it), on an overlay root, in its own
+// cgroup, with dropped capabilities and a seccomp filter.
+//
+// On-disk layout, all owned by one sandbox and removed with it:
+//
+//	<DataDir>/sandboxes/<id>/{upper,work,rootfs}   overlay upper layer kept across stop/start
+//	<RunDir>/<id>/{agent.sock,agent.pid,agent.log} runtime state, removed at stop
+//	cgroup <own cgroup>/warren/<id>                per controller, removed at stop
+//
+// Mounts and namespaces live only inside the sandbox's mount namespace, so
+// they disappear with its last process; nothing is mounted on the host.
+package native
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/guest"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/oci"
+)
+
+// User namespace modes.
+const (
+	UserNSAuto = "auto" // use one when the kernel allows it
+	UserNSOn   = "on"   // require one
+	UserNSOff  = "off"  // run as host root with dropped capabilities
+)
+
+// DefaultUIDBase is the first host uid sandbox root maps to. All sandboxes
+// share the range [base, base+65536); they are kept apart by their pid,
+// mount and ipc namespaces, and shared image layers need one owner.
+const DefaultUIDBase = 0x60000000
+
+// Options configure the backend.
+type Options struct {
+	DataDir   string // default /var/lib/warren
+	RunDir    string // default /run/warren
+	AgentPath string // the warren-agent binary
+	UserNS    string // UserNSAuto (default), UserNSOn, UserNSOff
+	UIDBase   uint32 // default DefaultUIDBase
+	Python    string // interpreter paths inside the sandbox
+	Node      string
+	// CgroupPrefix names the cgroup under the process's own one (default "warren").
+	CgroupPrefix string
+	// ExitWithHost makes every sandbox end when this process ends (for
+	// `warren run`); a daemon leaves it off so sandboxes survive restarts.
+	ExitWithHost bool
+	// StartTimeout bounds a sandbox's start (default 10s).
+	StartTimeout time.Duration
+	Logger       *slog.Logger
+}
+
+// Backend is the native backend.
+type Backend struct {
+	opts    Options
+	agentFD *os.File
+	userNS  *oci.IDMap
+	cgroups *cgroup.Manager
+	log     *slog.Logger
+
+	hostOnce sync.Once
+	hostImg  *image.Image
+	hostErr  error
+}
+
+// New checks the host and returns the backend.
+func New(opts Options) (*Backend, error) {
+	if opts.DataDir == "" {
+		opts.DataDir = "/var/lib/warren"
+	}
+	if opts.RunDir == "" {
+		opts.RunDir = "/run/warren"
+	}
+	if opts.UserNS == "" {
+		opts.UserNS = UserNSAuto
+	}
+	if opts.UIDBase == 0 {
+		opts.UIDBase = DefaultUIDBase
+	}
+	if opts.CgroupPrefix == "" {
+		opts.CgroupPrefix = "warren"
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 10 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("native backend: must run as root (namespaces, cgroups and overlay mounts need it)")
+	}
+	b := &Backend{opts: opts, log: opts.Logger}
+	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("native backend: %w", err)
+		}
+		if err := os.Chmod(d, 0o711); err != nil {
+			return nil, fmt.Errorf("native backend: %w", err)
+		}
+	}
+	if err := b.openAgent(); err != nil {
+		return nil, err
+	}
+	switch opts.UserNS {
+	case UserNSOff:
+	case UserNSOn, UserNSAuto:
+		err := ProbeUserNS()
+		if err == nil {
+			err = checkTraversable(opts.DataDir)
+		}
+		if err != nil && opts.UserNS == UserNSOn {
+			b.agentFD.Close()
+			return nil, fmt.Errorf("native backend: user namespaces required but unusable: %w", err)
+		}
+		if err == nil {
+			b.userNS = &oci.IDMap{Host: opts.UIDBase, Size: 65536}
+		} else {
+			b.log.Warn("user namespaces unavailable; sandbox root is host root with dropped capabilities", "reason", err.Error())
+		}
+	default:
+		return nil, fmt.Errorf("native backend: user namespace mode %q: want auto, on or off", opts.UserNS)
+	}
+	cg, err := cgroup.New(opts.CgroupPrefix)
+	if err != nil {
+		b.agentFD.Close()
+		return nil, fmt.Errorf("native backend: %w", err)
+	}
+	b.cgroups = cg
+	return b, nil
+}
+
+// openAgent opens the agent binary once and keeps the fd at a high number.
+// Sandboxes exec it through /proc/self/fd, so the agent needs no path inside
+// the sandbox and the directories above it need not be reachable by the
+// sandbox's uid.
+func (b *Backend) openAgent() error {
+	p := b.opts.AgentPath
+	if p == "" {
+		return errors.New("native backend: no agent binary (build cmd/warren-agent, or set WARREN_AGENT)")
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return fmt.Errorf("native backend: open agent: %w", err)
+	}
+	defer f.Close()
+	// High, so the ExtraFiles dup2s in the child (fds 3-6) cannot clobber it.
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 100)
+	if err != nil {
+		return fmt.Errorf("native backend: dup agent fd: %w", err)
+	}
+	b.agentFD = os.NewFile(uintptr(fd), p)
+	return nil
+}
+
+// Close releases the backend's own resources (not the sandboxes).
+func (b *Backend) Close() error { return b.agentFD.Close() }
+
+// Name implements backend.Backend.
+func (b *Backend) Name() string { return "native" }
+
+// UserNS reports the id mapping in use, or nil when sandboxes run without
+// a user namespace.
+func (b *Backend) UserNS() *oci.IDMap { return b.userNS }
+
+// Cgroups is the cgroup manager sandboxes are created with.
+func (b *Backend) Cgroups() *cgroup.Manager { return b.cgroups }
+
+// RootIDs are the host uid and gid of the sandbox's root user.
+func (b *Backend) RootIDs() (int, int) {
+	if b.userNS == nil {
+		return 0, 0
+	}
+	return int(b.userNS.Host), int(b.userNS.Host)
+}
+
+// HostImage returns the host image, owned by the sandbox root ids.
+func (b *Backend) HostImage() (*image.Image, error) {
+	b.hostOnce.Do(func() {
+		uid, gid := b.RootIDs()
+		b.hostImg, b.hostErr = image.Host(filepath.Join(b.opts.DataDir, "images"), uid, gid)
+	})
+	return b.hostImg, b.hostErr
+}
+
+// Create implements backend.Backend.
+func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandbox, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid sandbox config: %w", err)
+	}
+	dir := filepath.Join(b.opts.DataDir, "sandboxes", cfg.ID)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrExist)
+		}
+		return nil, err
+	}
+	uid, gid := b.RootIDs()
+	for _, d := range []string{"upper", "work", "rootfs"} {
+		p := filepath.Join(dir, d)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		if err := os.Chown(p, uid, gid); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	if b.opts.ExitWithHost {
+		if err := os.WriteFile(filepath.Join(dir, "ephemeral"), nil, 0o600); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+	}
+	return &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID)}, nil
+}
+
+// Sandbox is one native sandbox.
+type Sandbox struct {
+	b   *Backend
+	cfg backend.Config
+	dir string // persistent state
+	run string // runtime state
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	cg       *cgroup.Cgroup
+	client   *agent.Client
+	lifeline *os.File
+	done     chan struct{}
+}
+
+// ID implements backend.Sandbox.
+func (s *Sandbox) ID() string { return s.cfg.ID }
+
+// Agent implements backend.Sandbox.
+func (s *Sandbox) Agent() *agent.Client {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.client
+}
+
+// Done implements backend.Sandbox.
+func (s *Sandbox) Done() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return s.done
+}
+
+// Pid is the host pid of the sandbox's init, 0 when stopped.
+func (s *Sandbox) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+func (s *Sandbox) spec() (*guest.Config, error) {
+	img := s.cfg.Image
+	env := append(append([]string(nil), img.Env...), s.cfg.Env...)
+	if len(img.Env) == 0 {
+		env = append(append([]string(nil), oci.DefaultEnv...), s.cfg.Env...)
+	}
+	cwd := img.WorkingDir
+	if s.cfg.Workdir != "" {
+		cwd = s.cfg.Workdir
+	}
+	host := s.cfg.Hostname
+	if host == "" {
+		host = "sandbox"
+	}
+	sp, err := oci.Build(oci.Params{
+		RootPath: filepath.Join(s.dir, "rootfs"), Hostname: host, Env: env, Cwd: cwd,
+		ImageMounts: img.Mounts, UserNS: s.b.userNS,
+		MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &guest.Config{
+		Spec: sp,
+		Rootfs: guest.Rootfs{
+			Lower: img.Layers, Upper: filepath.Join(s.dir, "upper"), Work: filepath.Join(s.dir, "work"),
+			UserXattr: s.b.userNS != nil,
+		},
+		Python: s.b.opts.Python, Node: s.b.opts.Node,
+		Lifeline: s.b.opts.ExitWithHost,
+	}, nil
+}
+
+// Start implements backend.Sandbox. A failed start leaves nothing running
+// and no cgroup or runtime directory behind.
+func (s *Sandbox) Start(ctx context.Context) (err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		select {
+		case <-s.done:
+			s.releaseLocked()
+		default:
+			return nil // already running
+		}
+	}
+	if _, err := os.Stat(s.dir); err != nil {
+		return fmt.Errorf("sandbox %s was removed", s.cfg.ID)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.b.opts.StartTimeout)
+	defer cancel()
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	gcfg, err := s.spec()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(s.run, 0o700); err != nil {
+		return err
+	}
+	undo = append(undo, func() { os.RemoveAll(s.run) })
+	sock := filepath.Join(s.run, "agent.sock")
+	_ = os.Remove(sock)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	lf, err := l.File()
+	l.Close()
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+
+	limits := cgroup.Limits{MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax}
+	cg, err := s.b.cgroups.Create(s.cfg.ID, limits)
+	if errors.Is(err, fs.ErrExist) {
+		// A stale cgroup of a crashed run of this sandbox: clear it.
+		if old, oerr := s.b.cgroups.Open(s.cfg.ID); oerr == nil {
+			_ = old.Destroy()
+		}
+		cg, err = s.b.cgroups.Create(s.cfg.ID, limits)
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	undo = append(undo, func() { _ = cg.Destroy() })
+
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer statusR.Close()
+	defer statusW.Close()
+	logf, err := os.OpenFile(filepath.Join(s.run, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	extra := []*os.File{cfgR, lf, statusW}
+	var lifeR, lifeW *os.File
+	if gcfg.Lifeline {
+		if lifeR, lifeW, err = os.Pipe(); err != nil {
+			return err
+		}
+		defer lifeR.Close()
+		extra = append(extra, lifeR)
+		undo = append(undo, func() { lifeW.Close() })
+	}
+
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/fd/" + strconv.Itoa(int(s.b.agentFD.Fd())),
+		Args:       []string{"warren-agent"},
+		Env:        []string{},
+		ExtraFiles: extra,
+		Stdout:     logf,
+		Stderr:     logf,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid: true,
+			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
+				syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET | syscall.CLONE_NEWCGROUP,
+		},
+	}
+	if m := s.b.userNS; m != nil {
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+		ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.Host), Size: int(m.Size)}}
+		cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = ids, ids
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
+		// The clone child still has host uid 0, which is unmapped (nobody)
+		// in the new namespace; become its root before exec, or exec
+		// drops every capability.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+	}
+	err = cg.Spawn(func(fd int) error {
+		if fd >= 0 {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		}
+		return cmd.Start()
+	})
+	if err != nil {
+		return fmt.Errorf("start agent: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	undo = append(undo, func() { _ = cmd.Process.Kill(); <-done })
+	cfgR.Close()
+	statusW.Close()
+	if lifeR != nil {
+		lifeR.Close()
+	}
+
+	if err := json.NewEncoder(cfgW).Encode(gcfg); err != nil {
+		return fmt.Errorf("send config to agent: %w", s.agentFailure(err))
+	}
+	cfgW.Close()
+	ready := make(chan error, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(statusR, 64<<10))
+		switch {
+		case err != nil:
+			ready <- err
+		case string(b) == "ok\n":
+			ready <- nil
+		case len(b) == 0:
+			ready <- errors.New("agent exited during setup")
+		default:
+			ready <- errors.New(strings.TrimSpace(string(b)))
+		}
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			return fmt.Errorf("sandbox setup failed: %w", s.agentFailure(err))
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox setup: %w", ctx.Err())
+	}
+	pidInfo := fmt.Sprintf("%d %d\n", cmd.Process.Pid, procStartTime(cmd.Process.Pid))
+	if err := os.WriteFile(filepath.Join(s.run, "agent.pid"), []byte(pidInfo), 0o600); err != nil {
+		return err
+	}
+	s.cmd, s.cg, s.done, s.lifeline = cmd, cg, done, lifeW
+	s.client = agent.NewClient(sock)
+	return nil
+}
+
+// agentFailure adds the agent's own log to err, which is where a setup
+// failure's details are.
+func (s *Sandbox) agentFailure(err error) error {
+	b, _ := os.ReadFile(filepath.Join(s.run, "agent.log"))
+	b = bytes.TrimSpace(b)
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	if len(b) > 0 && !strings.Contains(err.Error(), string(b)) {
+		return fmt.Errorf("%w (agent log: %s)", err, b)
+	}
+	return err
+}
+
+// Stats implements backend.Sandbox.
+func (s *Sandbox) Stats() (backend.Stats, error) {
+	s.mu.Lock()
+	cg := s.cg
+	s.mu.Unlock()
+	if cg == nil {
+		return backend.Stats{}, nil
+	}
+	st, err := cg.Stats()
+	if err != nil {
+		return backend.Stats{}, err
+	}
+	return backend.Stats{
+		MemoryBytes: st.MemoryBytes, CPUUsage: time.Duration(st.CPUUsageNs),
+		Pids: st.PidsCurrent, OOMKills: st.OOMKills, Throttled: st.ThrottledPeriods,
+	}, nil
+}
+
+// Stop implements backend.Sandbox. Killing the pid namespace's init makes
+// the kernel kill every process in it, however it was forked; the cgroup is
+// killed too as a second line. Idempotent.
+func (s *Sandbox) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return fmt.Errorf("stop sandbox %s: %w", s.cfg.ID, ctx.Err())
+	}
+	return s.releaseLocked()
+}
+
+// releaseLocked frees what a started sandbox holds once its init is gone.
+func (s *Sandbox) releaseLocked() error {
+	var errs []error
+	if s.cg != nil {
+		if err := s.cg.Destroy(); err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
+		}
+	}
+	if s.client != nil {
+		s.client.Close()
+	}
+	if s.lifeline != nil {
+		s.lifeline.Close()
+	}
+	if err := os.RemoveAll(s.run); err != nil {
+		errs = append(errs, err)
+	}
+	s.cmd, s.cg, s.client, s.done, s.lifeline = nil, nil, nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// Remove implements backend.Sandbox.
+func (s *Sandbox) Remove(ctx context.Context) error {
+	if err := s.Stop(ctx); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		return fmt.Errorf("remove sandbox %s: %w", s.cfg.ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package native_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/conformance"
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
+
+var (
+	shared     *native.Backend
+	sharedErr  error
+	sharedOnce sync.Once
+	sharedDirs struct{ data, run, agent string }
+)
+
+// newBackend returns the package's shared backend, on a data directory of
+// its own. Privileged: fails under WARREN_TEST_PRIVILEGED=1 without root.
+func newBackend(t testing.TB) *native.Backend {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireFile(t, "/usr/bin/python3")
+	agentPath := testenv.AgentBinary(t)
+	sharedOnce.Do(func() {
+		base, err := os.MkdirTemp("", "warren-native-test-")
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		// Sandbox root maps to an unprivileged uid that must reach the data dir.
+		if err := os.Chmod(base, 0o711); err != nil {
+			sharedErr = err
+			return
+		}
+		sharedDirs.data, sharedDirs.run, sharedDirs.agent = filepath.Join(base, "data"), filepath.Join(base, "run"), agentPath
+		shared, sharedErr = native.New(native.Options{
+			DataDir: sharedDirs.data, RunDir: sharedDirs.run, AgentPath: agentPath,
+			CgroupPrefix: fmt.Sprintf("warren-test-%d", os.Getpid()),
+		})
+	})
+	if sharedErr != nil {
+		t.Fatalf("native backend: %v", sharedErr)
+	}
+	return shared
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		_, _ = shared.ReapOrphans(nil)
+		shared.Close()
+		os.RemoveAll(filepath.Dir(sharedDirs.data))
+	}
+	os.Exit(code)
+}
+
+func harness(t testing.TB) *conformance.Harness {
+	b := newBackend(t)
+	img, err := b.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &conformance.Harness{
+		Backend:  b,
+		Image:    img,
+		UserNS:   b.UserNS() != nil,
+		HostPid:  func(sb backend.Sandbox) int { return sb.(*native.Sandbox).Pid() },
+		Snapshot: func() (string, error) { return snapshot(b) },
+	}
+}
+
+func TestConformance(t *testing.T) {
+	h := harness(t)
+	if testenv.Strict() && !h.UserNS {
+		t.Fatal("user namespaces are unusable on this machine, which PLATFORM.md says supports them")
+	}
+	conformance.Run(t, h)
+}
+
+// snapshot lists every host resource a native sandbox can leave behind.
+func snapshot(b *native.Backend) (string, error) {
+	var out []string
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	out = append(out, fmt.Sprintf("host mounts: %d", strings.Count(string(mi), "\n")))
+	cgs, err := b.Cgroups().List()
+	if err != nil {
+		return "", err
+	}
+	out = append(out, fmt.Sprintf("cgroups: %v", cgs))
+	for _, d := range []string{sharedDirs.run, filepath.Join(sharedDirs.data, "sandboxes")} {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			return "", err
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		out = append(out, fmt.Sprintf("%s: %v", filepath.Base(d), names))
+	}
+	agents, netns := 0, map[string]bool{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if p.Name()[0] < '0' || p.Name()[0] > '9' {
+			continue
+		}
+		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasSuffix(exe, "warren-agent") {
+			agents++
+		}
+		if ns, err := os.Readlink("/proc/" + p.Name() + "/ns/net"); err == nil {
+			netns[ns] = true
+		}
+	}
+	out = append(out, fmt.Sprintf("agent processes: %d", agents), fmt.Sprintf("net namespaces in use: %d", len(netns)))
+	return strings.Join(out, "\n"), nil
+}
+
+func TestStartFailureLeavesNothing(t *testing.T) {
+	b := newBackend(t)
+	img, err := b.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := snapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	broken := *img
+	broken.Layers = []string{"/nonexistent/layer"}
+	sb, err := b.Create(context.Background(), backend.Config{ID: "broken", Image: &broken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sb.Start(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "overlay") {
+		t.Errorf("start with a missing layer: want an overlay error, got %v", err)
+	}
+	if err := sb.Remove(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	after, err := snapshot(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != after {
+		t.Errorf("failed start left something:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+}
+
+func TestCreateRejectsBadConfig(t *testing.T) {
+	b := newBackend(t)
+	img, _ := b.HostImage()
+	for _, cfg := range []backend.Config{
+		{ID: "../etc", Image: img},
+		{ID: "", Image: img},
+		{ID: "UPPER", Image: img},
+		{ID: "ok", Image: nil},
+		{ID: "ok", Image: img, MemoryBytes: 1 << 20},
+		{ID: "ok", Image: img, CPUs: -1},
+		{ID: "ok", Image: img, Network: "host"},
+	} {
+		if _, err := b.Create(context.Background(), cfg); err == nil {
+			t.Errorf("Create(%+v) succeeded", cfg)
+		}
+	}
+	sb, err := b.Create(context.Background(), backend.Config{ID: "dup", Image: img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Remove(context.Background())
+	if _, err := b.Create(context.Background(), backend.Config{ID: "dup", Image: img}); err == nil {
+		t.Error("second Create with the same id succeeded")
+	}
+}
+
+func TestUpperLayerKeptAcrossRestart(t *testing.T) {
+	h := harness(t)
+	sb := h.Sandbox(t, backend.Config{})
+	if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo kept > /root/state"); r.Code != 0 {
+		t.Fatalf("write: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	ctx := context.Background()
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatalf("second stop: %v", err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := conformance.Exec(t, sb, 0, "/bin/cat", "/root/state"); r.Stdout != "kept\n" {
+		t.Errorf("after restart: %q %+v", r.Stdout, r.ExitStatus)
+	}
+}

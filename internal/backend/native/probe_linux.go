@@ -1,0 +1,87 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// ProbeUserNS checks that this kernel lets root create a user namespace with
+// a mapped uid range, by starting /bin/true in one.
+func ProbeUserNS() error {
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return errors.New("user.max_user_namespaces is 0")
+	}
+	cmd := exec.Command("/bin/true")
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags:  syscall.CLONE_NEWUSER,
+		UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: DefaultUIDBase, Size: 65536}},
+		GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: DefaultUIDBase, Size: 65536}},
+	}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("start a process in a new user namespace: %w", err)
+	}
+	return nil
+}
+
+// checkTraversable makes sure a sandbox's mapped root, an unprivileged uid
+// on the host, can reach dir: every ancestor needs the search bit for others.
+func checkTraversable(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for p := abs; ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("%s is not searchable by other users (mode %v); sandbox root maps to an unprivileged uid and cannot reach the data directory (chmod o+x it, or choose another --data-dir)", p, fi.Mode().Perm())
+		}
+		if p == "/" {
+			return nil
+		}
+	}
+}
+
+// procStartTime is a process's start time in clock ticks since boot (field
+// 22 of /proc/PID/stat): with the pid it identifies a process across pid reuse.
+func procStartTime(pid int) uint64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command name may hold spaces and parentheses: fields start after the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0
+	}
+	n, _ := strconv.ParseUint(f[19], 10, 64)
+	return n
+}
+
+// alive reports whether the agent recorded in runDir/agent.pid still runs.
+func alive(runDir string) bool {
+	b, err := os.ReadFile(filepath.Join(runDir, "agent.pid"))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return false
+	}
+	pid, err1 := strconv.Atoi(f[0])
+	start, err2 := strconv.ParseUint(f[1], 10, 64)
+	return err1 == nil && err2 == nil && pid > 0 && procStartTime(pid) == start
+}

@@ -1,0 +1,131 @@
+package bench_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/bench"
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
+
+// env builds a native backend on a private data dir; benchmarks share it.
+func env(b *testing.B) *bench.Env {
+	b.Helper()
+	testenv.RequireRoot(b)
+	agentPath := testenv.AgentBinary(b)
+	dir, err := os.MkdirTemp("", "warren-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		b.Fatal(err)
+	}
+	be, err := native.New(native.Options{DataDir: filepath.Join(dir, "data"), RunDir: filepath.Join(dir, "run"), AgentPath: agentPath, CgroupPrefix: "warren-bench", ExitWithHost: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	img, err := be.HostImage()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &bench.Env{Backend: be, Image: img, HostPid: func(sb backend.Sandbox) int { return sb.(*native.Sandbox).Pid() }}
+}
+
+func loop(b *testing.B, f func() error) {
+	b.Helper()
+	for b.Loop() {
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkForkExec(b *testing.B) { loop(b, bench.ForkExec) }
+
+func BenchmarkColdCycle(b *testing.B) {
+	e := env(b)
+	loop(b, func() error { return e.ColdCycle(context.Background()) })
+}
+
+func BenchmarkBwrap(b *testing.B) {
+	f := bench.Bwrap()
+	if f == nil {
+		b.Skip("bwrap not installed")
+	}
+	loop(b, f)
+}
+
+func BenchmarkCrun(b *testing.B) {
+	testenv.RequireRoot(b)
+	run, cleanup, err := bench.Crun(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cleanup()
+	if run == nil {
+		b.Skip("crun not installed")
+	}
+	loop(b, run)
+}
+
+func BenchmarkExecTrue(b *testing.B) {
+	e := env(b)
+	ctx := context.Background()
+	sb, stop, err := e.Warm(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	loop(b, func() error { return bench.Exec(ctx, sb, "/bin/true") })
+}
+
+func BenchmarkPythonHost(b *testing.B) { loop(b, bench.PythonHost) }
+
+func BenchmarkPythonSandbox(b *testing.B) {
+	e := env(b)
+	ctx := context.Background()
+	sb, stop, err := e.Warm(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	loop(b, func() error { return bench.Exec(ctx, sb, "/usr/bin/python3", "-c", "print(1)") })
+}
+
+func BenchmarkRepl(b *testing.B) {
+	e := env(b)
+	ctx := context.Background()
+	sb, stop, err := e.Warm(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	loop(b, func() error { return bench.Repl(ctx, sb) })
+}
+
+// BenchmarkAgentIdleRSS reports the idle agent's resident memory as a metric.
+func BenchmarkAgentIdleRSS(b *testing.B) {
+	e := env(b)
+	ctx := context.Background()
+	sb, stop, err := e.Warm(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stop()
+	if err := bench.Exec(ctx, sb, "/bin/true"); err != nil {
+		b.Fatal(err)
+	}
+	var rss int64
+	for b.Loop() {
+		if rss, err = e.AgentRSS(sb); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(rss)/(1<<20), "MiB-rss")
+}

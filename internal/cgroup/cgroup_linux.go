@@ -1,0 +1,476 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// killTimeout bounds Kill (and the kill step of Destroy).
+var killTimeout = 5 * time.Second
+
+// dirOf returns the cgroup's directory holding controller ctrl, or "".
+func (c *Cgroup) dirOf(ctrl string) string {
+	if i := c.m.hierOf(ctrl); i >= 0 {
+		return c.dirs[i]
+	}
+	return ""
+}
+
+// SetLimits replaces the cgroup's limits (zero fields become unlimited).
+func (c *Cgroup) SetLimits(l Limits) error {
+	if err := c.m.checkLimits(l); err != nil {
+		return err
+	}
+	if err := c.setLimits(l, false); err != nil {
+		return fmt.Errorf("cgroup: set limits of %q: %w", c.name, err)
+	}
+	return nil
+}
+
+// setLimits writes l. With skipZero (a fresh cgroup) zero fields are not
+// written: the kernel's defaults are already unlimited.
+func (c *Cgroup) setLimits(l Limits, skipZero bool) error {
+	if c.m.mode == ModeV1 {
+		return c.setV1(l, skipZero)
+	}
+	return c.setV2(l, skipZero)
+}
+
+func (c *Cgroup) setV1(l Limits, skipZero bool) error {
+	if d := c.dirOf("memory"); d != "" && !(skipZero && l.MemoryBytes == 0) {
+		lim, want := int64(-1), int64(math.MaxInt64)
+		if l.MemoryBytes > 0 {
+			lim, want = l.MemoryBytes, l.MemoryBytes
+		}
+		limit := filepath.Join(d, "memory.limit_in_bytes")
+		memsw := filepath.Join(d, "memory.memsw.limit_in_bytes")
+		cur, hasSwap, err := readInt(memsw)
+		if err != nil {
+			return err
+		}
+		// The kernel requires limit_in_bytes <= memsw.limit_in_bytes at all
+		// times: lower the memory limit first, raise memsw first.
+		order := []string{limit, memsw}
+		if !hasSwap {
+			order = order[:1]
+		} else if want > cur {
+			order = []string{memsw, limit}
+		}
+		for _, f := range order {
+			if err := writeFile(f, strconv.FormatInt(lim, 10)); err != nil {
+				return err
+			}
+		}
+	}
+	if d := c.dirOf("cpu"); d != "" && !(skipZero && l.CPUs == 0) {
+		quota := int64(-1)
+		if l.CPUs > 0 {
+			quota = int64(math.Round(l.CPUs * cpuPeriodUs))
+			if p, _, err := readInt(filepath.Join(d, "cpu.cfs_period_us")); err != nil {
+				return err
+			} else if p != cpuPeriodUs {
+				if err := writeFile(filepath.Join(d, "cpu.cfs_period_us"), strconv.Itoa(cpuPeriodUs)); err != nil {
+					return err
+				}
+			}
+		}
+		if err := writeFile(filepath.Join(d, "cpu.cfs_quota_us"), strconv.FormatInt(quota, 10)); err != nil {
+			return err
+		}
+	}
+	if d := c.dirOf("pids"); d != "" && !(skipZero && l.PidsMax == 0) {
+		if err := writeFile(filepath.Join(d, "pids.max"), maxOr(l.PidsMax)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Cgroup) setV2(l Limits, skipZero bool) error {
+	d := c.dirs[0]
+	if c.m.hierOf("memory") >= 0 && !(skipZero && l.MemoryBytes == 0) {
+		if err := writeFile(filepath.Join(d, "memory.max"), maxOr(l.MemoryBytes)); err != nil {
+			return err
+		}
+		swap := "max"
+		if l.MemoryBytes > 0 {
+			swap = "0"
+		}
+		if err := writeFile(filepath.Join(d, "memory.swap.max"), swap); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	if c.m.hierOf("cpu") >= 0 && !(skipZero && l.CPUs == 0) {
+		quota := "max"
+		if l.CPUs > 0 {
+			quota = strconv.FormatInt(int64(math.Round(l.CPUs*cpuPeriodUs)), 10)
+		}
+		if err := writeFile(filepath.Join(d, "cpu.max"), quota+" "+strconv.Itoa(cpuPeriodUs)); err != nil {
+			return err
+		}
+	}
+	if c.m.hierOf("pids") >= 0 && !(skipZero && l.PidsMax == 0) {
+		if err := writeFile(filepath.Join(d, "pids.max"), maxOr(l.PidsMax)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func maxOr(v int64) string {
+	if v <= 0 {
+		return "max"
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// Stats reads the cgroup's counters.
+func (c *Cgroup) Stats() (Stats, error) {
+	var s Stats
+	if _, err := os.Stat(c.dirs[0]); err != nil {
+		return s, fmt.Errorf("cgroup: stats of %q: %w", c.name, err)
+	}
+	var errs []error
+	num := func(dst *int64, dir, file string, scale int64) {
+		if dir == "" {
+			return
+		}
+		v, _, err := readInt(filepath.Join(dir, file))
+		errs = append(errs, err)
+		*dst = v * scale
+	}
+	keyed := func(dir, file string) map[string]int64 {
+		if dir == "" {
+			return nil
+		}
+		m, err := readKeyed(filepath.Join(dir, file))
+		errs = append(errs, err)
+		return m
+	}
+	if c.m.mode == ModeV1 {
+		mem := c.dirOf("memory")
+		num(&s.MemoryBytes, mem, "memory.usage_in_bytes", 1)
+		num(&s.MemoryPeak, mem, "memory.max_usage_in_bytes", 1)
+		s.OOMKills = keyed(mem, "memory.oom_control")["oom_kill"]
+		num(&s.CPUUsageNs, c.dirOf("cpuacct"), "cpuacct.usage", 1)
+		cs := keyed(c.dirOf("cpu"), "cpu.stat")
+		s.ThrottledPeriods, s.ThrottledNs = cs["nr_throttled"], cs["throttled_time"]
+		num(&s.PidsCurrent, c.dirOf("pids"), "pids.current", 1)
+	} else {
+		d := c.dirs[0]
+		num(&s.MemoryBytes, d, "memory.current", 1)
+		num(&s.MemoryPeak, d, "memory.peak", 1)
+		s.OOMKills = keyed(d, "memory.events")["oom_kill"]
+		cs := keyed(d, "cpu.stat")
+		s.CPUUsageNs = cs["usage_usec"] * 1000
+		s.ThrottledPeriods, s.ThrottledNs = cs["nr_throttled"], cs["throttled_usec"]*1000
+		num(&s.PidsCurrent, d, "pids.current", 1)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return s, fmt.Errorf("cgroup: stats of %q: %w", c.name, err)
+	}
+	return s, nil
+}
+
+// Procs returns the pids of the processes in the cgroup and its descendant
+// cgroups, in every hierarchy, sorted. The daemon's own pid is never
+// reported (in v1 it shows up while Spawn's thread is inside).
+func (c *Cgroup) Procs() ([]int, error) {
+	pids, err := c.procs()
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: procs of %q: %w", c.name, err)
+	}
+	return pids, nil
+}
+
+func (c *Cgroup) procs() ([]int, error) {
+	self := os.Getpid()
+	var out []int
+	for _, d := range c.dirs {
+		err := walkDirs(d, func(dir string) error {
+			ps, err := readPids(filepath.Join(dir, "cgroup.procs"))
+			for _, p := range ps {
+				if p != self {
+					out = append(out, p)
+				}
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// Add moves an existing process into the cgroup (every hierarchy). Prefer
+// Spawn: a process added after it started has already run outside.
+func (c *Cgroup) Add(pid int) error {
+	for _, d := range c.dirs {
+		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("cgroup: add %d to %q: %w", pid, c.name, err)
+		}
+	}
+	return nil
+}
+
+// Spawn calls start so that the process it creates is born inside the
+// cgroup. In v2 mode start receives an open directory fd of the cgroup and
+// must start the process with SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+// (clone3 CLONE_INTO_CGROUP); the fd is closed when start returns. In v1 mode
+// start receives -1 (it must then not set UseCgroupFD) and runs on a
+// dedicated OS thread that has been moved
+// into the cgroup, so a fork from it lands there; the thread is moved back
+// and discarded afterwards. start must create the process synchronously (for
+// example exec.Cmd.Start) and must not leave goroutines depending on the
+// thread.
+func (c *Cgroup) Spawn(start func(cgroupFD int) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m.mode == ModeV2 {
+		fd, err := unix.Open(c.dirs[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("cgroup: spawn in %q: open %s: %w", c.name, c.dirs[0], err)
+		}
+		defer unix.Close(fd)
+		return start(fd)
+	}
+	var err error
+	runOnFreshThread(func() { err = c.spawnV1(start) })
+	return err
+}
+
+// runOnFreshThread runs f on a goroutine locked to an OS thread that is
+// destroyed when f returns. If that thread is the process's main thread
+// (which the runtime never destroys), it stays locked to hold the main thread
+// and f runs on a nested goroutine, which therefore gets another thread.
+func runOnFreshThread(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			runOnFreshThread(f)
+			runtime.UnlockOSThread()
+			return
+		}
+		f()
+		// No UnlockOSThread: the goroutine exits locked, so the runtime
+		// terminates this thread instead of reusing it.
+	}()
+	<-done
+}
+
+// spawnV1 runs on a locked, disposable thread.
+func (c *Cgroup) spawnV1(start func(int) error) (err error) {
+	tid := strconv.Itoa(unix.Gettid())
+	f, err := os.Open("/proc/thread-self/cgroup")
+	if err != nil {
+		return fmt.Errorf("cgroup: spawn in %q: %w", c.name, err)
+	}
+	orig, err := ParseProcSelf(f)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	moved := 0
+	defer func() {
+		// Move the thread back, so it is out of the sandbox even before
+		// the runtime gets round to destroying it.
+		for i := 0; i < moved; i++ {
+			h := c.m.hiers[i]
+			if own, rerr := relTo(orig[h.ctrls[0]], h.root); rerr == nil {
+				_ = writeFile(filepath.Join(h.mount, own, "tasks"), tid)
+			}
+		}
+	}()
+	for i, d := range c.dirs {
+		if err := writeFile(filepath.Join(d, "tasks"), tid); err != nil {
+			return fmt.Errorf("cgroup: spawn in %q: %w", c.name, err)
+		}
+		moved = i + 1
+	}
+	return start(-1)
+}
+
+// Kill SIGKILLs every process in the cgroup and waits (bounded) until none
+// is left. v2 uses cgroup.kill; v1 freezes the cgroup (when the freezer
+// controller is available) so nothing can fork or exit meanwhile, signals
+// every member, thaws, and repeats until the cgroup is empty.
+func (c *Cgroup) Kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.kill()
+}
+
+func (c *Cgroup) kill() error {
+	deadline := time.Now().Add(killTimeout)
+	wait := time.Millisecond
+	pause := func() {
+		time.Sleep(wait)
+		wait = min(2*wait, 20*time.Millisecond)
+	}
+	useKillFile := false
+	if c.m.mode == ModeV2 {
+		_, err := os.Stat(filepath.Join(c.dirs[0], "cgroup.kill"))
+		useKillFile = err == nil
+	}
+	freeze, thaw := c.freezer()
+	for {
+		pids, err := c.procs()
+		if err != nil {
+			thaw()
+			return fmt.Errorf("cgroup: kill %q: %w", c.name, err)
+		}
+		if len(pids) == 0 {
+			thaw()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			thaw()
+			return fmt.Errorf("cgroup: kill %q: processes %v still alive after %v", c.name, pids, killTimeout)
+		}
+		if useKillFile {
+			if err := writeFile(filepath.Join(c.dirs[0], "cgroup.kill"), "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("cgroup: kill %q: %w", c.name, err)
+			}
+		} else {
+			if freeze() {
+				if pids, err = c.procs(); err != nil {
+					thaw()
+					return fmt.Errorf("cgroup: kill %q: %w", c.name, err)
+				}
+			}
+			for _, p := range pids {
+				c.signalMember(p)
+			}
+			thaw()
+		}
+		pause()
+	}
+}
+
+// freezer returns functions freezing and thawing the cgroup; freeze reports
+// whether the cgroup reached the frozen state. Without a freezer both are
+// no-ops.
+func (c *Cgroup) freezer() (freeze func() bool, thaw func()) {
+	var file, on, off, stateFile, frozen string
+	if c.m.mode == ModeV1 {
+		d := c.dirOf("freezer")
+		if d == "" {
+			return func() bool { return false }, func() {}
+		}
+		file, on, off = filepath.Join(d, "freezer.state"), "FROZEN", "THAWED"
+		stateFile, frozen = file, "FROZEN"
+	} else {
+		file, on, off = filepath.Join(c.dirs[0], "cgroup.freeze"), "1", "0"
+		stateFile, frozen = filepath.Join(c.dirs[0], "cgroup.events"), "frozen 1"
+	}
+	freeze = func() bool {
+		if writeFile(file, on) != nil {
+			return false
+		}
+		end := time.Now().Add(200 * time.Millisecond)
+		for {
+			b, err := os.ReadFile(stateFile)
+			if err != nil {
+				return false
+			}
+			if slices.Contains(strings.Split(strings.TrimSpace(string(b)), "\n"), frozen) {
+				return true
+			}
+			if time.Now().After(end) {
+				return false
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	thaw = func() { _ = writeFile(file, off) }
+	return freeze, thaw
+}
+
+// signalMember SIGKILLs pid if it is (still) in this cgroup. A pidfd pins the
+// pid while membership is checked, so a recycled pid is never signalled.
+func (c *Cgroup) signalMember(pid int) {
+	if pid == os.Getpid() || pid <= 1 {
+		return
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err == unix.ENOSYS {
+		_ = unix.Kill(pid, unix.SIGKILL)
+		return
+	}
+	if err != nil {
+		return // gone
+	}
+	defer unix.Close(fd)
+	if !c.isMember(pid) {
+		return
+	}
+	_ = unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0)
+}
+
+// isMember reports whether /proc/<pid>/cgroup places pid in this cgroup (or
+// below) in any hierarchy.
+func (c *Cgroup) isMember(pid int) bool {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return false
+	}
+	cg, err := ParseProcSelf(f)
+	f.Close()
+	if err != nil {
+		return false
+	}
+	for i, h := range c.m.hiers {
+		key := ""
+		if c.m.mode == ModeV1 {
+			key = h.ctrls[0]
+		}
+		p, want := cg[key], c.procPath(i)
+		if p == want || strings.HasPrefix(p, want+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Destroy kills what is left in the cgroup and removes its directories
+// (descendants first) in every hierarchy. Destroying a cgroup that is
+// already gone returns nil.
+func (c *Cgroup) Destroy() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var last error
+	for attempt := 0; attempt < 2; attempt++ {
+		var errs []error
+		if pids, err := c.procs(); err != nil {
+			errs = append(errs, err)
+		} else if len(pids) > 0 {
+			if err := c.kill(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, d := range c.dirs {
+			if err := removeTree(d, rmdirTimeout); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if last = errors.Join(errs...); last == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("cgroup: destroy %q: %w", c.name, last)
+}

@@ -1,0 +1,841 @@
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
+	"golang.org/x/sys/unix"
+)
+
+var testSeq atomic.Int64
+
+func testPrefix() string {
+	return fmt.Sprintf("warren-test-%d-%d", os.Getpid(), testSeq.Add(1))
+}
+
+// newTestManager returns a Manager (host layout) under a unique prefix, or
+// skips/fails per testenv when cgroups are not writable. Everything under
+// the prefix, and the prefix itself, is removed at cleanup.
+func newTestManager(t *testing.T) *Manager {
+	t.Helper()
+	testenv.RequireRoot(t)
+	m, err := New(testPrefix())
+	testenv.Require(t, err == nil, fmt.Sprintf("writable cgroupfs (New: %v)", err))
+	cleanupManager(t, m)
+	requireWritable(t, m)
+	return m
+}
+
+func cleanupManager(t *testing.T, m *Manager) {
+	t.Cleanup(func() {
+		if _, err := m.Reap(nil); err != nil {
+			t.Errorf("cleanup reap: %v", err)
+		}
+		if err := m.removePrefix(); err != nil {
+			t.Errorf("cleanup prefix: %v", err)
+		}
+	})
+}
+
+// requireWritable checks that a cgroup can be created and removed.
+func requireWritable(t *testing.T, m *Manager) {
+	t.Helper()
+	c, err := m.Create("writable-probe", Limits{})
+	testenv.Require(t, err == nil, fmt.Sprintf("writable cgroupfs (Create: %v)", err))
+	if err := c.Destroy(); err != nil {
+		t.Fatalf("destroy probe: %v", err)
+	}
+}
+
+func requireController(t *testing.T, m *Manager, ctrl string) {
+	t.Helper()
+	err := m.controllerErr(ctrl)
+	testenv.Require(t, err == nil, fmt.Sprintf("cgroup controller %s (%v)", ctrl, err))
+}
+
+func mustCreate(t *testing.T, m *Manager, name string, l Limits) *Cgroup {
+	t.Helper()
+	c, err := m.Create(name, l)
+	if err != nil {
+		t.Fatalf("Create(%q, %+v): %v", name, l, err)
+	}
+	t.Cleanup(func() {
+		if err := c.Destroy(); err != nil {
+			t.Errorf("cleanup destroy %q: %v", name, err)
+		}
+	})
+	return c
+}
+
+// command returns a command bounded by a 60 s context.
+func command(t *testing.T, name string, args ...string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return exec.CommandContext(ctx, name, args...)
+}
+
+// spawn starts cmd inside c and makes sure it is reaped at cleanup.
+func spawn(t *testing.T, c *Cgroup, cmd *exec.Cmd) {
+	t.Helper()
+	if err := trySpawn(t, c, cmd); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// trySpawn is spawn for goroutines other than the test's.
+func trySpawn(t *testing.T, c *Cgroup, cmd *exec.Cmd) error {
+	err := c.Spawn(func(fd int) error {
+		if fd >= 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+		}
+		return cmd.Start()
+	})
+	if err != nil {
+		return fmt.Errorf("Spawn %v: %w", cmd.Args, err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return nil
+}
+
+// waitFor polls cond every 5 ms until it holds or timeout passes.
+func waitFor(timeout time.Duration, cond func() bool) bool {
+	end := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+func assertGone(t *testing.T, c *Cgroup) {
+	t.Helper()
+	for _, d := range c.dirs {
+		if _, err := os.Lstat(d); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still present (err %v)", d, err)
+		}
+	}
+}
+
+// hierKey is the /proc/<pid>/cgroup key for hierarchy i.
+func hierKey(m *Manager, i int) string {
+	if m.mode == ModeV1 {
+		return m.hiers[i].ctrls[0]
+	}
+	return ""
+}
+
+func readProcCgroup(t *testing.T, p string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := ParseProcSelf(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cg
+}
+
+// assertNoThreadInside checks that no thread of the test process is in c.
+func assertNoThreadInside(t *testing.T, c *Cgroup) {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/cgroup")
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("glob tasks: %v %v", tasks, err)
+	}
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // thread exited meanwhile
+		}
+		cg, err := ParseProcSelf(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range c.m.hiers {
+			if p, in := cg[hierKey(c.m, i)], c.procPath(i); p == in || strings.HasPrefix(p, in+"/") {
+				t.Errorf("thread %s of the test process is in the sandbox cgroup %s", f, p)
+			}
+		}
+	}
+}
+
+func TestCreateDestroyLeavesNothing(t *testing.T) {
+	m := newTestManager(t)
+	t.Logf("mode %s, hierarchies: %+v", m.Mode(), m.hiers)
+	l := Limits{}
+	for _, c := range []string{"memory", "cpu", "pids"} {
+		if m.controllerErr(c) == nil {
+			switch c {
+			case "memory":
+				l.MemoryBytes = 64 << 20
+			case "cpu":
+				l.CPUs = 1.5
+			case "pids":
+				l.PidsMax = 100
+			}
+		}
+	}
+	const n = 30
+	var took []time.Duration
+	for i := 0; i < n; i++ {
+		start := time.Now()
+		c, err := m.Create("cd", l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range c.dirs {
+			if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+				t.Fatalf("%s not created: %v", d, err)
+			}
+		}
+		if err := c.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+		took = append(took, time.Since(start))
+		assertGone(t, c)
+		if err := c.Destroy(); err != nil {
+			t.Fatalf("second Destroy: %v", err)
+		}
+	}
+	slices.Sort(took)
+	t.Logf("Create(%+v)+Destroy over %d hierarchies: median %v, max %v", l, len(m.hiers), took[n/2], took[n-1])
+	if names, err := m.List(); err != nil || len(names) != 0 {
+		t.Errorf("List after destroy = %v, %v", names, err)
+	}
+}
+
+func TestCreateRollback(t *testing.T) {
+	m := newTestManager(t)
+
+	injected := errors.New("injected")
+	testHookCreate = func(*Cgroup) error { return injected }
+	_, err := m.Create("rb", Limits{})
+	testHookCreate = nil
+	if !errors.Is(err, injected) {
+		t.Fatalf("Create with injected failure = %v", err)
+	}
+	assertGone(t, m.cgroup("rb"))
+
+	if m.controllerErr("cpu") == nil {
+		// 0.001 CPUs is a 100µs quota; the kernel's minimum is 1ms.
+		_, err := m.Create("rb", Limits{MemoryBytes: 0, CPUs: 0.001, PidsMax: 5})
+		if err == nil {
+			t.Fatal("Create with a 100µs CPU quota succeeded")
+		}
+		t.Logf("kernel rejection: %v", err)
+		assertGone(t, m.cgroup("rb"))
+	}
+
+	for _, l := range []Limits{{MemoryBytes: -1}, {CPUs: -1}, {PidsMax: -2}} {
+		if _, err := m.Create("rb", l); err == nil {
+			t.Errorf("Create(%+v) succeeded", l)
+		}
+	}
+	for _, bad := range []string{"", "..", "a/b", "cgroup.procs"} {
+		if _, err := m.Create(bad, Limits{}); err == nil {
+			t.Errorf("Create(%q) succeeded", bad)
+		} else if errors.Is(err, fs.ErrExist) {
+			t.Errorf("Create(%q) = %v, looks like a stale cgroup", bad, err)
+		}
+	}
+	if names, _ := m.List(); len(names) != 0 {
+		t.Errorf("List = %v", names)
+	}
+}
+
+func TestStaleAndOpen(t *testing.T) {
+	m := newTestManager(t)
+	c := mustCreate(t, m, "a", Limits{})
+	if _, err := m.Create("a", Limits{}); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("second Create = %v, want fs.ErrExist", err)
+	}
+	o, err := m.Open("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(o.dirs, c.dirs) {
+		t.Errorf("Open dirs %v != %v", o.dirs, c.dirs)
+	}
+	if _, err := o.Stats(); err != nil {
+		t.Errorf("Stats of opened: %v", err)
+	}
+	if _, err := m.Open("missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Open(missing) = %v", err)
+	}
+
+	// A stale directory in one hierarchy only: Create reports ErrExist and
+	// creates nothing elsewhere; Open reports the missing parts.
+	stale := m.cgroup("stale")
+	last := stale.dirs[len(stale.dirs)-1]
+	if err := os.Mkdir(last, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Create("stale", Limits{}); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("Create over stale = %v, want fs.ErrExist", err)
+	}
+	for _, d := range stale.dirs[:len(stale.dirs)-1] {
+		if _, err := os.Lstat(d); err == nil {
+			t.Errorf("Create over stale made %s", d)
+		}
+	}
+	if _, err := os.Stat(last); err != nil {
+		t.Errorf("Create over stale removed the stale dir: %v", err)
+	}
+	if len(stale.dirs) > 1 {
+		if _, err := m.Open("stale"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("Open(partial) = %v", err)
+		}
+	}
+	if names, _ := m.List(); !slices.Equal(names, []string{"a", "stale"}) {
+		t.Errorf("List = %v", names)
+	}
+	if err := stale.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSpawnPlacesChild(t *testing.T) {
+	m := newTestManager(t)
+	c := mustCreate(t, m, "spawn", Limits{})
+
+	check := func(t *testing.T) {
+		var out bytes.Buffer
+		cmd := command(t, "/bin/cat", "/proc/self/cgroup")
+		cmd.Stdout = &out
+		if err := trySpawn(t, c, cmd); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Error(err)
+			return
+		}
+		cg, err := ParseProcSelf(&out)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for i := range m.hiers {
+			if got, want := cg[hierKey(m, i)], c.procPath(i); got != want {
+				t.Errorf("child's %q cgroup = %q, want %q\n%s", hierKey(m, i), got, want, out.String())
+			}
+		}
+	}
+	check(t)
+	assertNoThreadInside(t, c)
+
+	// Concurrent spawns, into this and other cgroups.
+	other := mustCreate(t, m, "spawn2", Limits{})
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5; i++ {
+				check(t)
+				cmd := command(t, "/bin/true")
+				if err := trySpawn(t, other, cmd); err != nil {
+					t.Error(err)
+					continue
+				}
+				_ = cmd.Wait()
+			}
+		}()
+	}
+	wg.Wait()
+	assertNoThreadInside(t, c)
+	assertNoThreadInside(t, other)
+	if pids, err := c.Procs(); err != nil || len(pids) != 0 {
+		t.Errorf("Procs after children exited = %v, %v", pids, err)
+	}
+
+	// Spawn's error is start's error, and the thread still leaves.
+	boom := errors.New("boom")
+	if err := c.Spawn(func(int) error { return boom }); !errors.Is(err, boom) {
+		t.Errorf("Spawn = %v", err)
+	}
+	assertNoThreadInside(t, c)
+}
+
+func TestMemoryLimitOOM(t *testing.T) {
+	m := newTestManager(t)
+	requireController(t, m, "memory")
+	testenv.RequireFile(t, "/usr/bin/python3")
+	const limit = 32 << 20
+	c := mustCreate(t, m, "mem", Limits{MemoryBytes: limit})
+
+	d := c.dirOf("memory")
+	files := map[string]string{"memory.max": strconv.Itoa(limit), "memory.swap.max": "0"}
+	if m.mode == ModeV1 {
+		files = map[string]string{"memory.limit_in_bytes": strconv.Itoa(limit), "memory.memsw.limit_in_bytes": strconv.Itoa(limit)}
+	}
+	for f, want := range files {
+		if b, err := os.ReadFile(filepath.Join(d, f)); err == nil && strings.TrimSpace(string(b)) != want {
+			t.Errorf("%s = %q, want %s", f, b, want)
+		}
+	}
+
+	cmd := command(t, "/usr/bin/python3", "-c", "b = b'x' * (200 << 20)")
+	spawn(t, c, cmd)
+	err := cmd.Wait()
+	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("python allocating 200MB under a 32MiB limit: %v (want SIGKILL)", err)
+	}
+	st, err := c.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stats: %+v", st)
+	if st.OOMKills < 1 {
+		t.Errorf("OOMKills = %d, want >= 1", st.OOMKills)
+	}
+	if st.MemoryPeak > limit {
+		t.Errorf("MemoryPeak %d above the limit", st.MemoryPeak)
+	}
+}
+
+func TestSetLimits(t *testing.T) {
+	m := newTestManager(t)
+	requireController(t, m, "memory")
+	c := mustCreate(t, m, "set", Limits{MemoryBytes: 64 << 20})
+	memFile := "memory.max"
+	if m.mode == ModeV1 {
+		memFile = "memory.limit_in_bytes"
+	}
+	read := func() string {
+		b, _ := os.ReadFile(filepath.Join(c.dirOf("memory"), memFile))
+		return strings.TrimSpace(string(b))
+	}
+	// Lower, raise above the old memsw, then unlimited: v1 ordering rules.
+	for _, v := range []int64{32 << 20, 256 << 20, 0, 16 << 20} {
+		if err := c.SetLimits(Limits{MemoryBytes: v}); err != nil {
+			t.Fatalf("SetLimits(%d): %v", v, err)
+		}
+		got := read()
+		if v > 0 && got != strconv.FormatInt(v, 10) {
+			t.Errorf("after SetLimits(%d): %s = %s", v, memFile, got)
+		}
+		if v == 0 && got != "max" && !strings.HasPrefix(got, "92233720368547") {
+			t.Errorf("after SetLimits(0): %s = %s", memFile, got)
+		}
+	}
+	if m.controllerErr("pids") == nil {
+		if err := c.SetLimits(Limits{PidsMax: 7}); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(filepath.Join(c.dirOf("pids"), "pids.max"))
+		if strings.TrimSpace(string(b)) != "7" {
+			t.Errorf("pids.max = %q", b)
+		}
+	}
+}
+
+func TestPidsLimit(t *testing.T) {
+	m := newTestManager(t)
+	requireController(t, m, "pids")
+	testenv.RequireFile(t, "/usr/bin/python3")
+	c := mustCreate(t, m, "pids", Limits{PidsMax: 8})
+
+	// Fork 50 sleepers, count the forks that succeeded, report, then wait.
+	script := `
+import os, sys, time
+n = 0
+for i in range(50):
+    try:
+        pid = os.fork()
+    except OSError:
+        continue
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+print(n, flush=True)
+time.sleep(30)
+`
+	cmd := command(t, "/usr/bin/python3", "-c", script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spawn(t, c, cmd)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatalf("read count: %v", err)
+	}
+	started, _ := strconv.Atoi(strings.TrimSpace(line))
+	st, err := c.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("started %d of 50; stats %+v", started, st)
+	if started >= 50 || started < 1 {
+		t.Errorf("started %d sleepers, want 1..49", started)
+	}
+	if st.PidsCurrent > 8 || st.PidsCurrent < 1 {
+		t.Errorf("PidsCurrent = %d, want 1..8", st.PidsCurrent)
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+}
+
+func TestCPUQuotaThrottles(t *testing.T) {
+	m := newTestManager(t)
+	requireController(t, m, "cpu")
+	testenv.RequireFile(t, "/usr/bin/python3")
+	c := mustCreate(t, m, "cpu", Limits{CPUs: 0.2})
+	if m.mode == ModeV1 {
+		b, _ := os.ReadFile(filepath.Join(c.dirOf("cpu"), "cpu.cfs_quota_us"))
+		if strings.TrimSpace(string(b)) != "20000" {
+			t.Errorf("cpu.cfs_quota_us = %q", b)
+		}
+	}
+	cmd := command(t, "/usr/bin/python3", "-c", "import time\ne = time.time() + 1\nwhile time.time() < e: pass")
+	spawn(t, c, cmd)
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stats %+v", st)
+	if st.ThrottledPeriods == 0 {
+		t.Error("not throttled")
+	}
+	if m.controllerErr("cpuacct") == nil || m.mode == ModeV2 {
+		if st.CPUUsageNs <= 0 || st.CPUUsageNs >= 500e6 {
+			t.Errorf("CPU usage %v, want (0, 0.5s)", time.Duration(st.CPUUsageNs))
+		}
+	}
+}
+
+// startTree starts sh with a foreground sleep and a setsid'd orphan sleep and
+// waits until the orphan is in the cgroup. It returns the orphan's pid.
+func startTree(t *testing.T, c *Cgroup) (*exec.Cmd, int) {
+	t.Helper()
+	cmd := command(t, "/bin/sh", "-c", "(setsid sleep 1000 &) ; sleep 1000")
+	spawn(t, c, cmd)
+	shSid, _ := unix.Getsid(cmd.Process.Pid)
+	orphan := 0
+	ok := waitFor(5*time.Second, func() bool {
+		pids, _ := c.Procs()
+		for _, p := range pids {
+			if sid, err := unix.Getsid(p); err == nil && sid != shSid && sid == p {
+				orphan = p
+			}
+		}
+		return orphan != 0 && len(pids) >= 2
+	})
+	if !ok {
+		pids, _ := c.Procs()
+		t.Fatalf("setsid'd child never showed up; procs %v", pids)
+	}
+	return cmd, orphan
+}
+
+// gone reports whether pid exited (absent or a zombie nobody reaped).
+func gone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+func TestKillTree(t *testing.T) {
+	m := newTestManager(t)
+	c := mustCreate(t, m, "kill", Limits{})
+	cmd, orphan := startTree(t, c)
+
+	start := time.Now()
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Kill took %v", time.Since(start))
+	err := cmd.Wait()
+	if ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Errorf("sh: %v, want SIGKILL", err)
+	}
+	if !waitFor(2*time.Second, func() bool { return gone(orphan) }) {
+		t.Errorf("orphan %d survived Kill", orphan)
+	}
+	if pids, err := c.Procs(); err != nil || len(pids) != 0 {
+		t.Errorf("Procs after Kill = %v, %v", pids, err)
+	}
+	if err := c.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, c)
+
+	// Destroy alone kills a live tree too.
+	c2 := mustCreate(t, m, "kill2", Limits{})
+	cmd2, orphan2 := startTree(t, c2)
+	if err := c2.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd2.Wait()
+	assertGone(t, c2)
+	if !waitFor(2*time.Second, func() bool { return gone(orphan2) }) {
+		t.Errorf("orphan %d survived Destroy", orphan2)
+	}
+}
+
+func TestReap(t *testing.T) {
+	m := newTestManager(t)
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := m.Create(n, Limits{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Orphan "a" has a process; "d" exists in one hierarchy only.
+	a, err := m.Open("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, _ := startTree(t, a)
+	d := m.cgroup("d")
+	if err := os.Mkdir(d.dirs[0], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := m.Reap(func(n string) bool { return n == "b" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(removed)
+	if !slices.Equal(removed, []string{"a", "c", "d"}) {
+		t.Errorf("removed %v, want [a c d]", removed)
+	}
+	_ = cmd.Wait()
+	if names, err := m.List(); err != nil || !slices.Equal(names, []string{"b"}) {
+		t.Errorf("List after Reap = %v, %v", names, err)
+	}
+	for _, n := range []string{"a", "c", "d"} {
+		assertGone(t, m.cgroup(n))
+	}
+	if _, err := m.Open("b"); err != nil {
+		t.Errorf("kept cgroup: %v", err)
+	}
+}
+
+func TestProbe(t *testing.T) {
+	m := newTestManager(t)
+	feats := m.Probe()
+	for _, f := range feats {
+		t.Logf("%-14s usable=%-5v %s %s", f.Name, f.Usable, f.Path, f.Reason)
+		if !f.Usable && f.Reason == "" {
+			t.Errorf("%s unusable without a reason", f.Name)
+		}
+	}
+	if len(feats) == 0 {
+		t.Fatal("no features")
+	}
+}
+
+// v2Layout is the layout of this host's cgroup2 mount, forced to v2 mode
+// even when it carries no controllers (as on the hybrid build machine).
+func v2Layout(t *testing.T) layout {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := parseMountinfo(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := readProcCgroup(t, "/proc/self/cgroup")
+	for _, e := range mounts {
+		if e.fstype != "cgroup2" {
+			continue
+		}
+		own, err := relTo(self[""], e.root)
+		if err != nil {
+			continue
+		}
+		return layout{mode: ModeV2, hiers: []hierarchy{{mount: e.point, root: e.root, own: own}}}
+	}
+	testenv.Require(t, false, "a cgroup2 mount")
+	return layout{}
+}
+
+func TestV2Unified(t *testing.T) {
+	testenv.RequireRoot(t)
+	m, err := newManager(v2Layout(t), testPrefix())
+	testenv.Require(t, err == nil, fmt.Sprintf("writable cgroup2 (%v)", err))
+	cleanupManager(t, m)
+	requireWritable(t, m)
+	if m.Mode() != ModeV2 {
+		t.Fatalf("mode %s", m.Mode())
+	}
+	for _, f := range m.Probe() {
+		t.Logf("%-14s usable=%-5v %s %s", f.Name, f.Usable, f.Path, f.Reason)
+	}
+
+	c := mustCreate(t, m, "v2", Limits{})
+	var out bytes.Buffer
+	cmd := command(t, "/bin/cat", "/proc/self/cgroup")
+	cmd.Stdout = &out
+	usedFD := false
+	err = c.Spawn(func(fd int) error {
+		usedFD = fd >= 0
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+		return cmd.Start()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !usedFD {
+		t.Error("v2 Spawn passed no cgroup fd")
+	}
+	cg, err := ParseProcSelf(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cg[""] != c.procPath(0) {
+		t.Errorf("child's 0:: cgroup = %q, want %q", cg[""], c.procPath(0))
+	}
+	assertNoThreadInside(t, c)
+	if _, err := c.Stats(); err != nil {
+		t.Errorf("Stats: %v", err)
+	}
+
+	if _, err := os.Stat(filepath.Join(c.dirs[0], "cgroup.kill")); err != nil {
+		testenv.Require(t, false, "cgroup.kill")
+	}
+	tree, orphan := startTree(t, c)
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = tree.Wait()
+	if !waitFor(2*time.Second, func() bool { return gone(orphan) }) {
+		t.Errorf("orphan %d survived cgroup.kill", orphan)
+	}
+	if pids, err := c.Procs(); err != nil || len(pids) != 0 {
+		t.Errorf("Procs after Kill = %v, %v", pids, err)
+	}
+	if err := c.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, c)
+
+	_, err = m.Create("v2mem", Limits{MemoryBytes: 32 << 20})
+	if m.controllerErr("memory") != nil {
+		if !errors.Is(err, ErrControllerUnavailable) || !strings.Contains(fmt.Sprint(err), "controller memory not available") {
+			t.Errorf("Create with memory limit on a memory-less cgroup2 = %v", err)
+		}
+		t.Logf("expected error: %v", err)
+		assertGone(t, m.cgroup("v2mem"))
+	} else if err != nil {
+		t.Errorf("Create with memory limit: %v", err)
+	}
+}
+
+func TestRunOnFreshThread(t *testing.T) {
+	var tids []int
+	for i := 0; i < 20; i++ {
+		tid := 0
+		runOnFreshThread(func() { tid = unix.Gettid() })
+		if tid == os.Getpid() {
+			t.Fatal("f ran on the main thread")
+		}
+		tids = append(tids, tid)
+	}
+	for _, tid := range tids {
+		p := fmt.Sprintf("/proc/self/task/%d", tid)
+		if !waitFor(2*time.Second, func() bool { _, err := os.Stat(p); return err != nil }) {
+			t.Errorf("thread %d still alive: the runtime reused it", tid)
+		}
+	}
+}
+
+func BenchmarkSpawnTrue(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	m, err := New(testPrefix())
+	if err != nil {
+		b.Skip(err)
+	}
+	defer m.removePrefix()
+	c, err := m.Create("bench", Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Destroy()
+	for b.Loop() {
+		cmd := exec.Command("/bin/true")
+		if err := c.Spawn(func(int) error { return cmd.Start() }); err != nil {
+			b.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPlainTrue(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("/bin/true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkCreateDestroy(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root")
+	}
+	m, err := New(testPrefix())
+	if err != nil {
+		b.Skip(err)
+	}
+	defer m.removePrefix()
+	l := Limits{MemoryBytes: 64 << 20, CPUs: 1, PidsMax: 64}
+	if m.checkLimits(l) != nil {
+		l = Limits{}
+	}
+	for b.Loop() {
+		c, err := m.Create("bench", l)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Destroy(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

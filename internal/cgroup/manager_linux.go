@@ -1,0 +1,587 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Modes reported by Manager.Mode.
+const (
+	ModeV1 = "v1"
+	ModeV2 = "v2"
+)
+
+// cpuPeriodUs is the CFS period used for CPU quotas (100 ms).
+const cpuPeriodUs = 100000
+
+// Controllers the Manager uses, per mode.
+var (
+	wantV1 = []string{"memory", "cpu", "cpuacct", "pids", "freezer"}
+	wantV2 = []string{"memory", "cpu", "pids"}
+)
+
+// ErrControllerUnavailable is matched (errors.Is) by errors reporting that a
+// limit needs a controller this host or delegation does not offer.
+var ErrControllerUnavailable = errors.New("cgroup controller not available")
+
+type controllerError struct{ ctrl, reason string }
+
+func (e *controllerError) Error() string {
+	return "cgroup: controller " + e.ctrl + " not available: " + e.reason
+}
+
+func (e *controllerError) Is(target error) bool { return target == ErrControllerUnavailable }
+
+// Limits are the resource limits of one sandbox. A zero field is unlimited.
+type Limits struct {
+	// MemoryBytes caps memory usage. It also caps memory+swap to the same
+	// value (no swap) where the kernel accounts swap.
+	MemoryBytes int64
+	// CPUs is the CPU bandwidth in CPUs: quota = CPUs * 100ms per 100ms
+	// period. The kernel's minimum quota (1ms) makes 0.01 the smallest value.
+	CPUs float64
+	// PidsMax caps the number of tasks (processes and threads).
+	PidsMax int64
+}
+
+// Stats are a sandbox cgroup's counters. Fields whose controller is not
+// available are zero.
+type Stats struct {
+	MemoryBytes      int64 // current memory usage, page cache included
+	MemoryPeak       int64 // peak memory usage (v1 max_usage_in_bytes, v2 memory.peak)
+	CPUUsageNs       int64 // CPU time consumed by all tasks
+	PidsCurrent      int64 // tasks currently in the cgroup
+	OOMKills         int64 // processes killed by the OOM killer
+	ThrottledPeriods int64 // CFS periods in which the cgroup was throttled
+	ThrottledNs      int64 // total time throttled
+}
+
+// Feature describes whether a capability is usable, for `warren doctor`.
+type Feature struct {
+	Name   string // controller or capability, e.g. "memory", "freezer", "cgroup.kill"
+	Usable bool
+	Reason string // why not, when !Usable
+	Path   string // where it was looked for
+}
+
+// hierarchy is one cgroup hierarchy the Manager uses.
+type hierarchy struct {
+	ctrls  []string // v1: controllers used on this hierarchy; v2: nil
+	mount  string   // mount point
+	root   string   // root of the mount inside the hierarchy (mountinfo field 4)
+	own    string   // this process's cgroup relative to the mount ("/" or "/a/b")
+	parent string   // mount/own/prefix: holds the sandbox cgroups
+}
+
+// Manager creates and finds sandbox cgroups under <own cgroup>/<prefix>. It is
+// safe for concurrent use.
+type Manager struct {
+	mode    string
+	prefix  string
+	hiers   []hierarchy
+	unavail map[string]string // controller → why it cannot be used
+}
+
+// layout is what detection (or a test) hands to newManager.
+type layout struct {
+	mode    string
+	hiers   []hierarchy // parent is filled by newManager
+	unavail map[string]string
+}
+
+// New detects the host's cgroup layout and returns a Manager whose sandbox
+// cgroups live under <this process's cgroup>/<prefix> in every hierarchy it
+// uses, creating those parent directories (and, on v2, enabling controllers
+// in cgroup.subtree_control along the way).
+func New(prefix string) (*Manager, error) {
+	lay, err := detect()
+	if err != nil {
+		return nil, err
+	}
+	return newManager(lay, prefix)
+}
+
+func detect() (layout, error) {
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		return layout{}, fmt.Errorf("cgroup: %w", err)
+	}
+	self, err := ParseProcSelf(f)
+	f.Close()
+	if err != nil {
+		return layout{}, err
+	}
+	mf, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return layout{}, fmt.Errorf("cgroup: %w", err)
+	}
+	mounts, err := parseMountinfo(mf)
+	mf.Close()
+	if err != nil {
+		return layout{}, err
+	}
+
+	// v2 if a cgroup2 mount offers one of our controllers to our cgroup.
+	var v2 *hierarchy
+	for _, e := range mounts {
+		if e.fstype != "cgroup2" {
+			continue
+		}
+		p, ok := self[""]
+		if !ok {
+			break
+		}
+		own, err := relTo(p, e.root)
+		if err != nil {
+			continue
+		}
+		v2 = &hierarchy{mount: e.point, root: e.root, own: own}
+		break
+	}
+	if v2 != nil {
+		avail := readWords(filepath.Join(v2.mount, v2.own, "cgroup.controllers"))
+		for _, c := range wantV2 {
+			if slices.Contains(avail, c) {
+				return layout{mode: ModeV2, hiers: []hierarchy{*v2}}, nil
+			}
+		}
+	}
+
+	// v1 (or hybrid): one hierarchy per mount holding a controller we use.
+	lay := layout{mode: ModeV1, unavail: map[string]string{}}
+	for _, c := range wantV1 {
+		var m *mountEntry
+		for i := range mounts {
+			if mounts[i].fstype == "cgroup" && slices.Contains(mounts[i].ctrls, c) {
+				m = &mounts[i]
+				break
+			}
+		}
+		if m == nil {
+			lay.unavail[c] = "no cgroup v1 hierarchy with this controller is mounted"
+			continue
+		}
+		p, ok := self[c]
+		if !ok {
+			lay.unavail[c] = "controller missing from /proc/self/cgroup"
+			continue
+		}
+		own, err := relTo(p, m.root)
+		if err != nil {
+			lay.unavail[c] = err.Error()
+			continue
+		}
+		idx := slices.IndexFunc(lay.hiers, func(h hierarchy) bool { return h.mount == m.point })
+		if idx < 0 {
+			lay.hiers = append(lay.hiers, hierarchy{mount: m.point, root: m.root, own: own})
+			idx = len(lay.hiers) - 1
+		}
+		lay.hiers[idx].ctrls = append(lay.hiers[idx].ctrls, c)
+	}
+	if len(lay.hiers) > 0 {
+		return lay, nil
+	}
+	if v2 != nil {
+		return layout{mode: ModeV2, hiers: []hierarchy{*v2}}, nil
+	}
+	return layout{}, errors.New("cgroup: no usable cgroup v1 or v2 hierarchy is mounted")
+}
+
+// relTo makes a /proc/self/cgroup path relative to a mount whose root is root.
+func relTo(p, root string) (string, error) {
+	switch {
+	case root == "/":
+		return p, nil
+	case p == root:
+		return "/", nil
+	case strings.HasPrefix(p, root+"/"):
+		return p[len(root):], nil
+	}
+	return "", fmt.Errorf("own cgroup %s is outside the mounted subtree %s", p, root)
+}
+
+func newManager(lay layout, prefix string) (*Manager, error) {
+	if err := validPrefix(prefix); err != nil {
+		return nil, err
+	}
+	m := &Manager{mode: lay.mode, prefix: prefix, unavail: map[string]string{}}
+	for k, v := range lay.unavail {
+		m.unavail[k] = v
+	}
+	switch lay.mode {
+	case ModeV1:
+		var failed []error
+		for _, h := range lay.hiers {
+			h.parent = filepath.Join(h.mount, h.own, prefix)
+			if err := os.MkdirAll(h.parent, 0o755); err != nil {
+				for _, c := range h.ctrls {
+					m.unavail[c] = "cannot create " + h.parent + ": " + errno(err)
+				}
+				failed = append(failed, err)
+				continue
+			}
+			m.hiers = append(m.hiers, h)
+		}
+		if len(m.hiers) == 0 {
+			return nil, fmt.Errorf("cgroup: no v1 hierarchy is writable: %w", errors.Join(failed...))
+		}
+	case ModeV2:
+		if len(lay.hiers) != 1 {
+			return nil, errors.New("cgroup: v2 layout needs exactly one hierarchy")
+		}
+		h := lay.hiers[0]
+		h.parent = filepath.Join(h.mount, h.own, prefix)
+		if err := m.setupV2(h); err != nil {
+			return nil, err
+		}
+		m.hiers = []hierarchy{h}
+	default:
+		return nil, fmt.Errorf("cgroup: unknown mode %q", lay.mode)
+	}
+	return m, nil
+}
+
+// setupV2 creates <own>/<prefix> and enables the wanted controllers in the
+// subtree_control of <own> and of each directory down to the parent.
+func (m *Manager) setupV2(h hierarchy) error {
+	ownDir := filepath.Join(h.mount, h.own)
+	offered := readWords(filepath.Join(ownDir, "cgroup.controllers"))
+	var enable []string
+	for _, c := range wantV2 {
+		if slices.Contains(offered, c) {
+			enable = append(enable, c)
+		} else {
+			m.unavail[c] = fmt.Sprintf("not offered to %s (cgroup.controllers: %q); the parent cgroup must delegate it",
+				ownDir, strings.Join(offered, " "))
+		}
+	}
+	dir := ownDir
+	comps := strings.Split(m.prefix, "/")
+	for i := 0; ; i++ {
+		if i > 0 {
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return fmt.Errorf("cgroup: %w", err)
+			}
+		}
+		enabled := readWords(filepath.Join(dir, "cgroup.subtree_control"))
+		kept := enable[:0]
+		for _, c := range enable {
+			if slices.Contains(enabled, c) {
+				kept = append(kept, c)
+				continue
+			}
+			if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c); err != nil {
+				why := "cannot enable in " + dir + "/cgroup.subtree_control: " + errno(err)
+				if i == 0 && errors.Is(err, errBusy) {
+					why += " (the cgroup holds processes; run the daemon in a leaf of a delegated cgroup, e.g. systemd DelegateSubgroup=)"
+				}
+				m.unavail[c] = why
+				continue
+			}
+			kept = append(kept, c)
+		}
+		enable = kept
+		if i == len(comps) {
+			return nil
+		}
+		dir = filepath.Join(dir, comps[i])
+	}
+}
+
+// Mode returns "v1" or "v2".
+func (m *Manager) Mode() string { return m.mode }
+
+// controllerErr returns nil when controller c is usable.
+func (m *Manager) controllerErr(c string) error {
+	if why, ok := m.unavail[c]; ok {
+		return &controllerError{ctrl: c, reason: why}
+	}
+	if m.mode == ModeV1 && m.hierOf(c) < 0 {
+		return &controllerError{ctrl: c, reason: "not mounted"}
+	}
+	return nil
+}
+
+// hierOf returns the index of the hierarchy holding controller c (v1), or 0
+// on v2 when c is usable; -1 otherwise.
+func (m *Manager) hierOf(c string) int {
+	if m.mode == ModeV2 {
+		if _, bad := m.unavail[c]; bad {
+			return -1
+		}
+		return 0
+	}
+	for i, h := range m.hiers {
+		if slices.Contains(h.ctrls, c) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *Manager) checkLimits(l Limits) error {
+	if l.MemoryBytes < 0 {
+		return fmt.Errorf("cgroup: negative MemoryBytes %d", l.MemoryBytes)
+	}
+	if l.PidsMax < 0 {
+		return fmt.Errorf("cgroup: negative PidsMax %d", l.PidsMax)
+	}
+	if l.CPUs < 0 || math.IsNaN(l.CPUs) || math.IsInf(l.CPUs, 0) || l.CPUs > 1<<20 {
+		return fmt.Errorf("cgroup: invalid CPUs %v", l.CPUs)
+	}
+	need := func(set bool, c string) error {
+		if !set {
+			return nil
+		}
+		return m.controllerErr(c)
+	}
+	return errors.Join(need(l.MemoryBytes > 0, "memory"), need(l.CPUs > 0, "cpu"), need(l.PidsMax > 0, "pids"))
+}
+
+// Cgroup is one sandbox's cgroup (one directory per hierarchy in v1).
+type Cgroup struct {
+	m    *Manager
+	name string
+	dirs []string // parallel to m.hiers
+	mu   sync.Mutex
+}
+
+func (m *Manager) cgroup(name string) *Cgroup {
+	c := &Cgroup{m: m, name: name}
+	for _, h := range m.hiers {
+		c.dirs = append(c.dirs, filepath.Join(h.parent, name))
+	}
+	return c
+}
+
+// Name returns the sandbox name the cgroup was created or opened with.
+func (c *Cgroup) Name() string { return c.name }
+
+// procPath is the path /proc/<pid>/cgroup shows for members of hierarchy i.
+func (c *Cgroup) procPath(i int) string {
+	h := c.m.hiers[i]
+	return path.Join(h.root, h.own, c.m.prefix, c.name)
+}
+
+// testHookCreate, when set by tests, runs after the directories are made and
+// may fail the Create to exercise rollback.
+var testHookCreate func(c *Cgroup) error
+
+// Create makes the cgroup name (one directory per hierarchy) and applies l.
+// On failure it removes whatever it created. If a directory of that name
+// already exists (for example left by a crashed daemon), the error matches
+// errors.Is(err, fs.ErrExist) and nothing is changed; use Open or Reap.
+func (m *Manager) Create(name string, l Limits) (*Cgroup, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	if err := m.checkLimits(l); err != nil {
+		return nil, err
+	}
+	c := m.cgroup(name)
+	for _, d := range c.dirs {
+		fi, err := os.Lstat(d)
+		if err == nil {
+			if !fi.IsDir() {
+				return nil, fmt.Errorf("cgroup: name %q collides with interface file %s", name, d)
+			}
+			return nil, fmt.Errorf("cgroup: create %q: stale cgroup %s: %w", name, d, fs.ErrExist)
+		}
+	}
+	var made []string
+	rollback := func(cause error) error {
+		var errs []error
+		for i := len(made) - 1; i >= 0; i-- {
+			if err := rmdirRetry(made[i], rmdirTimeout); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("%w (rollback failed: %v)", cause, errors.Join(errs...))
+		}
+		return cause
+	}
+	for _, d := range c.dirs {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, rollback(fmt.Errorf("cgroup: create %q: %w", name, err))
+		}
+		made = append(made, d)
+	}
+	if testHookCreate != nil {
+		if err := testHookCreate(c); err != nil {
+			return nil, rollback(err)
+		}
+	}
+	if err := c.setLimits(l, true); err != nil {
+		return nil, rollback(fmt.Errorf("cgroup: create %q: %w", name, err))
+	}
+	return c, nil
+}
+
+// Open returns the existing cgroup name, for reattaching after a daemon
+// restart. If it is missing from any hierarchy the error matches fs.ErrNotExist.
+func (m *Manager) Open(name string) (*Cgroup, error) {
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	c := m.cgroup(name)
+	for _, d := range c.dirs {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: open %q: %w", name, err)
+		}
+		if !fi.IsDir() {
+			return nil, fmt.Errorf("cgroup: open %q: %s is not a directory: %w", name, d, fs.ErrNotExist)
+		}
+	}
+	return c, nil
+}
+
+// List returns the names of the cgroups under the prefix, sorted. A cgroup
+// present in only some hierarchies (a crash mid-Create) is listed.
+func (m *Manager) List() ([]string, error) {
+	seen := map[string]bool{}
+	for _, h := range m.hiers {
+		ents, err := os.ReadDir(h.parent)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("cgroup: list: %w", err)
+		}
+		for _, e := range ents {
+			if e.IsDir() && validName(e.Name()) == nil {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	names := make([]string, 0, len(seen))
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// Reap destroys every cgroup under the prefix for which keep returns false
+// (orphans of a previous daemon), killing their processes. It returns the
+// names removed and the errors of those it could not remove.
+func (m *Manager) Reap(keep func(name string) bool) (removed []string, err error) {
+	names, err := m.List()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, n := range names {
+		if keep != nil && keep(n) {
+			continue
+		}
+		if err := m.cgroup(n).Destroy(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, n)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removePrefix removes the (empty) prefix directories created by New. Tests
+// use it to leave the host clean.
+func (m *Manager) removePrefix() error {
+	var errs []error
+	for _, h := range m.hiers {
+		d := h.parent
+		for range strings.Split(m.prefix, "/") {
+			if err := rmdirRetry(d, rmdirTimeout); err != nil {
+				errs = append(errs, err)
+				break
+			}
+			d = filepath.Dir(d)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Probe reports which controllers and capabilities are usable.
+func (m *Manager) Probe() []Feature {
+	var out []Feature
+	add := func(name, p string, err error) {
+		f := Feature{Name: name, Usable: err == nil, Path: p}
+		if err != nil {
+			f.Reason = err.Error()
+		}
+		out = append(out, f)
+	}
+	dirOf := func(c string) string {
+		if i := m.hierOf(c); i >= 0 {
+			return m.hiers[i].parent
+		}
+		if m.mode == ModeV2 {
+			return m.hiers[0].parent
+		}
+		return ""
+	}
+	fileErr := func(c, file, why string) error {
+		if err := m.controllerErr(c); err != nil {
+			return err
+		}
+		if _, err := os.Stat(filepath.Join(dirOf(c), file)); err != nil {
+			return errors.New(why + ": " + errno(err))
+		}
+		return nil
+	}
+	if m.mode == ModeV1 {
+		for _, c := range wantV1 {
+			add(c, dirOf(c), m.controllerErr(c))
+		}
+		add("memory.swap", dirOf("memory"), fileErr("memory", "memory.memsw.limit_in_bytes",
+			"no swap accounting (swapaccount=0?): the memory limit does not cap swap"))
+		return out
+	}
+	for _, c := range wantV2 {
+		add(c, dirOf(c), m.controllerErr(c))
+	}
+	add("memory.swap", dirOf("memory"), fileErr("memory", "memory.swap.max",
+		"no swap accounting: the memory limit does not cap swap"))
+	parent := m.hiers[0].parent
+	for _, f := range []string{"cgroup.kill", "cgroup.freeze"} {
+		var err error
+		if _, serr := os.Stat(filepath.Join(parent, f)); serr != nil {
+			err = errors.New("kernel lacks " + f + ": " + errno(serr))
+		}
+		add(f, parent, err)
+	}
+	return out
+}
+
+// validName accepts [A-Za-z0-9_.-]{1,128}, except "." and "..".
+func validName(name string) error {
+	if name == "" || name == "." || name == ".." || len(name) > 128 {
+		return fmt.Errorf("cgroup: invalid name %q", name)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '.' || r == '-') {
+			return fmt.Errorf("cgroup: invalid name %q (allowed: A-Z a-z 0-9 _ . -)", name)
+		}
+	}
+	return nil
+}
+
+// validPrefix accepts one or more valid names joined by "/".
+func validPrefix(prefix string) error {
+	for _, c := range strings.Split(prefix, "/") {
+		if err := validName(c); err != nil {
+			return fmt.Errorf("cgroup: invalid prefix %q", prefix)
+		}
+	}
+	return nil
+}

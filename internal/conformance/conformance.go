@@ -1,0 +1,574 @@
+// Package conformance is the isolation test suite every backend must pass.
+// It drives sandboxes only through the backend interface and the agent, so a
+// new backend runs it unchanged: write a Harness and call Run from a test.
+//
+// The checks run real workloads on the real kernel: they need root and the
+// host's /usr/bin/python3 in the image.
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/image"
+)
+
+// Harness is what a backend provides to the suite.
+type Harness struct {
+	Backend backend.Backend
+	Image   *image.Image
+	// UserNS says sandbox root must not be host root.
+	UserNS bool
+	// HostPid returns the host pid of a sandbox's init (for host-side checks).
+	HostPid func(backend.Sandbox) int
+	// Snapshot describes every host resource sandboxes can leave behind
+	// (mounts, cgroups, runtime and state directories, processes); two
+	// snapshots with no sandbox alive must be equal.
+	Snapshot func() (string, error)
+	// Cycles is the number of create/destroy cycles of the leak test (default 200).
+	Cycles int
+}
+
+var seq atomic.Int64
+
+// Sandbox creates and starts a sandbox with cfg (ID and Image filled in when
+// empty) and removes it when the test ends.
+func (h *Harness) Sandbox(t testing.TB, cfg backend.Config) backend.Sandbox {
+	t.Helper()
+	if cfg.ID == "" {
+		cfg.ID = fmt.Sprintf("conf-%d-%d", os.Getpid(), seq.Add(1))
+	}
+	if cfg.Image == nil {
+		cfg.Image = h.Image
+	}
+	ctx := context.Background()
+	sb, err := h.Backend.Create(ctx, cfg)
+	if err != nil {
+		t.Fatalf("create sandbox: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := sb.Remove(context.Background()); err != nil {
+			t.Errorf("remove sandbox: %v", err)
+		}
+	})
+	if err := sb.Start(ctx); err != nil {
+		t.Fatalf("start sandbox: %v", err)
+	}
+	return sb
+}
+
+// Result is a finished command's output.
+type Result struct {
+	backend.ExecResult
+	Stdout, Stderr string
+}
+
+// Exec runs argv in sb and collects its output.
+func Exec(t testing.TB, sb backend.Sandbox, timeout time.Duration, argv ...string) Result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	var mu sync.Mutex
+	res, err := backend.Exec(context.Background(), sb, &agent.ExecRequest{Argv: argv, TimeoutMs: timeout.Milliseconds()},
+		func(stream string, data []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			if stream == agent.Stderr {
+				errb.Write(data)
+			} else {
+				out.Write(data)
+			}
+		})
+	if err != nil {
+		t.Fatalf("exec %q: %v", argv, err)
+	}
+	return Result{ExecResult: res, Stdout: out.String(), Stderr: errb.String()}
+}
+
+// Python runs a Python program in sb.
+func Python(t testing.TB, sb backend.Sandbox, timeout time.Duration, code string) Result {
+	t.Helper()
+	return Exec(t, sb, timeout, "/usr/bin/python3", "-c", code)
+}
+
+// Run runs every isolation check against h.
+func Run(t *testing.T, h *Harness) {
+	t.Run("HostProcessesInvisible", h.hostProcessesInvisible)
+	t.Run("HostFilesystemNotWritable", h.hostFilesystemNotWritable)
+	t.Run("LoopbackOnlyNetwork", h.loopbackOnly)
+	t.Run("MemoryLimitOOMKills", h.memoryOOM)
+	t.Run("PidsLimitHoldsForkBomb", h.pidsLimit)
+	t.Run("CPUQuotaThrottles", h.cpuQuota)
+	t.Run("DroppedCapabilitiesFail", h.capabilities)
+	t.Run("SeccompDenies", h.seccomp)
+	t.Run("MaskedPaths", h.maskedPaths)
+	t.Run("RootIsNotHostRoot", h.rootIsNotHostRoot)
+	t.Run("StopKillsWholeTree", h.stopKillsTree)
+	t.Run("NoLeftoversAfterCycles", h.noLeftovers)
+}
+
+func (h *Harness) hostProcessesInvisible(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	r := Python(t, sb, 30*time.Second, `
+import os
+pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+print(' '.join(map(str, pids)))
+print(open('/proc/1/cmdline','rb').read().split(b'\0')[0].decode())
+`)
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
+	pids := strings.Fields(lines[0])
+	// The agent, python itself, perhaps a REPL: never the host's hundreds.
+	if len(pids) > 5 {
+		t.Errorf("sandbox sees %d processes: %v", len(pids), pids)
+	}
+	if pids[0] != "1" {
+		t.Errorf("lowest pid in sandbox is %s, want 1 (own pid namespace)", pids[0])
+	}
+	if !strings.Contains(lines[1], "warren-agent") {
+		t.Errorf("pid 1 is %q, want the agent", lines[1])
+	}
+	if self := strconv.Itoa(os.Getpid()); len(pids) > 0 && os.Getpid() > 100 {
+		for _, p := range pids {
+			if p == self {
+				t.Errorf("the test process's host pid %s is visible", self)
+			}
+		}
+	}
+}
+
+func (h *Harness) hostFilesystemNotWritable(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	marker := fmt.Sprintf("warren-conformance-%d", time.Now().UnixNano())
+	r := Python(t, sb, 30*time.Second, fmt.Sprintf(`
+import errno
+for p in ['/usr/%[1]s', '/usr/bin/%[1]s', '/lib/%[1]s']:
+    try:
+        open(p, 'w').write('x')
+        print('WROTE', p)
+    except OSError as e:
+        print('denied', p, errno.errorcode[e.errno])
+open('/%[1]s', 'w').write('sandbox-only')
+open('/etc/passwd', 'a').write('intruder:x:0:0::/:/bin/sh\n')
+open('/tmp/%[1]s', 'w').write('x')
+print('ok')
+`, marker))
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	if strings.Contains(r.Stdout, "WROTE") {
+		t.Errorf("sandbox wrote into a host directory:\n%s", r.Stdout)
+	}
+	for _, p := range []string{"/" + marker, "/usr/" + marker, "/usr/bin/" + marker, "/tmp/" + marker} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("%s appeared on the host", p)
+		}
+	}
+	b, _ := os.ReadFile("/etc/passwd")
+	if strings.Contains(string(b), "intruder") {
+		t.Fatal("host /etc/passwd was modified")
+	}
+	// The sandbox itself sees its own writes (its private writable layer).
+	r = Exec(t, sb, 10*time.Second, "/bin/cat", "/"+marker)
+	if r.Stdout != "sandbox-only" {
+		t.Errorf("sandbox lost its own write: %q", r.Stdout)
+	}
+}
+
+func (h *Harness) loopbackOnly(t *testing.T) {
+	// A service on the host's loopback must be unreachable: the sandbox's
+	// 127.0.0.1 is its own.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("host"))
+			c.Close()
+		}
+	}()
+	port := l.Addr().(*net.TCPAddr).Port
+	sb := h.Sandbox(t, backend.Config{})
+	r := Python(t, sb, 30*time.Second, fmt.Sprintf(`
+import socket, os
+print('ifaces', sorted(os.listdir('/sys/class/net')))
+routes = [l for l in open('/proc/net/route').read().splitlines()[1:] if l.strip()]
+print('routes', len(routes))
+s = socket.socket(); s.settimeout(2)
+try:
+    s.connect(('127.0.0.1', %d)); print('host-loopback REACHED')
+except OSError as e:
+    print('host-loopback refused', type(e).__name__)
+srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen()
+c = socket.create_connection(srv.getsockname(), timeout=2); a, _ = srv.accept()
+c.sendall(b'ping'); print('own-loopback', a.recv(4).decode())
+`, port))
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	for _, want := range []string{"ifaces ['lo']", "routes 0", "host-loopback refused", "own-loopback ping"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("want %q in:\n%s", want, r.Stdout)
+		}
+	}
+}
+
+func (h *Harness) memoryOOM(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{MemoryBytes: 64 << 20})
+	r := Python(t, sb, 60*time.Second, `
+chunks = []
+for i in range(64):
+    chunks.append(bytearray(16 << 20))
+print('survived 1 GiB')
+`)
+	if r.Code == 0 || strings.Contains(r.Stdout, "survived") {
+		t.Fatalf("allocating 1 GiB under a 64 MiB limit succeeded: %+v", r.ExitStatus)
+	}
+	if !r.OOMKilled || r.Signal != "SIGKILL" {
+		t.Errorf("want OOM kill reported with SIGKILL, got oom=%v %+v", r.OOMKilled, r.ExitStatus)
+	}
+	// The sandbox survives its workload's OOM.
+	if r := Exec(t, sb, 10*time.Second, "/bin/true"); r.Code != 0 {
+		t.Errorf("sandbox unusable after OOM: %+v", r.ExitStatus)
+	}
+}
+
+func (h *Harness) pidsLimit(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{PidsMax: 32})
+	r := Python(t, sb, 60*time.Second, `
+import os, time, errno
+kids, err = 0, None
+for i in range(500):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = errno.errorcode[e.errno]; break
+    if pid == 0:
+        time.sleep(30); os._exit(0)
+    kids += 1
+print(kids, err)
+`)
+	f := strings.Fields(r.Stdout)
+	if len(f) != 2 {
+		t.Fatalf("unexpected output %q (stderr %q)", r.Stdout, r.Stderr)
+	}
+	kids, _ := strconv.Atoi(f[0])
+	if kids >= 32 || f[1] != "EAGAIN" {
+		t.Errorf("forked %d children before %s; want < 32 and EAGAIN", kids, f[1])
+	}
+	st, err := sb.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pids > 32 {
+		t.Errorf("cgroup holds %d pids, limit 32", st.Pids)
+	}
+	// A shell fork bomb is contained, and the sandbox can still be stopped.
+	r = Exec(t, sb, 3*time.Second, "/bin/sh", "-c", "f() { f | f & }; f")
+	_ = r
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sb.Stop(ctx); err != nil {
+		t.Errorf("stop after fork bomb: %v", err)
+	}
+}
+
+func (h *Harness) cpuQuota(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{CPUs: 0.2})
+	before, err := sb.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r := Python(t, sb, 30*time.Second, `
+import time
+end = time.time() + 1.5
+while time.time() < end: pass
+`)
+	wall := time.Since(start)
+	if r.Code != 0 {
+		t.Fatalf("busy loop failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	after, err := sb.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := after.CPUUsage - before.CPUUsage
+	if frac := used.Seconds() / wall.Seconds(); frac > 0.35 {
+		t.Errorf("used %.2f CPUs over %v with a 0.2 quota", frac, wall)
+	}
+	if after.Throttled <= before.Throttled {
+		t.Errorf("no throttled periods recorded (%d -> %d)", before.Throttled, after.Throttled)
+	}
+}
+
+func (h *Harness) capabilities(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	hostTime := time.Now()
+	r := Python(t, sb, 30*time.Second, `
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def res(rc):
+    return 'ok' if rc == 0 else errno.errorcode[ctypes.get_errno()]
+os.makedirs('/mnt/x', exist_ok=True)
+print('mount', res(libc.mount(b'none', b'/mnt/x', b'tmpfs', 0, None)))
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print('raw ok')
+except OSError as e:
+    print('raw', errno.errorcode[e.errno])
+class timeval(ctypes.Structure):
+    _fields_ = [('s', ctypes.c_long), ('us', ctypes.c_long)]
+print('settimeofday', res(libc.settimeofday(ctypes.byref(timeval(1, 0)), None)))
+print('mknod', res(libc.mknod(b'/tmp/dev', 0o20666, os.makedev(1, 3))))
+for l in open('/proc/self/status'):
+    if l.startswith(('CapBnd', 'CapEff', 'NoNewPrivs')): print(l.strip().replace('\t', ' '))
+`)
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	for _, want := range []string{"mount EPERM", "raw EPERM", "settimeofday EPERM", "mknod EPERM", "NoNewPrivs: 1"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("want %q in:\n%s", want, r.Stdout)
+		}
+	}
+	if d := time.Since(hostTime); d < 0 || d > time.Minute {
+		t.Errorf("host clock moved: %v", d)
+	}
+	// CAP_SYS_ADMIN (21), CAP_NET_RAW (13), CAP_SYS_TIME (25), CAP_MKNOD (27) absent.
+	for _, line := range strings.Split(r.Stdout, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "CapBnd:" {
+			m, err := strconv.ParseUint(f[1], 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []uint{13, 21, 25, 27} {
+				if m&(1<<c) != 0 {
+					t.Errorf("capability %d in bounding set %s", c, f[1])
+				}
+			}
+		}
+	}
+}
+
+func (h *Harness) seccomp(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	r := Python(t, sb, 30*time.Second, `
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+calls = {'keyctl': 250, 'bpf': 321, 'userfaultfd': 323, 'perf_event_open': 298,
+         'unshare': 272, 'kexec_load': 246, 'init_module': 175, 'open_by_handle_at': 304,
+         'io_uring_setup': 425}
+for name, nr in sorted(calls.items()):
+    rc = libc.syscall(nr, 0, 0, 0, 0, 0)
+    print(name, 'ok' if rc >= 0 else errno.errorcode[ctypes.get_errno()])
+print('clone3', errno.errorcode.get(ctypes.get_errno()) if libc.syscall(435, 0, 0) < 0 else 'ok')
+for l in open('/proc/self/status'):
+    if l.startswith('Seccomp:'): print(l.strip().replace('\t', ' '))
+`)
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	for _, name := range []string{"keyctl", "bpf", "userfaultfd", "perf_event_open", "unshare", "kexec_load", "init_module", "open_by_handle_at", "io_uring_setup"} {
+		if !strings.Contains(r.Stdout, name+" EPERM") {
+			t.Errorf("%s not denied with EPERM:\n%s", name, r.Stdout)
+		}
+	}
+	if !strings.Contains(r.Stdout, "clone3 ENOSYS") {
+		t.Errorf("clone3 should fail with ENOSYS:\n%s", r.Stdout)
+	}
+	if !strings.Contains(r.Stdout, "Seccomp: 2") {
+		t.Errorf("no seccomp filter in force:\n%s", r.Stdout)
+	}
+}
+
+func (h *Harness) maskedPaths(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	r := Python(t, sb, 30*time.Second, `
+import os, errno
+for p in ['/proc/kcore', '/proc/keys', '/proc/timer_list', '/proc/sched_debug']:
+    try:
+        print(p, len(open(p, 'rb').read(4096)))
+    except OSError as e:
+        print(p, errno.errorcode[e.errno])
+print('/sys/firmware', os.listdir('/sys/firmware') if os.path.isdir('/sys/firmware') else 'absent')
+for p in ['/proc/sys/kernel/hostname', '/proc/sysrq-trigger']:
+    try:
+        open(p, 'w').write('x'); print(p, 'WRITTEN')
+    except OSError as e:
+        print(p, errno.errorcode[e.errno])
+try:
+    open('/sys/kernel/mm/transparent_hugepage/enabled', 'w').write('never'); print('sys WRITTEN')
+except OSError as e:
+    print('sys', errno.errorcode[e.errno])
+`)
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	for _, want := range []string{"/proc/kcore 0", "/proc/keys 0", "/proc/timer_list 0", "/sys/firmware []", "/proc/sys/kernel/hostname EROFS", "sys EROFS"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("want %q in:\n%s", want, r.Stdout)
+		}
+	}
+	if strings.Contains(r.Stdout, "WRITTEN") {
+		t.Errorf("a read-only path was written:\n%s", r.Stdout)
+	}
+}
+
+func (h *Harness) rootIsNotHostRoot(t *testing.T) {
+	if !h.UserNS {
+		t.Skip("backend runs without a user namespace here (documented fallback)")
+	}
+	sb := h.Sandbox(t, backend.Config{})
+	r := Exec(t, sb, 10*time.Second, "/bin/cat", "/proc/self/uid_map")
+	f := strings.Fields(r.Stdout)
+	if len(f) != 3 || f[0] != "0" || f[1] == "0" {
+		t.Errorf("uid_map %q: sandbox root must map to a non-root host uid", r.Stdout)
+	}
+	if h.HostPid != nil {
+		pid := h.HostPid(sb)
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "Uid:") && strings.Fields(l)[1] == "0" {
+				t.Errorf("sandbox init runs as host uid 0: %s", l)
+			}
+		}
+	}
+	// Files sandbox root creates are not owned by host root.
+	r = Exec(t, sb, 10*time.Second, "/bin/sh", "-c", "id -u; touch /owned && stat -c %u /owned")
+	if f := strings.Fields(r.Stdout); len(f) != 2 || f[0] != "0" || f[1] != "0" {
+		t.Errorf("inside, root should be uid 0 and own its files: %q", r.Stdout)
+	}
+}
+
+func (h *Harness) stopKillsTree(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	marker := fmt.Sprintf("%d.%d", 1000+os.Getpid()%1000, time.Now().UnixNano()%100000)
+	// Double fork and setsid: the escapee is reparented and in a new session.
+	r := Exec(t, sb, 10*time.Second, "/bin/sh", "-c", "(setsid /bin/sleep "+marker+" >/dev/null 2>&1 &) ; sleep 0.2; echo started")
+	if !strings.Contains(r.Stdout, "started") {
+		t.Fatalf("setup failed: %+v %q %q", r.ExitStatus, r.Stdout, r.Stderr)
+	}
+	if n := hostProcessesWith(marker); n != 1 {
+		t.Fatalf("want the escapee running once on the host, found %d", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := hostProcessesWith(marker); n != 0 {
+		t.Errorf("%d processes survived stop", n)
+	}
+}
+
+// hostProcessesWith counts host processes whose command line contains s.
+func hostProcessesWith(s string) int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && bytes.Contains(b, []byte(s)) && !bytes.Contains(b, []byte("-c")) {
+			n++
+		}
+	}
+	return n
+}
+
+func (h *Harness) noLeftovers(t *testing.T) {
+	if h.Snapshot == nil {
+		t.Fatal("harness has no Snapshot")
+	}
+	before, err := h.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cycles := h.Cycles
+	if cycles == 0 {
+		cycles = 200
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	work := make(chan int)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := h.cycle(ctx, i); err != nil {
+					if failed.Add(1) <= 3 {
+						t.Errorf("cycle %d: %v", i, err)
+					}
+				}
+			}
+		}()
+	}
+	for i := range cycles {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	after, err := h.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != after {
+		t.Errorf("leftovers after %d cycles:\nbefore:\n%s\nafter:\n%s", cycles, before, after)
+	}
+}
+
+// cycle creates, uses and removes one sandbox. Every third cycle leaves a
+// busy workload running when the sandbox is removed; every third stops it
+// mid-command from another goroutine.
+func (h *Harness) cycle(ctx context.Context, i int) error {
+	sb, err := h.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("cycle-%d-%d", os.Getpid(), i), Image: h.Image, MemoryBytes: 128 << 20, PidsMax: 64})
+	if err != nil {
+		return err
+	}
+	if err := sb.Start(ctx); err != nil {
+		_ = sb.Remove(ctx)
+		return err
+	}
+	switch i % 3 {
+	case 0:
+		if st, err := sb.Agent().Exec(ctx, &agent.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
+			_ = sb.Remove(ctx)
+			return fmt.Errorf("exec true: %v %+v", err, st)
+		}
+	case 1:
+		if _, err := sb.Agent().StartProcess(ctx, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 1000 & while :; do :; done"}}); err != nil {
+			_ = sb.Remove(ctx)
+			return err
+		}
+	case 2:
+		c := sb.Agent()
+		go func() { time.Sleep(5 * time.Millisecond); _ = sb.Stop(ctx) }()
+		_, _ = c.Exec(ctx, &agent.ExecRequest{Argv: []string{"/bin/sleep", "1000"}}, nil)
+	}
+	return sb.Remove(ctx)
+}

@@ -1,0 +1,314 @@
+package guest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+)
+
+// Runner starts processes in the sandbox on behalf of the host.
+type Runner struct {
+	Reaper *Reaper
+	Env    []string // default environment
+	Cwd    string   // default working directory
+}
+
+// errStart wraps failures to start a process (not found, not executable).
+type errStart struct {
+	code int
+	err  error
+}
+
+func (e *errStart) Error() string { return e.err.Error() }
+
+// command validates req and builds the command it describes.
+func (r *Runner) command(req *agent.ExecRequest) (*exec.Cmd, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return nil, invalidf("argv is empty")
+	}
+	for _, a := range req.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, invalidf("argv contains a NUL byte")
+		}
+	}
+	env := r.Env
+	if req.Env != nil {
+		env = mergeEnv(r.Env, req.Env)
+	}
+	for _, e := range env {
+		if strings.IndexByte(e, 0) >= 0 || !strings.Contains(e, "=") {
+			return nil, invalidf("env entry %q is not K=V", e)
+		}
+	}
+	if len(req.Stdin) > agent.MaxStdin {
+		return nil, &apiError{agent.ErrTooLarge, fmt.Sprintf("stdin is %d bytes, limit %d", len(req.Stdin), agent.MaxStdin)}
+	}
+	path, err := lookPath(req.Argv[0], env)
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: path, Args: req.Argv, Env: env, Dir: r.Cwd}
+	if req.Cwd != "" {
+		cmd.Dir = req.Cwd
+	}
+	if st, err := os.Stat(cmd.Dir); err != nil || !st.IsDir() {
+		return nil, &errStart{code: 126, err: fmt.Errorf("working directory %q does not exist", cmd.Dir)}
+	}
+	// Own process group, so a timeout or kill reaches what it forked.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if req.User != "" {
+		cred, err := lookupUser(req.User)
+		if err != nil {
+			return nil, err
+		}
+		cmd.SysProcAttr.Credential = cred
+	}
+	if len(req.Stdin) > 0 {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
+	return cmd, nil
+}
+
+// mergeEnv overlays extra on base, later entries winning.
+func mergeEnv(base, extra []string) []string {
+	out := make([]string, 0, len(base)+len(extra))
+	idx := map[string]int{}
+	for _, kv := range append(append([]string(nil), base...), extra...) {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		st, err := os.Stat(name)
+		if err != nil {
+			return "", &errStart{code: 127, err: fmt.Errorf("%s: no such file", name)}
+		}
+		if st.IsDir() || st.Mode()&0o111 == 0 {
+			return "", &errStart{code: 126, err: fmt.Errorf("%s: permission denied (not an executable file)", name)}
+		}
+		return name, nil
+	}
+	pathEnv := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, e := range env {
+		if v, ok := strings.CutPrefix(e, "PATH="); ok {
+			pathEnv = v
+		}
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", &errStart{code: 127, err: fmt.Errorf("%s: command not found in PATH", name)}
+}
+
+func lookupUser(spec string) (*syscall.Credential, error) {
+	name, group, hasGroup := strings.Cut(spec, ":")
+	var uid, gid uint64
+	var err error
+	if uid, err = strconv.ParseUint(name, 10, 32); err != nil {
+		u, lerr := user.Lookup(name)
+		if lerr != nil {
+			return nil, &apiError{agent.ErrNotFound, fmt.Sprintf("user %q not found in /etc/passwd", name)}
+		}
+		uid, _ = strconv.ParseUint(u.Uid, 10, 32)
+		gid, _ = strconv.ParseUint(u.Gid, 10, 32)
+	} else {
+		gid = uid
+		if u, lerr := user.LookupId(name); lerr == nil {
+			gid, _ = strconv.ParseUint(u.Gid, 10, 32)
+		}
+	}
+	if hasGroup {
+		if gid, err = strconv.ParseUint(group, 10, 32); err != nil {
+			g, lerr := user.LookupGroup(group)
+			if lerr != nil {
+				return nil, &apiError{agent.ErrNotFound, fmt.Sprintf("group %q not found in /etc/group", group)}
+			}
+			gid, _ = strconv.ParseUint(g.Gid, 10, 32)
+		}
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
+}
+
+// Exec runs req to completion, calling emit for each chunk of output in the
+// order it is read, and returns how the process ended. Cancelling ctx (the
+// client went away) kills the process group.
+func (r *Runner) Exec(ctx context.Context, req *agent.ExecRequest, emit func(agent.ExecEvent)) (agent.ExitStatus, error) {
+	cmd, err := r.command(req)
+	if err != nil {
+		var se *errStart
+		if errors.As(err, &se) {
+			return agent.ExitStatus{Code: se.code, Error: se.err.Error()}, nil
+		}
+		return agent.ExitStatus{}, err
+	}
+	limit := req.OutputLimit
+	if limit <= 0 {
+		limit = agent.DefaultOutputLimit
+	}
+	limit = min(limit, agent.MaxOutputLimit)
+	out := &capped{limit: limit, emit: emit}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return agent.ExitStatus{}, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return agent.ExitStatus{}, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	start := time.Now()
+	err = r.Reaper.Start(cmd)
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return startFailure(err), nil
+	}
+	pid := cmd.Process.Pid
+	defer r.Reaper.Release(pid)
+
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go func() { defer readers.Done(); out.copy(agent.Stdout, outR) }()
+	go func() { defer readers.Done(); out.copy(agent.Stderr, errR) }()
+
+	timedOut := false
+	done := make(chan struct{})
+	var timer <-chan time.Time
+	if req.TimeoutMs > 0 {
+		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
+		defer t.Stop()
+		timer = t.C
+	}
+	go func() {
+		select {
+		case <-done:
+		case <-timer:
+			timedOut = true
+			_ = unix.Kill(-pid, unix.SIGKILL)
+		case <-ctx.Done():
+			_ = unix.Kill(-pid, unix.SIGKILL)
+		}
+	}()
+	waitErr := cmd.Wait()
+	close(done)
+	// Descendants may still hold the pipes open; take what they wrote
+	// promptly, but never wait on them beyond a short grace.
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(100 * time.Millisecond):
+		outR.Close()
+		errR.Close()
+		<-drained
+	}
+	outR.Close()
+	errR.Close()
+	st := exitStatus(cmd.ProcessState, waitErr)
+	st.TimedOut = timedOut
+	st.Truncated = out.truncated
+	st.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+	return st, nil
+}
+
+func startFailure(err error) agent.ExitStatus {
+	code := 126
+	if errors.Is(err, fs.ErrNotExist) {
+		code = 127
+	}
+	return agent.ExitStatus{Code: code, Error: err.Error()}
+}
+
+func exitStatus(ps *os.ProcessState, waitErr error) agent.ExitStatus {
+	if ps == nil {
+		msg := "process state unavailable"
+		if waitErr != nil {
+			msg = waitErr.Error()
+		}
+		return agent.ExitStatus{Code: 255, Error: msg}
+	}
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return agent.ExitStatus{Code: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
+	}
+	return agent.ExitStatus{Code: ws.ExitStatus()}
+}
+
+// capped forwards output until a byte limit shared by both streams, then
+// keeps draining so the writer never blocks on a full pipe.
+type capped struct {
+	mu        sync.Mutex
+	limit     int64
+	used      int64
+	truncated bool
+	emit      func(agent.ExecEvent)
+}
+
+func (c *capped) copy(stream string, r io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			c.mu.Lock()
+			keep := int64(n)
+			if c.used+keep > c.limit {
+				keep = c.limit - c.used
+				c.truncated = true
+			}
+			if keep > 0 {
+				c.used += keep
+				c.emit(agent.ExecEvent{Stream: stream, Data: bytes.Clone(buf[:keep])})
+			}
+			c.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// apiError is an error with an agent error kind.
+type apiError struct {
+	kind string
+	msg  string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func invalidf(format string, args ...any) error {
+	return &apiError{agent.ErrInvalid, fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,432 @@
+package guest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+)
+
+// ring keeps the last keep bytes written to it, addressed by absolute offset
+// from the first byte ever written, and lets readers wait for more.
+type ring struct {
+	mu     sync.Mutex
+	keep   int
+	buf    []byte
+	start  int64 // offset of buf[0]
+	closed bool
+	notify chan struct{}
+}
+
+func newRing(keep int) *ring { return &ring{keep: keep, notify: make(chan struct{})} }
+
+func (r *ring) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.buf = append(r.buf, p...)
+	// Trim with slack so trimming is amortized; memory stays ≤ 1.25 × keep.
+	if over := len(r.buf) - r.keep; over > r.keep/4 {
+		n := copy(r.buf, r.buf[over:])
+		r.buf = r.buf[:n]
+		r.start += int64(over)
+	}
+	close(r.notify)
+	r.notify = make(chan struct{})
+	return len(p), nil
+}
+
+func (r *ring) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.closed {
+		r.closed = true
+		close(r.notify)
+	}
+}
+
+// read returns up to max bytes from off; with wait > 0 it blocks until there
+// is something new, the stream ends, ctx ends or wait passes.
+func (r *ring) read(ctx context.Context, off int64, max int, wait time.Duration) agent.OutputChunk {
+	var deadline <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		r.mu.Lock()
+		end := r.start + int64(len(r.buf))
+		if off < 0 {
+			off = 0
+		}
+		if off < end || r.closed || wait <= 0 {
+			ch := agent.OutputChunk{Offset: off}
+			if off < r.start {
+				ch.Dropped = r.start - off
+				ch.Offset = r.start
+			}
+			if ch.Offset > end {
+				ch.Offset = end
+			}
+			lo := int(ch.Offset - r.start)
+			hi := min(len(r.buf), lo+max)
+			ch.Data = append([]byte(nil), r.buf[lo:hi]...)
+			ch.NextOffset = ch.Offset + int64(hi-lo)
+			ch.EOF = r.closed && ch.NextOffset == end
+			r.mu.Unlock()
+			return ch
+		}
+		n := r.notify
+		r.mu.Unlock()
+		select {
+		case <-n:
+		case <-ctx.Done():
+			wait = 0
+		case <-deadline:
+			wait = 0
+		}
+	}
+}
+
+// proc is one background process.
+type proc struct {
+	id      string
+	argv    []string
+	pid     int
+	started time.Time
+	stdout  *ring
+	stderr  *ring
+	stdin   io.WriteCloser // pipe or pty master; nil when closed
+	tty     *os.File       // pty master, when the process has a terminal
+	done    chan struct{}
+	mu      sync.Mutex
+	exit    *agent.ExitStatus
+}
+
+func (p *proc) info() agent.ProcessInfo {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return agent.ProcessInfo{ID: p.id, Argv: p.argv, Pid: p.pid, Running: p.exit == nil, StartedAt: p.started, Exit: p.exit}
+}
+
+// Procs is the table of background processes.
+type Procs struct {
+	runner *Runner
+	mu     sync.Mutex
+	seq    int
+	m      map[string]*proc
+}
+
+// NewProcs returns an empty table that starts processes with runner.
+func NewProcs(runner *Runner) *Procs { return &Procs{runner: runner, m: map[string]*proc{}} }
+
+// Start launches req in the background. Output is kept per stream (the last
+// agent.ProcessOutputKeep bytes) for re-reading from an offset.
+func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
+	if err := ps.makeRoom(); err != nil {
+		return agent.ProcessInfo{}, err
+	}
+	cmd, err := ps.runner.command(req)
+	if err != nil {
+		var se *errStart
+		if errors.As(err, &se) {
+			return agent.ProcessInfo{}, &apiError{agent.ErrNotFound, se.err.Error()}
+		}
+		return agent.ProcessInfo{}, err
+	}
+	p := &proc{argv: req.Argv, stdout: newRing(agent.ProcessOutputKeep), stderr: newRing(agent.ProcessOutputKeep), done: make(chan struct{})}
+	var closeAfterStart []*os.File
+	var readers []func()
+	if req.TTY {
+		master, slave, err := openPTY()
+		if err != nil {
+			return agent.ProcessInfo{}, err
+		}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+		cmd.SysProcAttr.Setpgid = false
+		cmd.SysProcAttr.Setsid = true
+		cmd.SysProcAttr.Setctty = true
+		cmd.SysProcAttr.Ctty = 0
+		p.tty, p.stdin = master, master
+		closeAfterStart = append(closeAfterStart, slave)
+		readers = append(readers, func() { _, _ = io.Copy(p.stdout, master) })
+	} else {
+		outR, outW, err := os.Pipe()
+		if err != nil {
+			return agent.ProcessInfo{}, err
+		}
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			outR.Close()
+			outW.Close()
+			return agent.ProcessInfo{}, err
+		}
+		cmd.Stdout, cmd.Stderr = outW, errW
+		closeAfterStart = append(closeAfterStart, outW, errW)
+		readers = append(readers,
+			func() { _, _ = io.Copy(p.stdout, outR); outR.Close() },
+			func() { _, _ = io.Copy(p.stderr, errR); errR.Close() })
+		if cmd.Stdin == nil {
+			inR, inW, err := os.Pipe()
+			if err != nil {
+				return agent.ProcessInfo{}, err
+			}
+			cmd.Stdin = inR
+			p.stdin = inW
+			closeAfterStart = append(closeAfterStart, inR)
+		}
+	}
+	err = ps.runner.Reaper.Start(cmd)
+	for _, f := range closeAfterStart {
+		f.Close()
+	}
+	if err != nil {
+		if p.stdin != nil {
+			p.stdin.Close()
+		}
+		return agent.ProcessInfo{}, &apiError{agent.ErrNotFound, err.Error()}
+	}
+	p.pid = cmd.Process.Pid
+	p.started = time.Now()
+	ps.mu.Lock()
+	ps.seq++
+	p.id = "proc-" + strconv.Itoa(ps.seq)
+	ps.m[p.id] = p
+	ps.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, f := range readers {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	go ps.supervise(p, cmd, req.TimeoutMs, &wg)
+	return p.info(), nil
+}
+
+func (ps *Procs) supervise(p *proc, cmd *exec.Cmd, timeoutMs int64, readers *sync.WaitGroup) {
+	timedOut := false
+	if timeoutMs > 0 {
+		t := time.AfterFunc(time.Duration(timeoutMs)*time.Millisecond, func() {
+			p.mu.Lock()
+			timedOut = true
+			p.mu.Unlock()
+			_ = unix.Kill(-p.pid, unix.SIGKILL)
+		})
+		defer t.Stop()
+	}
+	err := cmd.Wait()
+	ps.runner.Reaper.Release(p.pid)
+	st := exitStatus(cmd.ProcessState, err)
+	st.DurationMs = float64(time.Since(p.started).Microseconds()) / 1000
+	if p.tty != nil {
+		// The pty reader ends with EIO once every slave fd is closed; a
+		// grandchild may keep one open, so bound the wait.
+		go func() { time.Sleep(100 * time.Millisecond); p.tty.Close() }()
+	}
+	drained := make(chan struct{})
+	go func() { readers.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(200 * time.Millisecond):
+	}
+	p.mu.Lock()
+	st.TimedOut = timedOut
+	p.exit = &st
+	p.mu.Unlock()
+	p.stdout.close()
+	p.stderr.close()
+	close(p.done)
+}
+
+// makeRoom evicts the oldest exited process when the table is full.
+func (ps *Procs) makeRoom() error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if len(ps.m) < agent.MaxProcesses {
+		return nil
+	}
+	var oldest *proc
+	for _, p := range ps.m {
+		select {
+		case <-p.done:
+			if oldest == nil || p.started.Before(oldest.started) {
+				oldest = p
+			}
+		default:
+		}
+	}
+	if oldest == nil {
+		return &apiError{agent.ErrLimit, fmt.Sprintf("%d background processes are running; that is the limit", agent.MaxProcesses)}
+	}
+	delete(ps.m, oldest.id)
+	return nil
+}
+
+func (ps *Procs) get(id string) (*proc, error) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	p, ok := ps.m[id]
+	if !ok {
+		return nil, &apiError{agent.ErrNotFound, fmt.Sprintf("no process %q", id)}
+	}
+	return p, nil
+}
+
+// List returns all processes, oldest first.
+func (ps *Procs) List() []agent.ProcessInfo {
+	ps.mu.Lock()
+	all := make([]*proc, 0, len(ps.m))
+	for _, p := range ps.m {
+		all = append(all, p)
+	}
+	ps.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool { return all[i].started.Before(all[j].started) })
+	out := make([]agent.ProcessInfo, len(all))
+	for i, p := range all {
+		out[i] = p.info()
+	}
+	return out
+}
+
+// Signal sends sig to the process group of id.
+func (ps *Procs) Signal(id, sig string) error {
+	p, err := ps.get(id)
+	if err != nil {
+		return err
+	}
+	s, err := parseSignal(sig)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return &apiError{agent.ErrInvalid, fmt.Sprintf("process %q has exited", id)}
+	default:
+	}
+	if err := unix.Kill(-p.pid, s); err != nil && !errors.Is(err, unix.ESRCH) {
+		return err
+	}
+	return nil
+}
+
+// Remove kills id if it runs and forgets it.
+func (ps *Procs) Remove(id string) error {
+	p, err := ps.get(id)
+	if err != nil {
+		return err
+	}
+	_ = unix.Kill(-p.pid, unix.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(2 * time.Second):
+	}
+	ps.mu.Lock()
+	delete(ps.m, id)
+	ps.mu.Unlock()
+	return nil
+}
+
+// KillAll kills every running process (agent shutdown).
+func (ps *Procs) KillAll() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for _, p := range ps.m {
+		_ = unix.Kill(-p.pid, unix.SIGKILL)
+	}
+}
+
+func (p *proc) output(ctx context.Context, stream string, off int64, max int, wait time.Duration) (agent.OutputChunk, error) {
+	switch stream {
+	case agent.Stdout, "":
+		return p.stdout.read(ctx, off, max, wait), nil
+	case agent.Stderr:
+		return p.stderr.read(ctx, off, max, wait), nil
+	}
+	return agent.OutputChunk{}, invalidf("stream must be stdout or stderr, not %q", stream)
+}
+
+func (p *proc) wait(ctx context.Context) agent.ProcessInfo {
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+	}
+	return p.info()
+}
+
+func (p *proc) writeStdin(r io.Reader, closeAfter bool) error {
+	p.mu.Lock()
+	w := p.stdin
+	p.mu.Unlock()
+	if w == nil {
+		return invalidf("stdin of process %q is closed", p.id)
+	}
+	if _, err := io.Copy(w, io.LimitReader(r, agent.MaxStdin)); err != nil {
+		return &apiError{agent.ErrInvalid, "write stdin: " + err.Error()}
+	}
+	if closeAfter && p.tty == nil {
+		p.mu.Lock()
+		p.stdin = nil
+		p.mu.Unlock()
+		return w.Close()
+	}
+	return nil
+}
+
+func (p *proc) resize(rows, cols uint16) error {
+	if p.tty == nil {
+		return invalidf("process %q has no terminal", p.id)
+	}
+	return unix.IoctlSetWinsize(int(p.tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+}
+
+func openPTY() (master, slave *os.File, err error) {
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open pty: %w", err)
+	}
+	fd := int(m.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		m.Close()
+		return nil, nil, fmt.Errorf("unlock pty: %w", err)
+	}
+	n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN)
+	if err != nil {
+		m.Close()
+		return nil, nil, fmt.Errorf("pty number: %w", err)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(int(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		m.Close()
+		return nil, nil, fmt.Errorf("open pty slave: %w", err)
+	}
+	return m, s, nil
+}
+
+func parseSignal(s string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, invalidf("signal %d out of range", n)
+		}
+		return syscall.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig := unix.SignalNum(name); sig != 0 {
+		return sig, nil
+	}
+	return 0, invalidf("unknown signal %q", s)
+}

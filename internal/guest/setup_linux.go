@@ -1,0 +1,377 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"strconv"
+	"strings"
+	"syscall"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/seccomp"
+)
+
+// Setup turns the freshly cloned process (already in its new namespaces) into
+// the sandbox's init: it assembles the root filesystem, pivots into it, masks
+// what must not be seen, and drops privileges. It runs once, before the agent
+// serves anything; after it returns the process holds only the capabilities
+// and syscalls the spec allows.
+func Setup(cfg *Config) error {
+	s := cfg.Spec
+	if s == nil || s.Root == nil || s.Linux == nil || s.Process == nil {
+		return errors.New("setup: incomplete spec")
+	}
+	// Nothing we mount may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	root := s.Root.Path
+	if err := mountOverlay(root, cfg.Rootfs); err != nil {
+		return err
+	}
+	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open rootfs: %w", err)
+	}
+	defer unix.Close(rootFD)
+	for _, m := range s.Mounts {
+		if err := mountInRoot(rootFD, m); err != nil {
+			return fmt.Errorf("mount %s on %s: %w", m.Type, m.Destination, err)
+		}
+	}
+	if err := makeDevLinks(rootFD); err != nil {
+		return err
+	}
+	if err := pivotRoot(root); err != nil {
+		return err
+	}
+	for _, p := range s.Linux.MaskedPaths {
+		if err := maskPath(p); err != nil {
+			return fmt.Errorf("mask %s: %w", p, err)
+		}
+	}
+	for _, p := range s.Linux.ReadonlyPaths {
+		if err := readonlyPath(p); err != nil {
+			return fmt.Errorf("make %s read-only: %w", p, err)
+		}
+	}
+	if s.Root.Readonly {
+		if err := remountReadonly("/"); err != nil {
+			return fmt.Errorf("make root read-only: %w", err)
+		}
+	}
+	if s.Hostname != "" {
+		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
+	}
+	if err := loopbackUp(); err != nil {
+		return err
+	}
+	for _, rl := range s.Process.Rlimits {
+		if err := setRlimit(rl); err != nil {
+			return err
+		}
+	}
+	cwd := s.Process.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	if err := os.MkdirAll(cwd, 0o755); err != nil {
+		return fmt.Errorf("create working directory: %w", err)
+	}
+	if err := unix.Chdir(cwd); err != nil {
+		return fmt.Errorf("enter working directory: %w", err)
+	}
+	// The agent's memory may hold what a client sent; other processes in the
+	// sandbox must not read /proc/1/mem or open /proc/1/exe.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("set non-dumpable: %w", err)
+	}
+	if err := dropCapabilities(s.Process.Capabilities); err != nil {
+		return err
+	}
+	if s.Linux.Seccomp != nil {
+		prog, err := seccomp.Compile(s.Linux.Seccomp)
+		if err != nil {
+			return fmt.Errorf("compile seccomp filter: %w", err)
+		}
+		if err := seccomp.Install(prog); err != nil {
+			return fmt.Errorf("install seccomp filter: %w", err)
+		}
+	} else if s.Process.NoNewPrivileges {
+		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
+			return fmt.Errorf("set no_new_privs: %w", e)
+		}
+	}
+	return nil
+}
+
+func mountOverlay(target string, r Rootfs) error {
+	if len(r.Lower) == 0 {
+		return errors.New("rootfs: no lower directory")
+	}
+	opts := "lowerdir=" + strings.Join(r.Lower, ":")
+	if r.Upper != "" {
+		opts += ",upperdir=" + r.Upper + ",workdir=" + r.Work
+	}
+	if r.UserXattr {
+		opts += ",userxattr"
+	}
+	if len(opts) >= unix.Getpagesize() {
+		return fmt.Errorf("rootfs: overlay options are %d bytes, more than one page", len(opts))
+	}
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mount overlay root: %w", err)
+	}
+	return nil
+}
+
+// mountInRoot mounts m at its destination inside the root, resolving the
+// destination with RESOLVE_IN_ROOT so a symlink planted in an image (say
+// /proc -> /etc, or -> ../../..) can never redirect a mount onto the host.
+func mountInRoot(rootFD int, m specs.Mount) error {
+	flags, data, bind := parseMountOptions(m.Options)
+	isFile := false
+	if bind {
+		var st unix.Stat_t
+		if err := unix.Stat(m.Source, &st); err != nil {
+			return err
+		}
+		isFile = st.Mode&unix.S_IFMT != unix.S_IFDIR
+	}
+	fd, err := ensureInRoot(rootFD, m.Destination, isFile)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	dst := "/proc/self/fd/" + strconv.Itoa(fd)
+	if bind {
+		if err := unix.Mount(m.Source, dst, "", unix.MS_BIND|(flags&unix.MS_REC), ""); err != nil {
+			return err
+		}
+		// A bind ignores most flags; apply them with a remount, keeping the
+		// flags the kernel locked on the source (a user namespace may not
+		// clear nosuid/nodev/noexec inherited from the host). The fd above
+		// names the directory under the new mount, so reopen to reach it.
+		if rest := flags &^ (unix.MS_REC | unix.MS_BIND); rest != 0 {
+			top, err := ensureInRoot(rootFD, m.Destination, isFile)
+			if err != nil {
+				return err
+			}
+			defer unix.Close(top)
+			return remountBind("/proc/self/fd/"+strconv.Itoa(top), rest)
+		}
+		return nil
+	}
+	return unix.Mount(m.Source, dst, m.Type, uintptr(flags), data)
+}
+
+func remountBind(target string, flags uintptr) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(target, &st); err != nil {
+		return err
+	}
+	locked := uintptr(0)
+	for _, f := range []struct{ st, ms uintptr }{
+		{unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV},
+		{unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_RDONLY, unix.MS_RDONLY},
+		{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME},
+		{unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if uintptr(st.Flags)&f.st != 0 {
+			locked |= f.ms
+		}
+	}
+	return unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|flags|locked, "")
+}
+
+var mountFlags = map[string]struct {
+	clear bool
+	flag  uintptr
+}{
+	"ro": {false, unix.MS_RDONLY}, "rw": {true, unix.MS_RDONLY},
+	"nosuid": {false, unix.MS_NOSUID}, "suid": {true, unix.MS_NOSUID},
+	"nodev": {false, unix.MS_NODEV}, "dev": {true, unix.MS_NODEV},
+	"noexec": {false, unix.MS_NOEXEC}, "exec": {true, unix.MS_NOEXEC},
+	"bind": {false, unix.MS_BIND}, "rbind": {false, unix.MS_BIND | unix.MS_REC},
+	"relatime": {false, unix.MS_RELATIME}, "noatime": {false, unix.MS_NOATIME},
+	"strictatime": {false, unix.MS_STRICTATIME},
+	"private":     {false, 0}, "rprivate": {false, 0},
+}
+
+func parseMountOptions(opts []string) (flags uintptr, data string, bind bool) {
+	var extra []string
+	for _, o := range opts {
+		f, ok := mountFlags[o]
+		if !ok {
+			extra = append(extra, o)
+			continue
+		}
+		if f.clear {
+			flags &^= f.flag
+		} else {
+			flags |= f.flag
+		}
+	}
+	return flags, strings.Join(extra, ","), flags&unix.MS_BIND != 0
+}
+
+// ensureInRoot opens (creating when missing) the directory or file at p
+// inside the root, never leaving it, and returns an O_PATH fd.
+func ensureInRoot(rootFD int, p string, file bool) (int, error) {
+	p = strings.TrimPrefix(path.Clean("/"+p), "/")
+	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	if p == "" {
+		return unix.Openat2(rootFD, ".", how)
+	}
+	if fd, err := unix.Openat2(rootFD, p, how); err == nil {
+		return fd, nil
+	}
+	dir, base := path.Split(p)
+	parent := rootFD
+	if dir != "" {
+		fd, err := ensureInRoot(rootFD, dir, false)
+		if err != nil {
+			return -1, err
+		}
+		defer unix.Close(fd)
+		parent = fd
+	}
+	// mkdirat/openat need a real directory fd, not O_PATH, for creation.
+	pfd, err := unix.Openat(parent, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(pfd)
+	if file {
+		fd, err := unix.Openat(pfd, base, unix.O_CREAT|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return -1, err
+		}
+		if err == nil {
+			unix.Close(fd)
+		}
+	} else if err := unix.Mkdirat(pfd, base, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, err
+	}
+	return unix.Openat2(pfd, base, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW})
+}
+
+func makeDevLinks(rootFD int) error {
+	dev, err := ensureInRoot(rootFD, "/dev", false)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dev)
+	dfd, err := unix.Openat(dev, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	for name, target := range map[string]string{
+		"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+		"stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx", "core": "/proc/kcore",
+	} {
+		if err := unix.Symlinkat(target, dfd, name); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("create /dev/%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func pivotRoot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("enter rootfs: %w", err)
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one; the
+	// detach then removes it without needing a directory to put it in.
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach old root: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+func maskPath(p string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+	}
+	return unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+}
+
+func readonlyPath(p string) error {
+	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return err
+	}
+	return remountBind(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
+}
+
+func remountReadonly(p string) error {
+	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	return remountBind(p, unix.MS_RDONLY)
+}
+
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("bring loopback up: %w", err)
+	}
+	return nil
+}
+
+var rlimitNames = map[string]int{
+	"RLIMIT_NOFILE": unix.RLIMIT_NOFILE, "RLIMIT_CORE": unix.RLIMIT_CORE,
+	"RLIMIT_NPROC": unix.RLIMIT_NPROC, "RLIMIT_FSIZE": unix.RLIMIT_FSIZE,
+	"RLIMIT_STACK": unix.RLIMIT_STACK, "RLIMIT_MEMLOCK": unix.RLIMIT_MEMLOCK,
+	"RLIMIT_AS": unix.RLIMIT_AS, "RLIMIT_CPU": unix.RLIMIT_CPU,
+	"RLIMIT_MSGQUEUE": unix.RLIMIT_MSGQUEUE, "RLIMIT_SIGPENDING": unix.RLIMIT_SIGPENDING,
+}
+
+func setRlimit(rl specs.POSIXRlimit) error {
+	res, ok := rlimitNames[rl.Type]
+	if !ok {
+		return fmt.Errorf("unknown rlimit %q", rl.Type)
+	}
+	// Raising a hard limit needs CAP_SYS_RESOURCE in the host's user
+	// namespace, which a sandbox never has: limits can only be lowered.
+	var cur unix.Rlimit
+	if err := unix.Getrlimit(res, &cur); err != nil {
+		return fmt.Errorf("get %s: %w", rl.Type, err)
+	}
+	hard, soft := min(rl.Hard, cur.Max), min(rl.Soft, cur.Max)
+	if err := unix.Setrlimit(res, &unix.Rlimit{Cur: soft, Max: hard}); err != nil {
+		return fmt.Errorf("set %s: %w", rl.Type, err)
+	}
+	return nil
+}

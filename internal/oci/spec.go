@@ -1,0 +1,167 @@
+// Package oci describes a Warren sandbox as an OCI runtime spec: the
+// namespaces, mounts, masked paths, capabilities, seccomp filter, rlimits and
+// cgroup limits. The native backend's agent applies it; a later backend can
+// hand the same spec to an OCI runtime such as runsc.
+package oci
+
+import (
+	"fmt"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/warren-sandbox/warren/internal/seccomp"
+)
+
+// IDMap maps sandbox ids [0, Size) to host ids [Host, Host+Size).
+type IDMap struct {
+	Host uint32
+	Size uint32
+}
+
+// Params are the inputs of a sandbox's spec.
+type Params struct {
+	RootPath string // where the root filesystem is assembled
+	Hostname string
+	Env      []string
+	Cwd      string
+	// ImageMounts are the image's own mounts (the host image's read-only
+	// binds of /usr and friends), made before the standard ones.
+	ImageMounts []specs.Mount
+	// UserNS, when non-nil, puts the sandbox in a user namespace with this
+	// mapping for both uids and gids.
+	UserNS *IDMap
+	// Limits; zero means unlimited.
+	MemoryBytes int64
+	CPUs        float64
+	PidsMax     int64
+	// NoFile is the open-files limit (default 65536).
+	NoFile uint64
+}
+
+// DefaultCapabilities is the capability set of a sandbox's processes:
+// Docker's default set minus CAP_NET_RAW (no raw sockets or ping floods),
+// CAP_MKNOD (no device nodes) and CAP_AUDIT_WRITE.
+var DefaultCapabilities = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_SETGID",
+	"CAP_SETUID", "CAP_SETPCAP", "CAP_SETFCAP", "CAP_NET_BIND_SERVICE",
+	"CAP_KILL", "CAP_SYS_CHROOT",
+}
+
+// MaskedPaths hide kernel state that leaks host information or gives attack
+// surface (as Docker does): files are covered with /dev/null, directories
+// with an empty read-only tmpfs.
+var MaskedPaths = []string{
+	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+	"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
+	"/proc/timer_stats", "/sys/firmware", "/sys/devices/virtual/powercap",
+	"/sys/kernel/debug", "/sys/kernel/security",
+}
+
+// ReadonlyPaths may be read but never written.
+var ReadonlyPaths = []string{
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+}
+
+// Devices bound from the host into the sandbox's private /dev.
+var Devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// DefaultEnv is the environment of a sandbox when the image sets none.
+var DefaultEnv = []string{
+	"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+	"HOME=/root", "LANG=C.UTF-8", "TERM=xterm",
+}
+
+// CPUPeriod is the CFS period used for cpu quotas, in microseconds.
+const CPUPeriod = 100000
+
+// Build returns the spec for p.
+func Build(p Params) (*specs.Spec, error) {
+	if p.RootPath == "" {
+		return nil, fmt.Errorf("oci: root path is empty")
+	}
+	if p.CPUs < 0 || p.MemoryBytes < 0 || p.PidsMax < 0 {
+		return nil, fmt.Errorf("oci: negative limit")
+	}
+	env := p.Env
+	if len(env) == 0 {
+		env = DefaultEnv
+	}
+	cwd := p.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	nofile := p.NoFile
+	if nofile == 0 {
+		nofile = 65536
+	}
+	caps := append([]string(nil), DefaultCapabilities...)
+	s := &specs.Spec{
+		Version:  specs.Version,
+		Root:     &specs.Root{Path: p.RootPath},
+		Hostname: p.Hostname,
+		Process: &specs.Process{
+			Cwd:             cwd,
+			Env:             env,
+			NoNewPrivileges: true,
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Soft: nofile, Hard: nofile},
+				{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
+			},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace}, {Type: specs.MountNamespace},
+				{Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.NetworkNamespace}, {Type: specs.CgroupNamespace},
+			},
+			MaskedPaths:   MaskedPaths,
+			ReadonlyPaths: ReadonlyPaths,
+			Seccomp:       seccomp.DefaultProfile(),
+			Resources:     resources(p),
+		},
+	}
+	if p.UserNS != nil {
+		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: p.UserNS.Host, Size: p.UserNS.Size}}
+		s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
+	}
+	s.Mounts = append(append([]specs.Mount(nil), p.ImageMounts...), standardMounts()...)
+	return s, nil
+}
+
+func standardMounts() []specs.Mount {
+	ptsOpts := []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}
+	ms := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: ptsOpts},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+	}
+	for _, d := range Devices {
+		ms = append(ms, specs.Mount{Destination: "/dev/" + d, Type: "bind", Source: "/dev/" + d, Options: []string{"bind", "nosuid", "noexec"}})
+	}
+	return ms
+}
+
+func resources(p Params) *specs.LinuxResources {
+	r := &specs.LinuxResources{}
+	if p.MemoryBytes > 0 {
+		m := p.MemoryBytes
+		r.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m}
+	}
+	if p.CPUs > 0 {
+		q := int64(p.CPUs * CPUPeriod)
+		per := uint64(CPUPeriod)
+		r.CPU = &specs.LinuxCPU{Quota: &q, Period: &per}
+	}
+	if p.PidsMax > 0 {
+		n := p.PidsMax
+		r.Pids = &specs.LinuxPids{Limit: &n}
+	}
+	return r
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs everything Warren's build, run and tests need on a Debian/Ubuntu
+# machine, as root. Idempotent: does nothing that is already done.
+set -euo pipefail
+
+GO_VERSION=1.26.8
+APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 nodejs iproute2 procps util-linux bubblewrap crun)
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -ne 0 ]; then
+  log "run as root (apt-get and the sandbox runtime need it)"
+  exit 1
+fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Go: Debian's is too old. The toolchain is published as a module on the Go
+# module proxy, which is reachable wherever `go mod download` works.
+have_go() {
+  local v
+  v=$(/usr/local/go/bin/go env GOVERSION 2>/dev/null || true)
+  [ "$v" = "go${GO_VERSION}" ] || [ "$(printf '%s\n' "go${GO_VERSION}" "$v" | sort -V | head -1)" = "go${GO_VERSION}" ] && [ -n "$v" ]
+}
+if ! have_go; then
+  arch=$(dpkg --print-architecture)
+  proxy=${GOPROXY:-https://proxy.golang.org}
+  proxy=${proxy%%,*}
+  url="$proxy/golang.org/toolchain/@v/v0.0.1-go${GO_VERSION}.linux-${arch}.zip"
+  log "installing Go ${GO_VERSION} from the module proxy"
+  tmp=$(mktemp -d)
+  curl -fsSL -o "$tmp/go.zip" "$url"
+  unzip -q "$tmp/go.zip" -d "$tmp"
+  rm -rf /usr/local/go
+  mv "$tmp/golang.org/toolchain@v0.0.1-go${GO_VERSION}.linux-${arch}" /usr/local/go
+  chmod -R a+rX /usr/local/go
+  chmod +x /usr/local/go/bin/* /usr/local/go/pkg/tool/*/* 2>/dev/null || true
+  rm -rf "$tmp"
+fi
+export PATH=/usr/local/go/bin:$PATH
+
+cd "$(dirname "$0")/.."
+go mod download
+log "ready: $(go version)"
