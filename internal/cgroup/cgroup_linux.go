@@ -230,12 +230,14 @@ func (c *Cgroup) Add(pid int) error {
 // cgroup. In v2 mode start receives an open directory fd of the cgroup and
 // must start the process with SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
 // (clone3 CLONE_INTO_CGROUP); the fd is closed when start returns. In v1 mode
-// start receives -1 (it must then not set UseCgroupFD) and runs on a
-// dedicated OS thread that has been moved
-// into the cgroup, so a fork from it lands there; the thread is moved back
-// and discarded afterwards. start must create the process synchronously (for
-// example exec.Cmd.Start) and must not leave goroutines depending on the
-// thread.
+// start receives -1 (it must then not set UseCgroupFD) and its thread has
+// been moved into the cgroup, so a fork from it lands there.
+//
+// In both modes start runs on a dedicated OS thread that is discarded
+// afterwards, so it may change per-thread state the child should inherit
+// (the capability bounding set, say). start must create the process
+// synchronously (for example exec.Cmd.Start) and must not leave goroutines
+// depending on the thread.
 func (c *Cgroup) Spawn(start func(cgroupFD int) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -245,7 +247,8 @@ func (c *Cgroup) Spawn(start func(cgroupFD int) error) error {
 			return fmt.Errorf("cgroup: spawn in %q: open %s: %w", c.name, c.dirs[0], err)
 		}
 		defer unix.Close(fd)
-		return start(fd)
+		runOnFreshThread(func() { err = start(fd) })
+		return err
 	}
 	var err error
 	runOnFreshThread(func() { err = c.spawnV1(start) })

@@ -431,7 +431,22 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		// drops every capability.
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
 	}
+	keep, err := oci.CapMask(append(append([]string(nil), gcfg.Spec.Process.Capabilities.Bounding...), oci.SetupCapabilities...))
+	if err != nil {
+		return err
+	}
 	err = cg.Spawn(func(fd int) error {
+		// Spawn runs this on a thread that is discarded afterwards, so its
+		// bounding set can be narrowed for the clone to inherit: dropping
+		// here is a plain syscall, in the multi-threaded agent each drop
+		// would stop every thread.
+		for c := 0; c <= oci.LastCap(); c++ {
+			if keep&(1<<c) == 0 {
+				if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
+					return fmt.Errorf("narrow bounding set: %w", err)
+				}
+			}
+		}
 		if fd >= 0 {
 			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
 		}
