@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"syscall"
 
 	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/guest/fs"
@@ -65,7 +66,12 @@ func run(status *os.File) error {
 	if err != nil {
 		return err
 	}
-	rm := repl.NewManager(repl.Options{Python: cfg.Python, Node: cfg.Node, Env: env, Dir: runner.Cwd})
+	rm := repl.NewManager(repl.Options{
+		Python: cfg.Python, Node: cfg.Node, Env: env, Dir: runner.Cwd, Starter: reaper,
+		// Own process group, so an interrupt or kill reaches what the code
+		// forked. No Pdeathsig: it fires when the forking thread exits.
+		SysProcAttr: func() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} },
+	})
 	srv := guest.NewServer(runner, root, rm)
 	if _, err := status.WriteString("ok\n"); err != nil {
 		return fmt.Errorf("report ready: %w", err)
