@@ -130,7 +130,14 @@ func (c *Client) Exec(ctx context.Context, req *ExecRequest, onOutput func(strea
 		return ExitStatus{}, err
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	return readExecStream(resp.Body, onOutput)
+}
+
+// readExecStream decodes the NDJSON answer of an exec. The agent is not
+// trusted: lines are bounded, and anything but well-formed events ending in
+// an exit status is an error.
+func readExecStream(r io.Reader, onOutput func(stream string, data []byte)) (ExitStatus, error) {
+	sc := bufio.NewScanner(r)
 	// Each event holds at most one 32 KiB read, base64-encoded.
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -140,6 +147,9 @@ func (c *Client) Exec(ctx context.Context, req *ExecRequest, onOutput func(strea
 		}
 		if ev.Exit != nil {
 			return *ev.Exit, nil
+		}
+		if ev.Stream != Stdout && ev.Stream != Stderr {
+			return ExitStatus{}, fmt.Errorf("agent exec: event for unknown stream %q", ev.Stream)
 		}
 		if onOutput != nil && len(ev.Data) > 0 {
 			onOutput(ev.Stream, ev.Data)
