@@ -8,7 +8,10 @@ GO_PACKAGES := ./...
 # What `make run` runs in a sandbox; override: make run CMD="sh -c 'id; hostname'"
 CMD ?= /usr/bin/python3 -c "import platform; print('hello from a sandbox on', platform.node())"
 
-.PHONY: all setup build run test vet fmt-check bench doctor clean
+GOLANGCI_LINT_VERSION := v2.6.2
+GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
+
+.PHONY: all setup build run test vet fmt-check lint bench doctor clean
 
 all: build
 
@@ -31,6 +34,12 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# golangci-lint is built from the module proxy at a pinned version.
+lint: setup
+	@test -x $(GOBIN)/golangci-lint && $(GOBIN)/golangci-lint version 2>/dev/null | grep -q "$(GOLANGCI_LINT_VERSION:v%=%)" || \
+		go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	$(GOBIN)/golangci-lint run ./...
 
 test: build vet fmt-check
 	go test -count=1 -timeout 30m $(GO_PACKAGES)

@@ -26,27 +26,32 @@ fi
 
 # Go: Debian's is too old. The toolchain is published as a module on the Go
 # module proxy, which is reachable wherever `go mod download` works.
+GO_ROOT=${GO_ROOT:-/usr/local/go}
 have_go() {
   local v
-  v=$(/usr/local/go/bin/go env GOVERSION 2>/dev/null || true)
-  [ "$v" = "go${GO_VERSION}" ] || [ "$(printf '%s\n' "go${GO_VERSION}" "$v" | sort -V | head -1)" = "go${GO_VERSION}" ] && [ -n "$v" ]
+  v=$("$GO_ROOT/bin/go" env GOVERSION 2>/dev/null) || return 1
+  [ "$(printf '%s\n%s\n' "go${GO_VERSION}" "$v" | sort -V | head -1)" = "go${GO_VERSION}" ]
 }
 if ! have_go; then
   arch=$(dpkg --print-architecture)
   proxy=${GOPROXY:-https://proxy.golang.org}
   proxy=${proxy%%,*}
+  case "$proxy" in direct|off) proxy=https://proxy.golang.org ;; esac
   url="$proxy/golang.org/toolchain/@v/v0.0.1-go${GO_VERSION}.linux-${arch}.zip"
-  log "installing Go ${GO_VERSION} from the module proxy"
+  log "installing Go ${GO_VERSION} into ${GO_ROOT} from the module proxy"
   tmp=$(mktemp -d)
-  curl -fsSL -o "$tmp/go.zip" "$url"
+  trap 'rm -rf "$tmp"' EXIT
+  curl -fsSL --retry 3 -o "$tmp/go.zip" "$url"
   unzip -q "$tmp/go.zip" -d "$tmp"
-  rm -rf /usr/local/go
-  mv "$tmp/golang.org/toolchain@v0.0.1-go${GO_VERSION}.linux-${arch}" /usr/local/go
-  chmod -R a+rX /usr/local/go
-  chmod +x /usr/local/go/bin/* /usr/local/go/pkg/tool/*/* 2>/dev/null || true
-  rm -rf "$tmp"
+  rm -rf "$GO_ROOT"
+  mkdir -p "$(dirname "$GO_ROOT")"
+  mv "$tmp/golang.org/toolchain@v0.0.1-go${GO_VERSION}.linux-${arch}" "$GO_ROOT"
+  # Module zips carry no modes: restore the executables.
+  chmod -R a+rX "$GO_ROOT"
+  find "$GO_ROOT/bin" "$GO_ROOT/pkg/tool" -type f -exec chmod 755 {} +
+  have_go || { log "Go install into $GO_ROOT failed"; exit 1; }
 fi
-export PATH=/usr/local/go/bin:$PATH
+export PATH=$GO_ROOT/bin:$PATH
 
 cd "$(dirname "$0")/.."
 go mod download

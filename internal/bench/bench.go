@@ -217,9 +217,11 @@ func Crun(dir string) (run func() error, cleanup func(), err error) {
 	return run, func() { close(reqs) }, nil
 }
 
+// hybridCgroups reports a cgroup2 mount beside v1 controller hierarchies.
 func hybridCgroups() bool {
-	b, err := os.ReadFile("/sys/fs/cgroup/unified/cgroup.controllers")
-	return err == nil && strings.TrimSpace(string(b)) == ""
+	_, v2 := os.Stat("/sys/fs/cgroup/unified/cgroup.controllers")
+	_, v1 := os.Stat("/sys/fs/cgroup/memory/memory.limit_in_bytes")
+	return v2 == nil && v1 == nil
 }
 
 func privateWithoutUnified() error {
