@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"strconv"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/guest/fs"
+	"github.com/warren-sandbox/warren/internal/guest/httpd"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
 )
 
@@ -32,8 +32,7 @@ func NewServer(runner *Runner, root *fs.Root, rm *repl.Manager) *Server {
 
 // Serve answers requests on l until it is closed.
 func (s *Server) Serve(l net.Listener) error {
-	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	return srv.Serve(l)
+	return httpd.Serve(l, s.Handler())
 }
 
 // Shutdown kills everything the agent started.
@@ -43,26 +42,26 @@ func (s *Server) Shutdown() {
 }
 
 // Handler returns the protocol's routes.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/health", func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) Handler() *httpd.Mux {
+	mux := &httpd.Mux{}
+	mux.HandleFunc("GET /v1/health", func(w httpd.ResponseWriter, r *httpd.Request) {
 		writeJSON(w, agent.Health{Version: agent.Version, Pid: os.Getpid()})
 	})
 	mux.HandleFunc("POST /v1/exec", s.exec)
 	mux.HandleFunc("POST /v1/processes", s.startProcess)
-	mux.HandleFunc("GET /v1/processes", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.procs.List()) })
-	mux.HandleFunc("GET /v1/processes/{id}", s.withProc(func(w http.ResponseWriter, r *http.Request, p *proc) { writeJSON(w, p.info()) }))
+	mux.HandleFunc("GET /v1/processes", func(w httpd.ResponseWriter, r *httpd.Request) { writeJSON(w, s.procs.List()) })
+	mux.HandleFunc("GET /v1/processes/{id}", s.withProc(func(w httpd.ResponseWriter, r *httpd.Request, p *proc) { writeJSON(w, p.info()) }))
 	mux.HandleFunc("GET /v1/processes/{id}/output", s.withProc(s.processOutput))
 	mux.HandleFunc("POST /v1/processes/{id}/wait", s.withProc(s.processWait))
 	mux.HandleFunc("POST /v1/processes/{id}/stdin", s.withProc(s.processStdin))
 	mux.HandleFunc("POST /v1/processes/{id}/resize", s.withProc(s.processResize))
 	mux.HandleFunc("POST /v1/processes/{id}/signal", s.processSignal)
-	mux.HandleFunc("DELETE /v1/processes/{id}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("DELETE /v1/processes/{id}", func(w httpd.ResponseWriter, r *httpd.Request) {
 		if err := s.procs.Remove(r.PathValue("id")); err != nil {
 			writeError(w, err)
 			return
 		}
-		w.WriteHeader(http.StatusNoContent)
+		w.WriteHeader(204)
 	})
 	mux.HandleFunc("GET /v1/files/content", s.readFile)
 	mux.HandleFunc("PUT /v1/files/content", s.writeFile)
@@ -77,19 +76,16 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
+func (s *Server) exec(w httpd.ResponseWriter, r *httpd.Request) {
 	var req agent.ExecRequest
 	if !decode(w, r, &req) {
 		return
 	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header()["Content-Type"] = "application/x-ndjson"
 	enc := json.NewEncoder(w)
-	flusher, _ := w.(http.Flusher)
 	emit := func(ev agent.ExecEvent) {
 		_ = enc.Encode(ev)
-		if flusher != nil {
-			flusher.Flush()
-		}
+		w.Flush()
 	}
 	st, err := s.runner.Exec(r.Context(), &req, emit)
 	if err != nil {
@@ -99,7 +95,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 	_ = enc.Encode(agent.ExecEvent{Exit: &st})
 }
 
-func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
+func (s *Server) startProcess(w httpd.ResponseWriter, r *httpd.Request) {
 	var req agent.ExecRequest
 	if !decode(w, r, &req) {
 		return
@@ -109,12 +105,12 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusCreated)
+	w.WriteHeader(201)
 	writeJSON(w, info)
 }
 
-func (s *Server) withProc(h func(http.ResponseWriter, *http.Request, *proc)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) withProc(h func(httpd.ResponseWriter, *httpd.Request, *proc)) httpd.HandlerFunc {
+	return func(w httpd.ResponseWriter, r *httpd.Request) {
 		p, err := s.procs.get(r.PathValue("id"))
 		if err != nil {
 			writeError(w, err)
@@ -124,8 +120,8 @@ func (s *Server) withProc(h func(http.ResponseWriter, *http.Request, *proc)) htt
 	}
 }
 
-func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, p *proc) {
-	q := r.URL.Query()
+func (s *Server) processOutput(w httpd.ResponseWriter, r *httpd.Request, p *proc) {
+	q := r.Query
 	off, err := intParam(q.Get("offset"), 0)
 	if err != nil {
 		writeError(w, err)
@@ -150,8 +146,8 @@ func (s *Server) processOutput(w http.ResponseWriter, r *http.Request, p *proc) 
 	writeJSON(w, ch)
 }
 
-func (s *Server) processWait(w http.ResponseWriter, r *http.Request, p *proc) {
-	ms, err := intParam(r.URL.Query().Get("timeout_ms"), 0)
+func (s *Server) processWait(w httpd.ResponseWriter, r *httpd.Request, p *proc) {
+	ms, err := intParam(r.Query.Get("timeout_ms"), 0)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -165,15 +161,15 @@ func (s *Server) processWait(w http.ResponseWriter, r *http.Request, p *proc) {
 	writeJSON(w, p.wait(ctx))
 }
 
-func (s *Server) processStdin(w http.ResponseWriter, r *http.Request, p *proc) {
-	if err := p.writeStdin(r.Body, r.URL.Query().Get("close") == "1"); err != nil {
+func (s *Server) processStdin(w httpd.ResponseWriter, r *httpd.Request, p *proc) {
+	if err := p.writeStdin(r.Body, r.Query.Get("close") == "1"); err != nil {
 		writeError(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	w.WriteHeader(204)
 }
 
-func (s *Server) processResize(w http.ResponseWriter, r *http.Request, p *proc) {
+func (s *Server) processResize(w httpd.ResponseWriter, r *httpd.Request, p *proc) {
 	var req agent.ResizeRequest
 	if !decode(w, r, &req) {
 		return
@@ -182,10 +178,10 @@ func (s *Server) processResize(w http.ResponseWriter, r *http.Request, p *proc) 
 		writeError(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	w.WriteHeader(204)
 }
 
-func (s *Server) processSignal(w http.ResponseWriter, r *http.Request) {
+func (s *Server) processSignal(w httpd.ResponseWriter, r *httpd.Request) {
 	var req agent.SignalRequest
 	if !decode(w, r, &req) {
 		return
@@ -194,11 +190,11 @@ func (s *Server) processSignal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	w.WriteHeader(204)
 }
 
-func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
-	f, info, err := s.root.Open(r.URL.Query().Get("path"))
+func (s *Server) readFile(w httpd.ResponseWriter, r *httpd.Request) {
+	f, info, err := s.root.Open(r.Query.Get("path"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -208,13 +204,13 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{agent.ErrTooLarge, fmt.Sprintf("%s is %d bytes; the read limit is %d (download it as tar)", info.Path, info.Size, agent.MaxFileRead)})
 		return
 	}
-	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(info.Size, 10))
+	w.Header()["Content-Type"] = "application/octet-stream"
+	w.Header()["Content-Length"] = strconv.FormatInt(info.Size, 10)
 	_, _ = io.Copy(w, io.LimitReader(f, info.Size))
 }
 
-func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+func (s *Server) writeFile(w httpd.ResponseWriter, r *httpd.Request) {
+	q := r.Query
 	mode, err := intParam(q.Get("mode"), 0o644)
 	if err != nil || mode < 0 || mode > 0o7777 {
 		writeError(w, invalidf("mode must be an octal permission like 420 (0644)"))
@@ -228,8 +224,8 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]int64{"written": n})
 }
 
-func (s *Server) stat(w http.ResponseWriter, r *http.Request) {
-	info, err := s.root.Stat(r.URL.Query().Get("path"))
+func (s *Server) stat(w httpd.ResponseWriter, r *httpd.Request) {
+	info, err := s.root.Stat(r.Query.Get("path"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -237,13 +233,13 @@ func (s *Server) stat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, info)
 }
 
-func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	limit, err := intParam(r.URL.Query().Get("limit"), 10000)
+func (s *Server) list(w httpd.ResponseWriter, r *httpd.Request) {
+	limit, err := intParam(r.Query.Get("limit"), 10000)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	infos, err := s.root.List(r.URL.Query().Get("path"), int(min(limit, 100000)))
+	infos, err := s.root.List(r.Query.Get("path"), int(min(limit, 100000)))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -251,7 +247,7 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, infos)
 }
 
-func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
+func (s *Server) mkdir(w httpd.ResponseWriter, r *httpd.Request) {
 	var req agent.MkdirRequest
 	if !decode(w, r, &req) {
 		return
@@ -264,10 +260,10 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	w.WriteHeader(204)
 }
 
-func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
+func (s *Server) remove(w httpd.ResponseWriter, r *httpd.Request) {
 	var req agent.RemoveRequest
 	if !decode(w, r, &req) {
 		return
@@ -276,10 +272,10 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	w.WriteHeader(204)
 }
 
-func (s *Server) move(w http.ResponseWriter, r *http.Request) {
+func (s *Server) move(w httpd.ResponseWriter, r *httpd.Request) {
 	var req agent.MoveRequest
 	if !decode(w, r, &req) {
 		return
@@ -288,23 +284,23 @@ func (s *Server) move(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+	w.WriteHeader(204)
 }
 
-func (s *Server) downloadTar(w http.ResponseWriter, r *http.Request) {
-	p := r.URL.Query().Get("path")
+func (s *Server) downloadTar(w httpd.ResponseWriter, r *httpd.Request) {
+	p := r.Query.Get("path")
 	if _, err := s.root.Stat(p); err != nil {
 		writeError(w, err)
 		return
 	}
-	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header()["Content-Type"] = "application/x-tar"
 	// Headers are sent; a failure mid-stream can only cut the stream,
 	// which the client sees as a truncated tar.
 	_ = s.root.WriteTar(w, p)
 }
 
-func (s *Server) uploadTar(w http.ResponseWriter, r *http.Request) {
-	stats, err := s.root.ExtractTar(http.MaxBytesReader(w, r.Body, agent.MaxTarUpload), r.URL.Query().Get("path"), fs.TarLimits{})
+func (s *Server) uploadTar(w httpd.ResponseWriter, r *httpd.Request) {
+	stats, err := s.root.ExtractTar(httpd.LimitBody(r.Body, agent.MaxTarUpload), r.Query.Get("path"), fs.TarLimits{})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -312,7 +308,7 @@ func (s *Server) uploadTar(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, stats)
 }
 
-func (s *Server) replRun(w http.ResponseWriter, r *http.Request) {
+func (s *Server) replRun(w httpd.ResponseWriter, r *httpd.Request) {
 	var req agent.ReplRequest
 	if !decode(w, r, &req) {
 		return
@@ -341,8 +337,8 @@ func intParam(s string, def int64) (int64, error) {
 	return n, nil
 }
 
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, agent.MaxRequestJSON))
+func decode(w httpd.ResponseWriter, r *httpd.Request, v any) bool {
+	dec := json.NewDecoder(httpd.LimitBody(r.Body, agent.MaxRequestJSON))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		writeError(w, invalidf("decode request: %v", err))
@@ -351,33 +347,30 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	return true
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
+func writeJSON(w httpd.ResponseWriter, v any) {
+	w.Header()["Content-Type"] = "application/json"
 	_ = json.NewEncoder(w).Encode(v)
 }
 
 var kindStatus = map[string]int{
-	agent.ErrInvalid: http.StatusBadRequest, agent.ErrNotFound: http.StatusNotFound,
-	agent.ErrExists: http.StatusConflict, agent.ErrPermission: http.StatusForbidden,
-	agent.ErrTooLarge: http.StatusRequestEntityTooLarge, agent.ErrLimit: http.StatusTooManyRequests,
-	agent.ErrInternal: http.StatusInternalServerError,
+	agent.ErrInvalid: 400, agent.ErrNotFound: 404, agent.ErrExists: 409, agent.ErrPermission: 403,
+	agent.ErrTooLarge: 413, agent.ErrLimit: 429, agent.ErrInternal: 500,
 }
 
-func writeError(w http.ResponseWriter, err error) {
+func writeError(w httpd.ResponseWriter, err error) {
 	kind := agent.ErrInternal
 	var ae *apiError
-	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &ae):
 		kind = ae.kind
-	case errors.As(err, &mbe):
+	case errors.Is(err, httpd.ErrBodyTooLarge):
 		kind = agent.ErrTooLarge
 	default:
 		if k := fs.Kind(err); k != "" {
 			kind = k
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = "application/json"
 	w.WriteHeader(kindStatus[kind])
 	_ = json.NewEncoder(w).Encode(agent.ErrorBody{Kind: kind, Message: err.Error()})
 }
