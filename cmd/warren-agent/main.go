@@ -58,7 +58,11 @@ func run(status *os.File) error {
 	if err := guest.Setup(&cfg); err != nil {
 		return err
 	}
-	reaper := guest.NewReaper()
+	launcher, err := guest.NewLauncher(cfg.Spec.Process.Capabilities)
+	if err != nil {
+		return err
+	}
+	reaper := guest.NewReaper(launcher)
 	go reaper.Run(nil)
 	env := cfg.Spec.Process.Env
 	runner := &guest.Runner{Reaper: reaper, Env: env, Cwd: cfg.Spec.Process.Cwd}

@@ -277,33 +277,15 @@ func runOnFreshThread(f func()) {
 }
 
 // spawnV1 runs on a locked, disposable thread.
-func (c *Cgroup) spawnV1(start func(int) error) (err error) {
+func (c *Cgroup) spawnV1(start func(int) error) error {
+	// Every v1 migration waits for an RCU grace period, so the thread is
+	// not moved back: it is discarded right after start returns, and a
+	// thread leaves its cgroups on exit at no such cost.
 	tid := strconv.Itoa(unix.Gettid())
-	f, err := os.Open("/proc/thread-self/cgroup")
-	if err != nil {
-		return fmt.Errorf("cgroup: spawn in %q: %w", c.name, err)
-	}
-	orig, err := ParseProcSelf(f)
-	f.Close()
-	if err != nil {
-		return err
-	}
-	moved := 0
-	defer func() {
-		// Move the thread back, so it is out of the sandbox even before
-		// the runtime gets round to destroying it.
-		for i := 0; i < moved; i++ {
-			h := c.m.hiers[i]
-			if own, rerr := relTo(orig[h.ctrls[0]], h.root); rerr == nil {
-				_ = writeFile(filepath.Join(h.mount, own, "tasks"), tid)
-			}
-		}
-	}()
-	for i, d := range c.dirs {
+	for _, d := range c.dirs {
 		if err := writeFile(filepath.Join(d, "tasks"), tid); err != nil {
 			return fmt.Errorf("cgroup: spawn in %q: %w", c.name, err)
 		}
-		moved = i + 1
 	}
 	return start(-1)
 }

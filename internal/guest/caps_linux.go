@@ -2,8 +2,7 @@ package guest
 
 import (
 	"fmt"
-	"syscall"
-	"unsafe"
+	"runtime"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -11,11 +10,12 @@ import (
 	"github.com/warren-sandbox/warren/internal/oci"
 )
 
-// dropCapabilities narrows the bounding, effective, permitted and inheritable
-// sets to what the spec lists and clears the ambient set. Capabilities are
-// per thread and the Go runtime runs many, so every change is made on all
-// threads at once (AllThreadsSyscall; the agent is built without cgo).
-func dropCapabilities(c *specs.LinuxCapabilities) error {
+// dropThreadCapabilities narrows the calling thread's bounding, effective,
+// permitted and inheritable sets to what the spec lists and clears its
+// ambient set. It changes only this thread: the Launcher calls it on the one
+// thread every sandbox process is forked from, which is far cheaper than
+// changing all of the agent's threads (each such change stops the world).
+func dropThreadCapabilities(c *specs.LinuxCapabilities) error {
 	if c == nil {
 		c = &specs.LinuxCapabilities{}
 	}
@@ -35,30 +35,66 @@ func dropCapabilities(c *specs.LinuxCapabilities) error {
 	if err != nil {
 		return err
 	}
-	// Each drop stops every thread, so drop only what is still there: the
-	// host already narrowed the bounding set before the clone, leaving just
-	// what setup needs (see oci.SetupCapabilities).
 	for cap := 0; cap <= oci.LastCap(); cap++ {
 		if bounding&(1<<cap) != 0 {
 			continue
 		}
-		if have, _ := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(cap), 0, 0, 0); have != 1 {
-			continue
-		}
-		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(cap), 0); e != 0 && e != unix.EINVAL {
-			return fmt.Errorf("drop capability %d from bounding set: %w", cap, e)
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(cap), 0, 0, 0); err != nil && err != unix.EINVAL {
+			return fmt.Errorf("drop capability %d from bounding set: %w", cap, err)
 		}
 	}
-	if _, _, e := syscall.AllThreadsSyscall6(unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0, 0); e != 0 {
-		return fmt.Errorf("clear ambient capabilities: %w", e)
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{
 		{Effective: uint32(eff), Permitted: uint32(perm), Inheritable: uint32(inh)},
 		{Effective: uint32(eff >> 32), Permitted: uint32(perm >> 32), Inheritable: uint32(inh >> 32)},
 	}
-	if _, _, e := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
-		return fmt.Errorf("set capabilities: %w", e)
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("set capabilities: %w", err)
 	}
 	return nil
+}
+
+// Launcher forks every sandbox process from one OS thread whose
+// capabilities are those of the sandbox (capabilities are per thread, and a
+// child inherits its forking thread's). The agent's other threads keep the
+// few setup capabilities the host left them, under the same seccomp filter.
+type Launcher struct {
+	reqs chan func()
+}
+
+// NewLauncher starts the launcher thread with the capabilities c.
+func NewLauncher(c *specs.LinuxCapabilities) (*Launcher, error) {
+	l := &Launcher{reqs: make(chan func())}
+	ready := make(chan error)
+	go func() {
+		// Never unlocked: the thread's credentials differ from the
+		// process's, so no other goroutine may run on it.
+		runtime.LockOSThread()
+		if err := dropThreadCapabilities(c); err != nil {
+			ready <- err
+			return
+		}
+		ready <- nil
+		for f := range l.reqs {
+			f()
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Run calls f on the launcher thread; f must fork synchronously (for
+// example exec.Cmd.Start).
+func (l *Launcher) Run(f func() error) error {
+	if l == nil {
+		return f()
+	}
+	done := make(chan error)
+	l.reqs <- func() { done <- f() }
+	return <-done
 }

@@ -21,18 +21,22 @@ import (
 // WNOWAIT and only reaps pids nobody owns (reparented orphans); owned children
 // are reaped by their owner's Wait.
 type Reaper struct {
-	mu    sync.Mutex
-	owned map[int]bool
+	mu       sync.Mutex
+	owned    map[int]bool
+	launcher *Launcher
 }
 
-// NewReaper returns a reaper; call Run in a goroutine when running as PID 1.
-func NewReaper() *Reaper { return &Reaper{owned: make(map[int]bool)} }
+// NewReaper returns a reaper that forks children through launcher (nil:
+// from the calling thread); call Run in a goroutine when running as PID 1.
+func NewReaper(launcher *Launcher) *Reaper {
+	return &Reaper{owned: make(map[int]bool), launcher: launcher}
+}
 
 // Start starts cmd and marks its process owned until Release.
 func (r *Reaper) Start(cmd *exec.Cmd) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := cmd.Start(); err != nil {
+	if err := r.launcher.Run(cmd.Start); err != nil {
 		return err
 	}
 	r.owned[cmd.Process.Pid] = true
@@ -43,7 +47,11 @@ func (r *Reaper) Start(cmd *exec.Cmd) error {
 func (r *Reaper) StartProcess(name string, argv []string, attr *os.ProcAttr) (*os.Process, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, err := os.StartProcess(name, argv, attr)
+	var p *os.Process
+	err := r.launcher.Run(func() (err error) {
+		p, err = os.StartProcess(name, argv, attr)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -17,9 +17,9 @@ import (
 
 // Setup turns the freshly cloned process (already in its new namespaces) into
 // the sandbox's init: it assembles the root filesystem, pivots into it, masks
-// what must not be seen, and drops privileges. It runs once, before the agent
-// serves anything; after it returns the process holds only the capabilities
-// and syscalls the spec allows.
+// what must not be seen, and installs the seccomp filter. It runs once,
+// before the agent serves anything. The sandbox's capability set is applied
+// by the Launcher, on the thread its processes are forked from.
 func Setup(cfg *Config) error {
 	s := cfg.Spec
 	if s == nil || s.Root == nil || s.Linux == nil || s.Process == nil {
@@ -91,9 +91,6 @@ func Setup(cfg *Config) error {
 	// sandbox must not read /proc/1/mem or open /proc/1/exe.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fmt.Errorf("set non-dumpable: %w", err)
-	}
-	if err := dropCapabilities(s.Process.Capabilities); err != nil {
-		return err
 	}
 	if s.Linux.Seccomp != nil {
 		prog, err := seccomp.Compile(s.Linux.Seccomp)

@@ -336,6 +336,8 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.b.opts.StartTimeout)
 	defer cancel()
+	t0 := time.Now()
+	var tCgroup, tSpawn time.Duration
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -379,6 +381,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("cgroup: %w", err)
 	}
 	undo = append(undo, func() { _ = cg.Destroy() })
+	tCgroup = time.Since(t0)
 
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
@@ -455,6 +458,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("start agent: %w", err)
 	}
+	tSpawn = time.Since(t0) - tCgroup
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	undo = append(undo, func() { _ = cmd.Process.Kill(); <-done })
@@ -496,8 +500,12 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	s.cmd, s.cg, s.done, s.lifeline = cmd, cg, done, lifeW
 	s.client = agent.NewClient(sock)
+	s.b.log.Debug("sandbox started", "id", s.cfg.ID, "pid", cmd.Process.Pid,
+		"prepare_ms", ms(tCgroup), "spawn_ms", ms(tSpawn), "setup_ms", ms(time.Since(t0)-tCgroup-tSpawn))
 	return nil
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // agentFailure adds the agent's own log to err, which is where a setup
 // failure's details are.
@@ -540,13 +548,17 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	if s.done == nil {
 		return nil
 	}
+	t0 := time.Now()
 	_ = s.cmd.Process.Signal(syscall.SIGKILL)
 	select {
 	case <-s.done:
 	case <-ctx.Done():
 		return fmt.Errorf("stop sandbox %s: %w", s.cfg.ID, ctx.Err())
 	}
-	return s.releaseLocked()
+	tExit := time.Since(t0)
+	err := s.releaseLocked()
+	s.b.log.Debug("sandbox stopped", "id", s.cfg.ID, "exit_ms", ms(tExit), "release_ms", ms(time.Since(t0)-tExit))
+	return err
 }
 
 // releaseLocked frees what a started sandbox holds once its init is gone.
