@@ -55,10 +55,7 @@ func run(status *os.File) error {
 		return fmt.Errorf("listener: %w", err)
 	}
 	lf.Close()
-	if err := guest.Setup(&cfg); err != nil {
-		return err
-	}
-	launcher, err := guest.NewLauncher(cfg.Spec.Process.Capabilities)
+	launcher, err := guest.Setup(&cfg)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,8 @@ Measures, in one run and as medians, what Warren promises to be fast, next
 to baselines run at the same time on the same machine:
 
   fork+exec of /bin/true               the floor for any sandbox
-  warren cold create -> exec -> destroy  vs bubblewrap and crun (when installed)
+  warren cold create -> exec -> destroy  vs bubblewrap and crun (when installed),
+                                       and the same from a pool of pre-spawned agents
   exec /bin/true in a running sandbox  through the agent
   python3 -c 'print(1)'                in a sandbox vs on the host
   REPL 1+1 round trip                  warm Python interpreter
@@ -37,11 +38,17 @@ func benchCmd(ctx context.Context, args []string) error {
 	if *n < 5 || *n > 100000 {
 		return fmt.Errorf("-n %d: want 5..100000", *n)
 	}
-	be, err := hf.backend(true)
+	be, err := hf.backend(true, 0)
 	if err != nil {
 		return err
 	}
 	defer be.Close()
+	// The same backend with a warm pool: what a daemon uses.
+	pooled, err := hf.backend(true, 2)
+	if err != nil {
+		return err
+	}
+	defer pooled.Close()
 	_, _ = be.ReapOrphans(nil)
 	img, err := be.HostImage()
 	if err != nil {
@@ -82,6 +89,12 @@ func benchCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	row("warren create+exec true+destroy", cold, floor, "fork+exec")
+	penv := &bench.Env{Backend: pooled, Image: img}
+	warm, err := measure("warren cold cycle, warm agent pool", *n, func() error { return penv.ColdCycle(ctx) })
+	if err != nil {
+		return err
+	}
+	row("  same, from a warm agent pool", warm, floor, "fork+exec")
 	if bw := bench.Bwrap(); bw != nil {
 		if d, err := measure("bubblewrap", *n, bw); err == nil {
 			row("bubblewrap (same shape)", d, floor, "fork+exec")

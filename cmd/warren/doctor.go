@@ -148,7 +148,7 @@ func seccompSupported() error {
 }
 
 func smokeTest(ctx context.Context, hf *hostFlags) (time.Duration, error) {
-	be, err := hf.backend(true)
+	be, err := hf.backend(true, 0)
 	if err != nil {
 		return 0, err
 	}

@@ -37,15 +37,16 @@ func (h *hostFlags) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// backend builds the native backend from the flags.
-func (h *hostFlags) backend(exitWithHost bool) (*native.Backend, error) {
+// backend builds the native backend from the flags, with prewarm agents
+// spawned ahead of time.
+func (h *hostFlags) backend(exitWithHost bool, prewarm int) (*native.Backend, error) {
 	agentPath, err := agentbin.Find(h.agent, filepath.Join(h.dataDir, "bin"))
 	if err != nil {
 		return nil, err
 	}
 	return native.New(native.Options{
 		DataDir: h.dataDir, RunDir: h.runDir, AgentPath: agentPath, UserNS: h.userNS,
-		ExitWithHost: exitWithHost, Logger: h.logger(),
+		ExitWithHost: exitWithHost, Prewarm: prewarm, Logger: h.logger(),
 	})
 }
 

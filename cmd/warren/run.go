@@ -76,7 +76,7 @@ func runCmd(ctx context.Context, args []string) error {
 		}
 	}
 
-	be, err := hf.backend(true)
+	be, err := hf.backend(true, 0)
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // Modes reported by Manager.Mode.
@@ -413,7 +415,14 @@ func (m *Manager) Create(name string, l Limits) (*Cgroup, error) {
 		return cause
 	}
 	for _, d := range c.dirs {
-		if err := os.Mkdir(d, 0o755); err != nil {
+		err := os.Mkdir(d, 0o755)
+		if errors.Is(err, fs.ErrNotExist) && m.mode == ModeV1 {
+			// Another process's Close removed the empty prefix meanwhile.
+			if err = os.MkdirAll(filepath.Dir(d), 0o755); err == nil {
+				err = os.Mkdir(d, 0o755)
+			}
+		}
+		if err != nil {
 			return nil, rollback(fmt.Errorf("cgroup: create %q: %w", name, err))
 		}
 		made = append(made, d)
@@ -498,6 +507,20 @@ func (m *Manager) Reap(keep func(name string) bool) (removed []string, err error
 
 // removePrefix removes the (empty) prefix directories created by New. Tests
 // use it to leave the host clean.
+// Close removes the prefix cgroup when no sandbox cgroup is left under it,
+// so a process with a prefix of its own leaves nothing behind. A prefix
+// still in use (by this or another process) stays.
+func (m *Manager) Close() error {
+	var errs []error
+	for _, h := range m.hiers {
+		err := unix.Rmdir(h.parent)
+		if err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("cgroup: remove %s: %w", h.parent, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func (m *Manager) removePrefix() error {
 	var errs []error
 	for _, h := range m.hiers {

@@ -65,14 +65,22 @@ type Launcher struct {
 	reqs chan func()
 }
 
-// NewLauncher starts the launcher thread with the capabilities c.
-func NewLauncher(c *specs.LinuxCapabilities) (*Launcher, error) {
+// NewLauncher starts the launcher thread with the capabilities c. With
+// cgroupNS the thread first enters a new cgroup namespace, rooted at the
+// cgroup the host has placed the agent in, which its children inherit.
+func NewLauncher(c *specs.LinuxCapabilities, cgroupNS bool) (*Launcher, error) {
 	l := &Launcher{reqs: make(chan func())}
 	ready := make(chan error)
 	go func() {
 		// Never unlocked: the thread's credentials differ from the
 		// process's, so no other goroutine may run on it.
 		runtime.LockOSThread()
+		if cgroupNS {
+			if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+				ready <- fmt.Errorf("new cgroup namespace: %w", err)
+				return
+			}
+		}
 		if err := dropThreadCapabilities(c); err != nil {
 			ready <- err
 			return

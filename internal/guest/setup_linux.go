@@ -17,64 +17,65 @@ import (
 
 // Setup turns the freshly cloned process (already in its new namespaces) into
 // the sandbox's init: it assembles the root filesystem, pivots into it, masks
-// what must not be seen, and installs the seccomp filter. It runs once,
-// before the agent serves anything. The sandbox's capability set is applied
-// by the Launcher, on the thread its processes are forked from.
-func Setup(cfg *Config) error {
+// what must not be seen, starts the Launcher every sandbox process is forked
+// from (in the sandbox's cgroup namespace, with the sandbox's capabilities),
+// and installs the seccomp filter on every thread. It runs once, before the
+// agent serves anything.
+func Setup(cfg *Config) (*Launcher, error) {
 	s := cfg.Spec
 	if s == nil || s.Root == nil || s.Linux == nil || s.Process == nil {
-		return errors.New("setup: incomplete spec")
+		return nil, errors.New("setup: incomplete spec")
 	}
 	// Nothing we mount may propagate back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make mounts private: %w", err)
+		return nil, fmt.Errorf("make mounts private: %w", err)
 	}
 	root := s.Root.Path
 	if err := mountOverlay(root, cfg.Rootfs); err != nil {
-		return err
+		return nil, err
 	}
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open rootfs: %w", err)
+		return nil, fmt.Errorf("open rootfs: %w", err)
 	}
 	defer unix.Close(rootFD)
 	for _, m := range s.Mounts {
 		if err := mountInRoot(rootFD, m); err != nil {
-			return fmt.Errorf("mount %s on %s: %w", m.Type, m.Destination, err)
+			return nil, fmt.Errorf("mount %s on %s: %w", m.Type, m.Destination, err)
 		}
 	}
 	if err := makeDevLinks(rootFD); err != nil {
-		return err
+		return nil, err
 	}
 	if err := pivotRoot(root); err != nil {
-		return err
+		return nil, err
 	}
 	for _, p := range s.Linux.MaskedPaths {
 		if err := maskPath(p); err != nil {
-			return fmt.Errorf("mask %s: %w", p, err)
+			return nil, fmt.Errorf("mask %s: %w", p, err)
 		}
 	}
 	for _, p := range s.Linux.ReadonlyPaths {
 		if err := readonlyPath(p); err != nil {
-			return fmt.Errorf("make %s read-only: %w", p, err)
+			return nil, fmt.Errorf("make %s read-only: %w", p, err)
 		}
 	}
 	if s.Root.Readonly {
 		if err := remountReadonly("/"); err != nil {
-			return fmt.Errorf("make root read-only: %w", err)
+			return nil, fmt.Errorf("make root read-only: %w", err)
 		}
 	}
 	if s.Hostname != "" {
 		if err := unix.Sethostname([]byte(s.Hostname)); err != nil {
-			return fmt.Errorf("set hostname: %w", err)
+			return nil, fmt.Errorf("set hostname: %w", err)
 		}
 	}
 	if err := loopbackUp(); err != nil {
-		return err
+		return nil, err
 	}
 	for _, rl := range s.Process.Rlimits {
 		if err := setRlimit(rl); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	cwd := s.Process.Cwd
@@ -82,30 +83,38 @@ func Setup(cfg *Config) error {
 		cwd = "/"
 	}
 	if err := os.MkdirAll(cwd, 0o755); err != nil {
-		return fmt.Errorf("create working directory: %w", err)
+		return nil, fmt.Errorf("create working directory: %w", err)
 	}
 	if err := unix.Chdir(cwd); err != nil {
-		return fmt.Errorf("enter working directory: %w", err)
+		return nil, fmt.Errorf("enter working directory: %w", err)
 	}
 	// The agent's memory may hold what a client sent; other processes in the
 	// sandbox must not read /proc/1/mem or open /proc/1/exe.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("set non-dumpable: %w", err)
+		return nil, fmt.Errorf("set non-dumpable: %w", err)
+	}
+	cgroupNS := false
+	for _, ns := range s.Linux.Namespaces {
+		cgroupNS = cgroupNS || ns.Type == specs.CgroupNamespace
+	}
+	launcher, err := NewLauncher(s.Process.Capabilities, cgroupNS)
+	if err != nil {
+		return nil, err
 	}
 	if s.Linux.Seccomp != nil {
 		prog, err := seccomp.Compile(s.Linux.Seccomp)
 		if err != nil {
-			return fmt.Errorf("compile seccomp filter: %w", err)
+			return nil, fmt.Errorf("compile seccomp filter: %w", err)
 		}
 		if err := seccomp.Install(prog); err != nil {
-			return fmt.Errorf("install seccomp filter: %w", err)
+			return nil, fmt.Errorf("install seccomp filter: %w", err)
 		}
 	} else if s.Process.NoNewPrivileges {
 		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-			return fmt.Errorf("set no_new_privs: %w", e)
+			return nil, fmt.Errorf("set no_new_privs: %w", e)
 		}
 	}
-	return nil
+	return launcher, nil
 }
 
 func mountOverlay(target string, r Rootfs) error {

@@ -14,20 +14,14 @@
 package native
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -68,6 +62,10 @@ type Options struct {
 	// ExitWithHost makes every sandbox end when this process ends (for
 	// `warren run`); a daemon leaves it off so sandboxes survive restarts.
 	ExitWithHost bool
+	// Prewarm keeps this many agents spawned ahead of time, so a start
+	// skips clone, namespace creation, exec and the agent's runtime start
+	// (0 = spawn at each start; right for one-shot use like `warren run`).
+	Prewarm int
 	// StartTimeout bounds a sandbox's start (default 10s).
 	StartTimeout time.Duration
 	Logger       *slog.Logger
@@ -80,6 +78,8 @@ type Backend struct {
 	userNS  *oci.IDMap
 	cgroups *cgroup.Manager
 	log     *slog.Logger
+
+	pool *pool
 
 	hostOnce sync.Once
 	hostImg  *image.Image
@@ -149,6 +149,12 @@ func New(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	b.cgroups = cg
+	if opts.Prewarm > 0 {
+		if err := b.startPool(opts.Prewarm); err != nil {
+			b.agentFD.Close()
+			return nil, fmt.Errorf("native backend: warm pool: %w", err)
+		}
+	}
 	return b, nil
 }
 
@@ -175,8 +181,12 @@ func (b *Backend) openAgent() error {
 	return nil
 }
 
-// Close releases the backend's own resources (not the sandboxes).
-func (b *Backend) Close() error { return b.agentFD.Close() }
+// Close releases the backend's own resources (not the sandboxes): the warm
+// pool's agents, the cgroup prefix when empty, and the agent binary.
+func (b *Backend) Close() error {
+	b.pool.close()
+	return errors.Join(b.cgroups.Close(), b.agentFD.Close())
+}
 
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "native" }
@@ -326,7 +336,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if s.done != nil {
 		select {
 		case <-s.done:
-			s.releaseLocked()
+			_ = s.releaseLocked()
 		default:
 			return nil // already running
 		}
@@ -337,7 +347,6 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.b.opts.StartTimeout)
 	defer cancel()
 	t0 := time.Now()
-	var tCgroup, tSpawn time.Duration
 	var undo []func()
 	defer func() {
 		if err != nil {
@@ -350,24 +359,6 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.run, 0o700); err != nil {
-		return err
-	}
-	undo = append(undo, func() { os.RemoveAll(s.run) })
-	sock := filepath.Join(s.run, "agent.sock")
-	_ = os.Remove(sock)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return fmt.Errorf("agent socket: %w", err)
-	}
-	l.SetUnlinkOnClose(false)
-	lf, err := l.File()
-	l.Close()
-	if err != nil {
-		return err
-	}
-	defer lf.Close()
-
 	limits := cgroup.Limits{MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax}
 	cg, err := s.b.cgroups.Create(s.cfg.ID, limits)
 	if errors.Is(err, fs.ErrExist) {
@@ -381,145 +372,50 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("cgroup: %w", err)
 	}
 	undo = append(undo, func() { _ = cg.Destroy() })
-	tCgroup = time.Since(t0)
+	_ = os.RemoveAll(s.run)
+	undo = append(undo, func() { os.RemoveAll(s.run) })
+	tPrepare := time.Since(t0)
 
-	cfgR, cfgW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer cfgR.Close()
-	defer cfgW.Close()
-	statusR, statusW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer statusR.Close()
-	defer statusW.Close()
-	logf, err := os.OpenFile(filepath.Join(s.run, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	extra := []*os.File{cfgR, lf, statusW}
-	var lifeR, lifeW *os.File
-	if gcfg.Lifeline {
-		if lifeR, lifeW, err = os.Pipe(); err != nil {
+	// A pooled agent has run nothing of any sandbox yet; it joins the
+	// cgroup before it reads its config. Otherwise spawn one, born there.
+	pooled := false
+	a := s.b.pool.take()
+	if a != nil {
+		if err := cg.Add(a.pid()); err != nil {
+			a.kill()
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		if err := os.Rename(a.dir, s.run); err != nil {
+			a.kill()
 			return err
 		}
-		defer lifeR.Close()
-		extra = append(extra, lifeR)
-		undo = append(undo, func() { lifeW.Close() })
+		a.dir, pooled = s.run, true
+	} else {
+		if err := os.Mkdir(s.run, 0o700); err != nil {
+			return err
+		}
+		if a, err = s.b.spawnAgent(s.run, cg); err != nil {
+			return err
+		}
 	}
-
-	cmd := &exec.Cmd{
-		Path:       "/proc/self/fd/" + strconv.Itoa(int(s.b.agentFD.Fd())),
-		Args:       []string{"warren-agent"},
-		Env:        []string{},
-		ExtraFiles: extra,
-		Stdout:     logf,
-		Stderr:     logf,
-		SysProcAttr: &syscall.SysProcAttr{
-			Setsid: true,
-			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
-				syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET | syscall.CLONE_NEWCGROUP,
-		},
-	}
-	if m := s.b.userNS; m != nil {
-		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
-		ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.Host), Size: int(m.Size)}}
-		cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = ids, ids
-		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
-		// The clone child still has host uid 0, which is unmapped (nobody)
-		// in the new namespace; become its root before exec, or exec
-		// drops every capability.
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
-	}
-	keep, err := oci.CapMask(append(append([]string(nil), gcfg.Spec.Process.Capabilities.Bounding...), oci.SetupCapabilities...))
-	if err != nil {
+	undo = append(undo, a.kill)
+	tSpawn := time.Since(t0) - tPrepare
+	if err := a.configure(ctx, gcfg); err != nil {
 		return err
 	}
-	err = cg.Spawn(func(fd int) error {
-		// Spawn runs this on a thread that is discarded afterwards, so its
-		// bounding set can be narrowed for the clone to inherit: dropping
-		// here is a plain syscall, in the multi-threaded agent each drop
-		// would stop every thread.
-		for c := 0; c <= oci.LastCap(); c++ {
-			if keep&(1<<c) == 0 {
-				if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && err != unix.EINVAL {
-					return fmt.Errorf("narrow bounding set: %w", err)
-				}
-			}
-		}
-		if fd >= 0 {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-		}
-		return cmd.Start()
-	})
-	if err != nil {
-		return fmt.Errorf("start agent: %w", err)
-	}
-	tSpawn = time.Since(t0) - tCgroup
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	undo = append(undo, func() { _ = cmd.Process.Kill(); <-done })
-	cfgR.Close()
-	statusW.Close()
-	if lifeR != nil {
-		lifeR.Close()
-	}
-
-	if err := json.NewEncoder(cfgW).Encode(gcfg); err != nil {
-		return fmt.Errorf("send config to agent: %w", s.agentFailure(err))
-	}
-	cfgW.Close()
-	ready := make(chan error, 1)
-	go func() {
-		b, err := io.ReadAll(io.LimitReader(statusR, 64<<10))
-		switch {
-		case err != nil:
-			ready <- err
-		case string(b) == "ok\n":
-			ready <- nil
-		case len(b) == 0:
-			ready <- errors.New("agent exited during setup")
-		default:
-			ready <- errors.New(strings.TrimSpace(string(b)))
-		}
-	}()
-	select {
-	case err := <-ready:
-		if err != nil {
-			return fmt.Errorf("sandbox setup failed: %w", s.agentFailure(err))
-		}
-	case <-ctx.Done():
-		return fmt.Errorf("sandbox setup: %w", ctx.Err())
-	}
-	pidInfo := fmt.Sprintf("%d %d\n", cmd.Process.Pid, procStartTime(cmd.Process.Pid))
+	a.statusR.Close()
+	pidInfo := fmt.Sprintf("%d %d\n", a.pid(), procStartTime(a.pid()))
 	if err := os.WriteFile(filepath.Join(s.run, "agent.pid"), []byte(pidInfo), 0o600); err != nil {
 		return err
 	}
-	s.cmd, s.cg, s.done, s.lifeline = cmd, cg, done, lifeW
-	s.client = agent.NewClient(sock)
-	s.b.log.Debug("sandbox started", "id", s.cfg.ID, "pid", cmd.Process.Pid,
-		"prepare_ms", ms(tCgroup), "spawn_ms", ms(tSpawn), "setup_ms", ms(time.Since(t0)-tCgroup-tSpawn))
+	s.cmd, s.cg, s.done, s.lifeline = a.cmd, cg, a.done, a.lifeW
+	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
+	s.b.log.Debug("sandbox started", "id", s.cfg.ID, "pid", a.pid(), "pooled", pooled,
+		"prepare_ms", ms(tPrepare), "spawn_ms", ms(tSpawn), "setup_ms", ms(time.Since(t0)-tPrepare-tSpawn))
 	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// agentFailure adds the agent's own log to err, which is where a setup
-// failure's details are.
-func (s *Sandbox) agentFailure(err error) error {
-	b, _ := os.ReadFile(filepath.Join(s.run, "agent.log"))
-	b = bytes.TrimSpace(b)
-	if len(b) > 2048 {
-		b = b[len(b)-2048:]
-	}
-	if len(b) > 0 && !strings.Contains(err.Error(), string(b)) {
-		return fmt.Errorf("%w (agent log: %s)", err, b)
-	}
-	return err
-}
 
 // Stats implements backend.Sandbox.
 func (s *Sandbox) Stats() (backend.Stats, error) {

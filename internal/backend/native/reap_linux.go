@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -29,6 +30,9 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 	}
 	for _, e := range ents {
 		id, run := e.Name(), filepath.Join(b.opts.RunDir, e.Name())
+		if strings.HasPrefix(id, ".") {
+			continue // the warm pool's, managed by the pool
+		}
 		seen[id] = true
 		if alive(run) || (young(run) && !fileExists(filepath.Join(run, "agent.pid"))) {
 			continue

@@ -1,0 +1,244 @@
+package native
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/guest"
+	"github.com/warren-sandbox/warren/internal/oci"
+)
+
+// agentProc is a started warren-agent, in its namespaces, that has not been
+// configured yet: it blocks reading its config. Its socket and log live in
+// dir, which can be renamed while it waits.
+type agentProc struct {
+	cmd     *exec.Cmd
+	done    chan struct{}
+	dir     string
+	cfgW    *os.File
+	statusR *os.File
+	lifeW   *os.File // the host's end of the lifeline; nil unless ExitWithHost
+}
+
+func (a *agentProc) pid() int { return a.cmd.Process.Pid }
+
+func (a *agentProc) alive() bool {
+	select {
+	case <-a.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill ends the agent and releases the host's ends of its pipes.
+func (a *agentProc) kill() {
+	_ = a.cmd.Process.Kill()
+	<-a.done
+	a.closePipes()
+}
+
+func (a *agentProc) closePipes() {
+	a.cfgW.Close()
+	a.statusR.Close()
+	if a.lifeW != nil {
+		a.lifeW.Close()
+	}
+}
+
+// setupCapabilities are the capabilities the agent's threads may hold: the
+// sandbox's own plus what setup needs. Everything else leaves the bounding
+// set before the clone.
+var setupCapabilities = func() uint64 {
+	m, err := oci.CapMask(append(append([]string(nil), oci.DefaultCapabilities...), oci.SetupCapabilities...))
+	if err != nil {
+		panic(err)
+	}
+	return m
+}()
+
+// spawnAgent starts an agent in new namespaces, its socket and log in dir.
+// With cg the agent is born inside that cgroup; without, the caller must
+// place it (cgroup.Add) before configuring it.
+func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup) (a *agentProc, err error) {
+	sock := filepath.Join(dir, "agent.sock")
+	_ = os.Remove(sock)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("agent socket: %w", err)
+	}
+	l.SetUnlinkOnClose(false)
+	lf, err := l.File()
+	l.Close()
+	if err != nil {
+		return nil, err
+	}
+	defer lf.Close()
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	var closers []*os.File // child ends, closed once the child has them
+	defer func() {
+		for _, f := range closers {
+			f.Close()
+		}
+	}()
+	a = &agentProc{dir: dir, done: make(chan struct{})}
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, cfgR)
+	a.cfgW = cfgW
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		cfgW.Close()
+		return nil, err
+	}
+	closers = append(closers, statusW)
+	a.statusR = statusR
+	extra := []*os.File{cfgR, lf, statusW}
+	if b.opts.ExitWithHost {
+		lifeR, lifeW, err := os.Pipe()
+		if err != nil {
+			a.closePipes()
+			return nil, err
+		}
+		closers = append(closers, lifeR)
+		a.lifeW = lifeW
+		extra = append(extra, lifeR)
+	}
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/fd/" + strconv.Itoa(int(b.agentFD.Fd())),
+		Args:       []string{"warren-agent"},
+		Env:        []string{},
+		ExtraFiles: extra,
+		Stdout:     logf,
+		Stderr:     logf,
+		SysProcAttr: &syscall.SysProcAttr{
+			Setsid: true,
+			// No CLONE_NEWCGROUP: the agent's launcher thread enters a new
+			// cgroup namespace once the agent is in its cgroup, which a
+			// pooled agent is only after it was spawned.
+			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
+				syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
+		},
+	}
+	if m := b.userNS; m != nil {
+		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
+		ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.Host), Size: int(m.Size)}}
+		cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = ids, ids
+		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
+		// The clone child still has host uid 0, which is unmapped (nobody)
+		// in the new namespace; become its root before exec, or exec
+		// drops every capability.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+	}
+	start := func(fd int) error {
+		// This runs on a thread that is discarded afterwards, so its
+		// bounding set can be narrowed for the clone to inherit with plain
+		// syscalls (in the multi-threaded agent each drop would stop every
+		// thread).
+		for c := 0; c <= oci.LastCap(); c++ {
+			if setupCapabilities&(1<<c) == 0 {
+				if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+					return fmt.Errorf("narrow bounding set: %w", err)
+				}
+			}
+		}
+		if fd >= 0 {
+			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
+		}
+		return cmd.Start()
+	}
+	if cg != nil {
+		err = cg.Spawn(start)
+	} else {
+		err = onDisposableThread(func() error { return start(-1) })
+	}
+	if err != nil {
+		a.closePipes()
+		return nil, fmt.Errorf("start agent: %w", err)
+	}
+	a.cmd = cmd
+	go func() { _ = cmd.Wait(); close(a.done) }()
+	return a, nil
+}
+
+// onDisposableThread runs f on an OS thread that is destroyed afterwards.
+func onDisposableThread(f func() error) error {
+	res := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread is never destroyed: keep it here and use another.
+			res <- onDisposableThread(f)
+			runtime.UnlockOSThread()
+			return
+		}
+		res <- f()
+		// Exiting locked makes the runtime terminate the thread.
+	}()
+	return <-res
+}
+
+// configure sends the agent its config and waits until it serves.
+func (a *agentProc) configure(ctx context.Context, cfg *guest.Config) error {
+	if err := json.NewEncoder(a.cfgW).Encode(cfg); err != nil {
+		return fmt.Errorf("send config to agent: %w", a.failure(err))
+	}
+	a.cfgW.Close()
+	ready := make(chan error, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(a.statusR, 64<<10))
+		switch {
+		case err != nil:
+			ready <- err
+		case string(b) == "ok\n":
+			ready <- nil
+		case len(b) == 0:
+			ready <- errors.New("agent exited during setup")
+		default:
+			ready <- errors.New(strings.TrimSpace(string(b)))
+		}
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			return fmt.Errorf("sandbox setup failed: %w", a.failure(err))
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox setup: %w", ctx.Err())
+	}
+}
+
+// failure adds the agent's own log to err, which is where a setup failure's
+// details are.
+func (a *agentProc) failure(err error) error {
+	b, _ := os.ReadFile(filepath.Join(a.dir, "agent.log"))
+	b = []byte(strings.TrimSpace(string(b)))
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	if len(b) > 0 && !strings.Contains(err.Error(), string(b)) {
+		return fmt.Errorf("%w (agent log: %s)", err, b)
+	}
+	return err
+}
