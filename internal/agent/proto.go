@@ -49,7 +49,8 @@ type ExecRequest struct {
 	// Argv is executed directly, no shell. Argv[0] is looked up in PATH
 	// when it has no slash.
 	Argv []string `json:"argv"`
-	// Env replaces the default environment when non-nil ("K=V" entries).
+	// Env is laid over the sandbox's default environment ("K=V" entries;
+	// a key given here wins).
 	Env []string `json:"env,omitempty"`
 	// Cwd is the working directory; empty means the sandbox default.
 	Cwd string `json:"cwd,omitempty"`

@@ -81,6 +81,9 @@ func (r *Runner) command(req *agent.ExecRequest) (*exec.Cmd, error) {
 	}
 	if len(req.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(req.Stdin)
+		// A descendant may hold stdin open without reading it; once the
+		// process has exited, Wait gives the copy this long, then closes.
+		cmd.WaitDelay = 100 * time.Millisecond
 	}
 	return cmd, nil
 }

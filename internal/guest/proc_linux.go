@@ -35,6 +35,11 @@ func newRing(keep int) *ring { return &ring{keep: keep, notify: make(chan struct
 func (r *ring) Write(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		// A descendant still holds the pipe after the process was
+		// reported finished; readers have seen EOF, so this is dropped.
+		return len(p), nil
+	}
 	r.buf = append(r.buf, p...)
 	// Trim with slack so trimming is amortized; memory stays ≤ 1.25 × keep.
 	if over := len(r.buf) - r.keep; over > r.keep/4 {
@@ -127,6 +132,9 @@ type Procs struct {
 	mu     sync.Mutex
 	seq    int
 	m      map[string]*proc
+	// reserved counts starts in flight, so concurrent starts cannot
+	// overrun MaxProcesses between the check and the insert.
+	reserved int
 }
 
 // NewProcs returns an empty table that starts processes with runner.
@@ -135,9 +143,17 @@ func NewProcs(runner *Runner) *Procs { return &Procs{runner: runner, m: map[stri
 // Start launches req in the background. Output is kept per stream (the last
 // agent.ProcessOutputKeep bytes) for re-reading from an offset.
 func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
-	if err := ps.makeRoom(); err != nil {
+	if err := ps.reserve(); err != nil {
 		return agent.ProcessInfo{}, err
 	}
+	inserted := false
+	defer func() {
+		if !inserted {
+			ps.mu.Lock()
+			ps.reserved--
+			ps.mu.Unlock()
+		}
+	}()
 	cmd, err := ps.runner.command(req)
 	if err != nil {
 		var se *errStart
@@ -147,7 +163,7 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 		return agent.ProcessInfo{}, err
 	}
 	p := &proc{argv: req.Argv, stdout: newRing(agent.ProcessOutputKeep), stderr: newRing(agent.ProcessOutputKeep), done: make(chan struct{})}
-	var closeAfterStart []*os.File
+	var closeAfterStart, closeOnFailure []*os.File
 	var readers []func()
 	if req.TTY {
 		master, slave, err := openPTY()
@@ -161,6 +177,7 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 		cmd.SysProcAttr.Ctty = 0
 		p.tty, p.stdin = master, master
 		closeAfterStart = append(closeAfterStart, slave)
+		closeOnFailure = append(closeOnFailure, master)
 		readers = append(readers, func() { _, _ = io.Copy(p.stdout, master) })
 	} else {
 		outR, outW, err := os.Pipe()
@@ -175,6 +192,7 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 		}
 		cmd.Stdout, cmd.Stderr = outW, errW
 		closeAfterStart = append(closeAfterStart, outW, errW)
+		closeOnFailure = append(closeOnFailure, outR, errR)
 		readers = append(readers,
 			func() { _, _ = io.Copy(p.stdout, outR); outR.Close() },
 			func() { _, _ = io.Copy(p.stderr, errR); errR.Close() })
@@ -186,6 +204,7 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 			cmd.Stdin = inR
 			p.stdin = inW
 			closeAfterStart = append(closeAfterStart, inR)
+			closeOnFailure = append(closeOnFailure, inW)
 		}
 	}
 	err = ps.runner.Reaper.Start(cmd)
@@ -193,8 +212,8 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 		f.Close()
 	}
 	if err != nil {
-		if p.stdin != nil {
-			p.stdin.Close()
+		for _, f := range closeOnFailure {
+			f.Close()
 		}
 		return agent.ProcessInfo{}, &apiError{agent.ErrNotFound, err.Error()}
 	}
@@ -204,6 +223,8 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 	ps.seq++
 	p.id = "proc-" + strconv.Itoa(ps.seq)
 	ps.m[p.id] = p
+	ps.reserved--
+	inserted = true
 	ps.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -250,11 +271,13 @@ func (ps *Procs) supervise(p *proc, cmd *exec.Cmd, timeoutMs int64, readers *syn
 	close(p.done)
 }
 
-// makeRoom evicts the oldest exited process when the table is full.
-func (ps *Procs) makeRoom() error {
+// reserve takes a slot in the table for a start, evicting the oldest
+// exited process when the table is full.
+func (ps *Procs) reserve() error {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if len(ps.m) < agent.MaxProcesses {
+	if len(ps.m)+ps.reserved < agent.MaxProcesses {
+		ps.reserved++
 		return nil
 	}
 	var oldest *proc
@@ -268,9 +291,10 @@ func (ps *Procs) makeRoom() error {
 		}
 	}
 	if oldest == nil {
-		return &apiError{agent.ErrLimit, fmt.Sprintf("%d background processes are running; that is the limit", agent.MaxProcesses)}
+		return &apiError{agent.ErrLimit, fmt.Sprintf("%d background processes are running or starting; that is the limit", agent.MaxProcesses)}
 	}
 	delete(ps.m, oldest.id)
+	ps.reserved++
 	return nil
 }
 

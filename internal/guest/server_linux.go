@@ -289,8 +289,13 @@ func (s *Server) move(w httpd.ResponseWriter, r *httpd.Request) {
 
 func (s *Server) downloadTar(w httpd.ResponseWriter, r *httpd.Request) {
 	p := r.Query.Get("path")
-	if _, err := s.root.Stat(p); err != nil {
+	info, err := s.root.Stat(p)
+	if err != nil {
 		writeError(w, err)
+		return
+	}
+	if info.Type == "other" {
+		writeError(w, invalidf("%s is a device, socket or FIFO; only files, directories and symlinks can be downloaded", info.Path))
 		return
 	}
 	w.Header()["Content-Type"] = "application/x-tar"
@@ -311,6 +316,10 @@ func (s *Server) uploadTar(w httpd.ResponseWriter, r *httpd.Request) {
 func (s *Server) replRun(w httpd.ResponseWriter, r *httpd.Request) {
 	var req agent.ReplRequest
 	if !decode(w, r, &req) {
+		return
+	}
+	if len(req.Code) > repl.MaxCode {
+		writeError(w, &apiError{agent.ErrTooLarge, fmt.Sprintf("code is %d bytes; the limit is %d", len(req.Code), repl.MaxCode)})
 		return
 	}
 	lang, err := repl.NormalizeLanguage(req.Language)

@@ -121,6 +121,7 @@ func (r *Root) List(name string, limit int) ([]agent.FileInfo, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
+	limit = min(limit, 1<<30) // limit+1 must not overflow
 	rel, err := cleanPath(name)
 	if err != nil {
 		return nil, err

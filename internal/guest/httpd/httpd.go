@@ -218,6 +218,9 @@ func serveConn(c net.Conn, m *Mux) {
 		}
 		cr.stopBackgroundRead()
 		cancel()
+		// Draining must not start another background read: the next
+		// request's first byte would race into it.
+		body.onEOF = nil
 		keep := w.finish() == nil && body.drain() && req.Header["connection"] != "close"
 		if err := bw.Flush(); err != nil || !keep {
 			return
@@ -347,6 +350,11 @@ func (b *bodyReader) Read(p []byte) (int, error) {
 	}
 	n, err := b.br.Read(p)
 	b.remaining -= int64(n)
+	if !b.chunked && b.remaining == 0 && err == nil {
+		// The whole body is in: a decoder that stops at its last byte
+		// must still let the server watch for a hang-up.
+		_ = b.finish()
+	}
 	if b.chunked && b.remaining == 0 && err == nil {
 		if _, err2 := readLine(b.br); err2 != nil {
 			err = err2
