@@ -58,7 +58,7 @@ func doctorCmd(ctx context.Context, args []string) error {
 		add(ns.name, true, probeClone(ns.flag), "")
 	}
 	if err := native.ProbeUserNS(); err != nil {
-		add("user namespace", false, fmt.Errorf("%v; sandboxes run as host root with dropped capabilities, seccomp and no_new_privs instead", err), "")
+		add("user namespace", false, fmt.Errorf("%w; sandboxes run as host root with dropped capabilities, seccomp and no_new_privs instead", err), "")
 	} else {
 		add("user namespace", false, nil, fmt.Sprintf("sandbox root maps to host uid %d..%d", native.DefaultUIDBase, native.DefaultUIDBase+65535))
 	}
@@ -116,7 +116,7 @@ func probeClone(flag uintptr) error {
 	cmd := exec.Command("/bin/true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: flag}
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("clone failed: %v", err)
+		return fmt.Errorf("clone failed: %w", err)
 	}
 	return nil
 }

@@ -44,7 +44,7 @@ func Exec(ctx context.Context, sb Sandbox, req *agent.ExecRequest, onOutput func
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
 			if serr := sb.Stop(stopCtx); serr != nil {
-				return ExecResult{}, fmt.Errorf("%w (stop: %v)", ErrAgentUnresponsive, serr)
+				return ExecResult{}, fmt.Errorf("%w (stop: %w)", ErrAgentUnresponsive, serr)
 			}
 			return ExecResult{}, ErrAgentUnresponsive
 		}

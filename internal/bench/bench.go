@@ -137,7 +137,7 @@ func Bwrap() func() error {
 	return func() error {
 		out, err := exec.Command(path, args...).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("bwrap: %v: %s", err, out)
+			return fmt.Errorf("bwrap: %w: %s", err, out)
 		}
 		return nil
 	}
@@ -149,8 +149,8 @@ func Bwrap() func() error {
 // from a private mount namespace with that mount removed, on a dedicated
 // thread that is discarded afterwards.
 func Crun(dir string) (run func() error, cleanup func(), err error) {
-	path, lerr := exec.LookPath("crun")
-	if lerr != nil {
+	path := installed("crun")
+	if path == "" {
 		return nil, func() {}, nil
 	}
 	bundle := filepath.Join(dir, "crun-bundle")
@@ -204,7 +204,7 @@ func Crun(dir string) (run func() error, cleanup func(), err error) {
 			n++
 			out, err := exec.Command(path, "run", "--bundle", bundle, fmt.Sprintf("warren-bench-%d-%d", os.Getpid(), n)).CombinedOutput()
 			if err != nil {
-				err = fmt.Errorf("crun: %v: %s", err, out)
+				err = fmt.Errorf("crun: %w: %s", err, out)
 			}
 			reply <- err
 		}
@@ -218,6 +218,12 @@ func Crun(dir string) (run func() error, cleanup func(), err error) {
 }
 
 // hybridCgroups reports a cgroup2 mount beside v1 controller hierarchies.
+// installed returns the path of an executable in PATH, or "".
+func installed(name string) string {
+	p, _ := exec.LookPath(name)
+	return p
+}
+
 func hybridCgroups() bool {
 	_, v2 := os.Stat("/sys/fs/cgroup/unified/cgroup.controllers")
 	_, v1 := os.Stat("/sys/fs/cgroup/memory/memory.limit_in_bytes")

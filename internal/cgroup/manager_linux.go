@@ -410,7 +410,7 @@ func (m *Manager) Create(name string, l Limits) (*Cgroup, error) {
 			}
 		}
 		if len(errs) > 0 {
-			return fmt.Errorf("%w (rollback failed: %v)", cause, errors.Join(errs...))
+			return fmt.Errorf("%w (rollback failed: %w)", cause, errors.Join(errs...))
 		}
 		return cause
 	}
@@ -505,8 +505,6 @@ func (m *Manager) Reap(keep func(name string) bool) (removed []string, err error
 	return removed, errors.Join(errs...)
 }
 
-// removePrefix removes the (empty) prefix directories created by New. Tests
-// use it to leave the host clean.
 // Close removes the prefix cgroup when no sandbox cgroup is left under it,
 // so a process with a prefix of its own leaves nothing behind. A prefix
 // still in use (by this or another process) stays.
@@ -521,6 +519,8 @@ func (m *Manager) Close() error {
 	return errors.Join(errs...)
 }
 
+// removePrefix removes the (empty) prefix directories created by New. Tests
+// use it to leave the host clean.
 func (m *Manager) removePrefix() error {
 	var errs []error
 	for _, h := range m.hiers {

@@ -2038,7 +2038,7 @@ func tarNames(t testing.TB, s *agentSuite, p string) []string {
 	tr := tar.NewReader(rc)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return names
 		}
 		if err != nil {
@@ -2168,7 +2168,7 @@ func readTar(t testing.TB, r io.Reader) (map[string]tarItem, []string) {
 	tr := tar.NewReader(r)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return m, order
 		}
 		if err != nil {

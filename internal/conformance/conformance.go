@@ -574,7 +574,7 @@ func (h *Harness) cycle(ctx context.Context, i int) error {
 	case 0:
 		if st, err := sb.Agent().Exec(ctx, &agent.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
 			_ = sb.Remove(ctx)
-			return fmt.Errorf("exec true: %v %+v", err, st)
+			return fmt.Errorf("exec true: %w %+v", err, st)
 		}
 	case 1:
 		if _, err := sb.Agent().StartProcess(ctx, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 1000 & while :; do :; done"}}); err != nil {

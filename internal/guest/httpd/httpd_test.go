@@ -183,7 +183,7 @@ func TestLimitBody(t *testing.T) {
 		t.Errorf("at the limit: %q %v", b, err)
 	}
 	b, err = io.ReadAll(LimitBody(strings.NewReader("123456"), 5))
-	if err != ErrBodyTooLarge || len(b) > 5 {
+	if !errors.Is(err, ErrBodyTooLarge) || len(b) > 5 {
 		t.Errorf("past the limit: %q %v", b, err)
 	}
 }
