@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
 
 // env is a Root inside a directory tree with things beside it that must
@@ -261,9 +259,4 @@ func mkTar(t testing.TB, ents ...ent) []byte {
 	}
 	must(t, tw.Close())
 	return buf.Bytes()
-}
-
-func isFIFO(t testing.TB, p string) {
-	t.Helper()
-	must(t, unix.Mkfifo(p, 0o644))
 }

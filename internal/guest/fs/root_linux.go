@@ -1,6 +1,7 @@
 package fs
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -72,7 +73,7 @@ func opErr(op, rel string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if fe, ok := err.(*Error); ok && fe.Path == "" {
+	if fe := (*Error)(nil); errors.As(err, &fe) && fe.Path == "" {
 		fe.Op, fe.Path = op, display(rel)
 		return fe
 	}
@@ -138,7 +139,7 @@ func (r *Root) List(name string, limit int) ([]agent.FileInfo, error) {
 	dir := os.NewFile(uintptr(fd), display(rel))
 	defer dir.Close()
 	names, err := dir.Readdirnames(limit + 1)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, opErr("list", rel, err)
 	}
 	if len(names) > limit {
@@ -156,7 +157,7 @@ func (r *Root) List(name string, limit int) ([]agent.FileInfo, error) {
 		var target string
 		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 			if target, err = readlinkAt(fd, n); err != nil {
-				if err == unix.ENOENT || err == unix.EINVAL {
+				if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EINVAL) {
 					continue // removed or replaced meanwhile
 				}
 				return nil, opErr("list", joinPath(rel, n), err)
@@ -321,9 +322,9 @@ func (r *Root) Remove(name string, recursive bool) error {
 		return opErr("remove", rel, removeAll(pfd, base, 0, false))
 	}
 	err = unix.Unlinkat(pfd, base, 0)
-	if err == unix.EISDIR {
+	if errors.Is(err, unix.EISDIR) {
 		err = unix.Unlinkat(pfd, base, unix.AT_REMOVEDIR)
-		if err == unix.ENOTEMPTY || err == unix.EEXIST {
+		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
 			return kindErr("remove", rel, agent.ErrInvalid, "directory not empty (remove it recursively)")
 		}
 	}
@@ -366,7 +367,7 @@ func removeAll(dirfd int, name string, dev uint64, haveDev bool) error {
 			return err
 		}
 		err = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
-		if err != unix.ENOTEMPTY && err != unix.EEXIST {
+		if !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
 			return err
 		}
 		// Something was created meanwhile: go again.
@@ -378,7 +379,7 @@ func removeChildren(dir *os.File, fd int, dev uint64) error {
 	for {
 		names, err := dir.Readdirnames(256)
 		for _, n := range names {
-			if err := removeAll(fd, n, dev, true); err != nil && err != unix.ENOENT {
+			if err := removeAll(fd, n, dev, true); err != nil && !errors.Is(err, unix.ENOENT) {
 				return err
 			}
 		}

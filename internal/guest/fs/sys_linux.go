@@ -1,12 +1,11 @@
 package fs
 
 import (
-	"encoding/binary"
+	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -120,7 +119,7 @@ func chmodDir(dirfd int, name string, perm uint32) error {
 func withTempName(create func(name string) error) (string, error) {
 	var b [8]byte
 	for range 64 {
-		binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+		_, _ = rand.Read(b[:])
 		name := ".warren-" + hex.EncodeToString(b[:]) + ".tmp"
 		err := create(name)
 		if err == unix.EEXIST {
@@ -150,7 +149,7 @@ func writeAt(dirfd int, base string, src io.Reader, perm uint32, max int64, mtim
 	defer func() {
 		if !done {
 			f.Close()
-			unix.Unlinkat(dirfd, tmp, 0)
+			_ = unix.Unlinkat(dirfd, tmp, 0)
 		}
 	}()
 	lim := max
@@ -173,11 +172,11 @@ func writeAt(dirfd int, base string, src io.Reader, perm uint32, max int64, mtim
 	}
 	done = true
 	if err := f.Close(); err != nil {
-		unix.Unlinkat(dirfd, tmp, 0)
+		_ = unix.Unlinkat(dirfd, tmp, 0)
 		return n, err
 	}
 	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
-		unix.Unlinkat(dirfd, tmp, 0)
+		_ = unix.Unlinkat(dirfd, tmp, 0)
 		return n, err
 	}
 	return n, nil
@@ -192,7 +191,7 @@ func replaceWith(dirfd int, base string, create func(tmp string) error) error {
 		return err
 	}
 	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
-		unix.Unlinkat(dirfd, tmp, 0)
+		_ = unix.Unlinkat(dirfd, tmp, 0)
 		return err
 	}
 	return nil

@@ -54,7 +54,7 @@ type TarStats struct {
 // is walked with directory descriptors and *at calls, never re-joined
 // paths; symlinks are stored as symlinks, sockets, FIFOs and devices are
 // skipped, and entries that vanish or change type during the walk are
-// skipped. Hardlinked files are stored as separate copies. A file that
+// skipped. Files with several hard links are stored as separate copies. A file that
 // shrinks while being read is padded with zeros to the size in its header.
 // Mode bits, mtime (to the second) and numeric owner are recorded.
 func (r *Root) WriteTar(w io.Writer, name string) error {
@@ -69,9 +69,9 @@ func (r *Root) WriteTar(w io.Writer, name string) error {
 	defer r.release()
 	tw := &tarWriter{tw: tar.NewWriter(w), buf: make([]byte, 64<<10)}
 	if rel == "." {
-		fd, err := openIn(root, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
-		if err != nil {
-			return opErr("tar", rel, err)
+		fd, oerr := openIn(root, ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if oerr != nil {
+			return opErr("tar", rel, oerr)
 		}
 		err = tw.dir(fd, "")
 	} else {
@@ -96,7 +96,7 @@ type tarWriter struct {
 // vanished reports errors meaning an entry was removed or replaced during
 // the walk.
 func vanished(err error) bool {
-	return err == unix.ENOENT || err == unix.ENOTDIR || err == unix.ELOOP
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP)
 }
 
 // entry writes name in dirfd as tarName. When top, a directory contributes
@@ -387,7 +387,8 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 		ferr = x.file(rel, hdr, tr)
 	}
 	if ferr != nil {
-		if fe, ok := ferr.(*Error); ok && fe.Op == "extract" {
+		var fe *Error
+		if errors.As(ferr, &fe) && fe.Op == "extract" {
 			return fe
 		}
 		return x.fail(hdr.Name, "", ferr)
@@ -522,13 +523,13 @@ func (x *extractor) hardlink(rel string, hdr *tar.Header) error {
 	}
 	// The target may have been swapped between the check and the link.
 	if err := unix.Fstatat(pfd, tmp, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Unlinkat(pfd, tmp, 0)
+		_ = unix.Unlinkat(pfd, tmp, 0)
 		return badTarget
 	}
 	err = unix.Renameat(pfd, tmp, pfd, base)
 	// rename(2) of two links to the same inode does nothing and succeeds,
 	// leaving tmp; remove it in every case.
-	unix.Unlinkat(pfd, tmp, 0)
+	_ = unix.Unlinkat(pfd, tmp, 0)
 	if err != nil {
 		return err
 	}
