@@ -341,7 +341,7 @@ func removeAll(dirfd int, name string, dev uint64, haveDev bool) error {
 	}
 	for range 8 {
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err == unix.ENOTDIR || err == unix.ELOOP {
+		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 			// Replaced by a non-directory meanwhile.
 			if err := unix.Unlinkat(dirfd, name, 0); err != unix.EISDIR {
 				return err

@@ -3,6 +3,7 @@ package fs
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -65,7 +66,7 @@ func mkdirAll(dirfd int, rel string, perm uint32, created func(rel string) error
 		last := i == len(comps)-1
 		prefix := strings.Join(comps[:i+1], "/")
 		next, err := openIn(dirfd, prefix, unix.O_PATH|unix.O_DIRECTORY, 0)
-		if err == unix.ENOENT {
+		if errors.Is(err, unix.ENOENT) {
 			mode := uint32(0o755)
 			if last {
 				mode = perm
@@ -85,12 +86,12 @@ func mkdirAll(dirfd int, rel string, perm uint32, created func(rel string) error
 						return err
 					}
 				}
-			case err != unix.EEXIST:
+			case !errors.Is(err, unix.EEXIST):
 				return err
 			}
 			next, err = openIn(dirfd, prefix, unix.O_PATH|unix.O_DIRECTORY, 0)
 		}
-		if err == unix.ENOTDIR && last {
+		if errors.Is(err, unix.ENOTDIR) && last {
 			err = unix.EEXIST
 		}
 		if err != nil {
