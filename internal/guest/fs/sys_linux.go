@@ -123,7 +123,7 @@ func withTempName(create func(name string) error) (string, error) {
 		_, _ = rand.Read(b[:])
 		name := ".warren-" + hex.EncodeToString(b[:]) + ".tmp"
 		err := create(name)
-		if err == unix.EEXIST {
+		if errors.Is(err, unix.EEXIST) {
 			continue
 		}
 		return name, err

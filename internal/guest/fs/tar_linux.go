@@ -140,7 +140,7 @@ func (tw *tarWriter) entry(dirfd int, name, tarName string, top bool) error {
 	case unix.S_IFLNK:
 		target, err := readlinkAt(dirfd, name)
 		if err != nil {
-			if !top && (vanished(err) || err == unix.EINVAL) {
+			if !top && (vanished(err) || errors.Is(err, unix.EINVAL)) {
 				return nil
 			}
 			return err
@@ -400,7 +400,7 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 func (x *extractor) parent(rel string) (int, string, error) {
 	dir, base := splitPath(rel)
 	fd, err := openIn(x.dest, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
-	if err == unix.ENOENT {
+	if errors.Is(err, unix.ENOENT) {
 		err = mkdirAll(x.dest, dir, 0o755, func(p string) error {
 			x.created[p] = true
 			return x.count()
