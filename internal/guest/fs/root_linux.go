@@ -149,7 +149,7 @@ func (r *Root) List(name string, limit int) ([]agent.FileInfo, error) {
 	for _, n := range names {
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if err == unix.ENOENT {
+			if errors.Is(err, unix.ENOENT) {
 				continue // removed meanwhile
 			}
 			return nil, opErr("list", joinPath(rel, n), err)
@@ -336,14 +336,14 @@ func (r *Root) Remove(name string, recursive bool) error {
 // entered.
 func removeAll(dirfd int, name string, dev uint64, haveDev bool) error {
 	err := unix.Unlinkat(dirfd, name, 0)
-	if err != unix.EISDIR {
+	if !errors.Is(err, unix.EISDIR) {
 		return err
 	}
 	for range 8 {
 		fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 			// Replaced by a non-directory meanwhile.
-			if err := unix.Unlinkat(dirfd, name, 0); err != unix.EISDIR {
+			if err := unix.Unlinkat(dirfd, name, 0); !errors.Is(err, unix.EISDIR) {
 				return err
 			}
 			continue
@@ -383,7 +383,7 @@ func removeChildren(dir *os.File, fd int, dev uint64) error {
 				return err
 			}
 		}
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {

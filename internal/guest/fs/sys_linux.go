@@ -27,7 +27,7 @@ func openIn(dirfd int, rel string, flags int, mode uint32) (int, error) {
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags}
 	for i := 0; ; i++ {
 		fd, err := unix.Openat2(dirfd, rel, &how)
-		if (err == unix.EAGAIN || err == unix.EINTR) && i < 128 {
+		if (errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR)) && i < 128 {
 			continue
 		}
 		return fd, err

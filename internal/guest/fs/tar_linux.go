@@ -216,7 +216,7 @@ func (tw *tarWriter) dir(fd int, prefix string) error {
 				return err
 			}
 		}
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
@@ -290,7 +290,7 @@ func (r *Root) ExtractTar(src io.Reader, name string, lim TarLimits) (TarStats, 
 	tr := tar.NewReader(sr)
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil && !(errors.Is(err, tar.ErrInsecurePath) && hdr != nil) {
@@ -323,7 +323,7 @@ type srcReader struct {
 
 func (s *srcReader) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
-	if err != nil && err != io.EOF {
+	if err != nil && !errors.Is(err, io.EOF) {
 		s.err = err
 	}
 	return n, err
@@ -447,7 +447,7 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 	}
 	defer unix.Close(pfd)
 	err = unix.Mkdirat(pfd, base, 0o755)
-	if err == unix.EEXIST {
+	if errors.Is(err, unix.EEXIST) {
 		var st unix.Stat_t
 		if err = unix.Fstatat(pfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			// A file or symlink is in the way: replace it.
@@ -516,7 +516,7 @@ func (x *extractor) hardlink(rel string, hdr *tar.Header) error {
 	// one component in a directory inside the destination.
 	tmp, err := withTempName(func(tmp string) error { return unix.Linkat(tpfd, tbase, pfd, tmp, 0) })
 	if err != nil {
-		if err == unix.ENOENT {
+		if errors.Is(err, unix.ENOENT) {
 			return badTarget
 		}
 		return err

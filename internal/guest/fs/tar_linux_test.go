@@ -93,7 +93,7 @@ func TestTarRoundTrip(t *testing.T) {
 	seen := map[string]*tar.Header{}
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		must(t, err)
@@ -170,7 +170,7 @@ func TestWriteTarSingle(t *testing.T) {
 		var got []string
 		for {
 			h, err := tr.Next()
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				break
 			}
 			must(t, err)
