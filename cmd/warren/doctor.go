@@ -10,10 +10,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 const doctorAbout = `
@@ -166,7 +166,7 @@ func smokeTest(ctx context.Context, hf *hostFlags) (time.Duration, error) {
 	if err := sb.Start(ctx); err != nil {
 		return 0, err
 	}
-	res, err := backend.Exec(ctx, sb, &agent.ExecRequest{Argv: []string{"/bin/true"}}, nil)
+	res, err := backend.Exec(ctx, sb, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil)
 	if err != nil {
 		return 0, err
 	}

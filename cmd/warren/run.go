@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 const runAbout = `
@@ -67,12 +67,12 @@ func runCmd(ctx context.Context, args []string) error {
 	}
 	var in []byte
 	if *stdin {
-		in, err = io.ReadAll(io.LimitReader(os.Stdin, agent.MaxStdin+1))
+		in, err = io.ReadAll(io.LimitReader(os.Stdin, wire.MaxStdin+1))
 		if err != nil {
 			return fmt.Errorf("read stdin: %w", err)
 		}
-		if len(in) > agent.MaxStdin {
-			return fmt.Errorf("stdin is larger than %d MiB", agent.MaxStdin>>20)
+		if len(in) > wire.MaxStdin {
+			return fmt.Errorf("stdin is larger than %d MiB", wire.MaxStdin>>20)
 		}
 	}
 
@@ -106,9 +106,9 @@ func runCmd(ctx context.Context, args []string) error {
 	if err := sb.Start(ctx); err != nil {
 		return err
 	}
-	req := &agent.ExecRequest{Argv: argv, Stdin: in, TimeoutMs: timeout.Milliseconds(), OutputLimit: agent.MaxOutputLimit}
+	req := &wire.ExecRequest{Argv: argv, Stdin: in, TimeoutMs: timeout.Milliseconds(), OutputLimit: wire.MaxOutputLimit}
 	res, err := backend.Exec(ctx, sb, req, func(stream string, data []byte) {
-		if stream == agent.Stderr {
+		if stream == wire.Stderr {
 			_, _ = os.Stderr.Write(data)
 		} else {
 			_, _ = os.Stdout.Write(data)
@@ -129,7 +129,7 @@ func runCmd(ctx context.Context, args []string) error {
 	case res.OOMKilled:
 		fmt.Fprintf(os.Stderr, "warren run: killed: out of memory (limit %s)\n", *mem)
 	case res.Truncated:
-		fmt.Fprintf(os.Stderr, "warren run: output truncated at %d MiB\n", agent.MaxOutputLimit>>20)
+		fmt.Fprintf(os.Stderr, "warren run: output truncated at %d MiB\n", wire.MaxOutputLimit>>20)
 	}
 	if res.Code != 0 {
 		return exitError{res.Code}

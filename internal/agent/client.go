@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Client talks to one sandbox's agent over its unix socket. It is safe for
@@ -42,7 +44,7 @@ func (c *Client) Close() { c.http.CloseIdleConnections() }
 // Error is an error answered by the agent.
 type Error struct {
 	Status int
-	ErrorBody
+	wire.ErrorBody
 }
 
 func (e *Error) Error() string { return "agent: " + e.Message }
@@ -74,7 +76,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		ae := &Error{Status: resp.StatusCode}
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		if json.Unmarshal(b, &ae.ErrorBody) != nil || ae.Kind == "" {
-			ae.Kind, ae.Message = ErrInternal, fmt.Sprintf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+			ae.Kind, ae.Message = wire.ErrInternal, fmt.Sprintf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 		}
 		return nil, ae
 	}
@@ -107,27 +109,27 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 }
 
 // Health checks the agent answers and speaks this protocol version.
-func (c *Client) Health(ctx context.Context) (Health, error) {
-	var h Health
+func (c *Client) Health(ctx context.Context) (wire.Health, error) {
+	var h wire.Health
 	if err := c.call(ctx, http.MethodGet, "/v1/health", nil, nil, &h); err != nil {
 		return h, err
 	}
-	if h.Version != Version {
-		return h, fmt.Errorf("agent speaks protocol %q, host %q", h.Version, Version)
+	if h.Version != wire.Version {
+		return h, fmt.Errorf("agent speaks protocol %q, host %q", h.Version, wire.Version)
 	}
 	return h, nil
 }
 
 // Exec runs req to completion. onOutput, when non-nil, sees each chunk as it
 // arrives. The exit status is the stream's last event.
-func (c *Client) Exec(ctx context.Context, req *ExecRequest, onOutput func(stream string, data []byte)) (ExitStatus, error) {
+func (c *Client) Exec(ctx context.Context, req *wire.ExecRequest, onOutput func(stream string, data []byte)) (wire.ExitStatus, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return ExitStatus{}, err
+		return wire.ExitStatus{}, err
 	}
 	resp, err := c.do(ctx, http.MethodPost, "/v1/exec", nil, bytes.NewReader(b), "application/json")
 	if err != nil {
-		return ExitStatus{}, err
+		return wire.ExitStatus{}, err
 	}
 	defer resp.Body.Close()
 	return readExecStream(resp.Body, onOutput)
@@ -136,77 +138,77 @@ func (c *Client) Exec(ctx context.Context, req *ExecRequest, onOutput func(strea
 // readExecStream decodes the NDJSON answer of an exec. The agent is not
 // trusted: lines are bounded, and anything but well-formed events ending in
 // an exit status is an error.
-func readExecStream(r io.Reader, onOutput func(stream string, data []byte)) (ExitStatus, error) {
+func readExecStream(r io.Reader, onOutput func(stream string, data []byte)) (wire.ExitStatus, error) {
 	sc := bufio.NewScanner(r)
 	// Each event holds at most one 32 KiB read, base64-encoded.
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		var ev ExecEvent
+		var ev wire.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return ExitStatus{}, fmt.Errorf("agent exec: bad event: %w", err)
+			return wire.ExitStatus{}, fmt.Errorf("agent exec: bad event: %w", err)
 		}
 		if ev.Exit != nil {
 			return *ev.Exit, nil
 		}
-		if ev.Stream != Stdout && ev.Stream != Stderr {
-			return ExitStatus{}, fmt.Errorf("agent exec: event for unknown stream %q", ev.Stream)
+		if ev.Stream != wire.Stdout && ev.Stream != wire.Stderr {
+			return wire.ExitStatus{}, fmt.Errorf("agent exec: event for unknown stream %q", ev.Stream)
 		}
 		if onOutput != nil && len(ev.Data) > 0 {
 			onOutput(ev.Stream, ev.Data)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return ExitStatus{}, fmt.Errorf("agent exec: %w", err)
+		return wire.ExitStatus{}, fmt.Errorf("agent exec: %w", err)
 	}
-	return ExitStatus{}, errors.New("agent exec: stream ended without an exit status (agent died?)")
+	return wire.ExitStatus{}, errors.New("agent exec: stream ended without an exit status (agent died?)")
 }
 
 // StartProcess starts a background process.
-func (c *Client) StartProcess(ctx context.Context, req *ExecRequest) (ProcessInfo, error) {
-	var info ProcessInfo
+func (c *Client) StartProcess(ctx context.Context, req *wire.ExecRequest) (wire.ProcessInfo, error) {
+	var info wire.ProcessInfo
 	err := c.call(ctx, http.MethodPost, "/v1/processes", nil, req, &info)
 	return info, err
 }
 
 // Processes lists background processes.
-func (c *Client) Processes(ctx context.Context) ([]ProcessInfo, error) {
-	var out []ProcessInfo
+func (c *Client) Processes(ctx context.Context) ([]wire.ProcessInfo, error) {
+	var out []wire.ProcessInfo
 	err := c.call(ctx, http.MethodGet, "/v1/processes", nil, nil, &out)
 	return out, err
 }
 
 // Process describes one background process.
-func (c *Client) Process(ctx context.Context, id string) (ProcessInfo, error) {
-	var info ProcessInfo
+func (c *Client) Process(ctx context.Context, id string) (wire.ProcessInfo, error) {
+	var info wire.ProcessInfo
 	err := c.call(ctx, http.MethodGet, "/v1/processes/"+url.PathEscape(id), nil, nil, &info)
 	return info, err
 }
 
 // Output reads a process's stream from offset; wait > 0 long-polls for new data.
-func (c *Client) Output(ctx context.Context, id, stream string, offset int64, wait time.Duration) (OutputChunk, error) {
+func (c *Client) Output(ctx context.Context, id, stream string, offset int64, wait time.Duration) (wire.OutputChunk, error) {
 	q := url.Values{"stream": {stream}, "offset": {strconv.FormatInt(offset, 10)}}
 	if wait > 0 {
 		q.Set("wait_ms", strconv.FormatInt(wait.Milliseconds(), 10))
 	}
-	var ch OutputChunk
+	var ch wire.OutputChunk
 	err := c.call(ctx, http.MethodGet, "/v1/processes/"+url.PathEscape(id)+"/output", q, nil, &ch)
 	return ch, err
 }
 
 // Wait waits for a process to exit, at most timeout (0 = until ctx ends).
-func (c *Client) Wait(ctx context.Context, id string, timeout time.Duration) (ProcessInfo, error) {
+func (c *Client) Wait(ctx context.Context, id string, timeout time.Duration) (wire.ProcessInfo, error) {
 	var q url.Values
 	if timeout > 0 {
 		q = url.Values{"timeout_ms": {strconv.FormatInt(timeout.Milliseconds(), 10)}}
 	}
-	var info ProcessInfo
+	var info wire.ProcessInfo
 	err := c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/wait", q, nil, &info)
 	return info, err
 }
 
 // Signal sends a signal ("SIGTERM", "9") to a process's group.
 func (c *Client) Signal(ctx context.Context, id, sig string) error {
-	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/signal", nil, SignalRequest{Signal: sig}, nil)
+	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/signal", nil, wire.SignalRequest{Signal: sig}, nil)
 }
 
 // WriteStdin writes to a process's stdin (or terminal), closing it after when close is set.
@@ -225,7 +227,7 @@ func (c *Client) WriteStdin(ctx context.Context, id string, data []byte, close b
 
 // Resize sets the terminal size of a TTY process.
 func (c *Client) Resize(ctx context.Context, id string, rows, cols uint16) error {
-	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/resize", nil, ResizeRequest{Rows: rows, Cols: cols}, nil)
+	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/resize", nil, wire.ResizeRequest{Rows: rows, Cols: cols}, nil)
 }
 
 // RemoveProcess kills a process if it runs and forgets it.
@@ -240,7 +242,7 @@ func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	return io.ReadAll(io.LimitReader(resp.Body, MaxFileRead+1))
+	return io.ReadAll(io.LimitReader(resp.Body, wire.MaxFileRead+1))
 }
 
 // WriteFile replaces a file's content atomically.
@@ -255,32 +257,32 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 }
 
 // Stat describes a file without following a final symlink.
-func (c *Client) Stat(ctx context.Context, path string) (FileInfo, error) {
-	var fi FileInfo
+func (c *Client) Stat(ctx context.Context, path string) (wire.FileInfo, error) {
+	var fi wire.FileInfo
 	err := c.call(ctx, http.MethodGet, "/v1/files/stat", url.Values{"path": {path}}, nil, &fi)
 	return fi, err
 }
 
 // List lists a directory.
-func (c *Client) List(ctx context.Context, path string) ([]FileInfo, error) {
-	var out []FileInfo
+func (c *Client) List(ctx context.Context, path string) ([]wire.FileInfo, error) {
+	var out []wire.FileInfo
 	err := c.call(ctx, http.MethodGet, "/v1/files/list", url.Values{"path": {path}}, nil, &out)
 	return out, err
 }
 
 // Mkdir creates a directory.
-func (c *Client) Mkdir(ctx context.Context, req MkdirRequest) error {
+func (c *Client) Mkdir(ctx context.Context, req wire.MkdirRequest) error {
 	return c.call(ctx, http.MethodPost, "/v1/files/mkdir", nil, req, nil)
 }
 
 // Remove removes a file or directory.
-func (c *Client) Remove(ctx context.Context, req RemoveRequest) error {
+func (c *Client) Remove(ctx context.Context, req wire.RemoveRequest) error {
 	return c.call(ctx, http.MethodPost, "/v1/files/remove", nil, req, nil)
 }
 
 // Move renames a file or directory.
 func (c *Client) Move(ctx context.Context, from, to string) error {
-	return c.call(ctx, http.MethodPost, "/v1/files/move", nil, MoveRequest{From: from, To: to}, nil)
+	return c.call(ctx, http.MethodPost, "/v1/files/move", nil, wire.MoveRequest{From: from, To: to}, nil)
 }
 
 // DownloadTar streams a tar of path; the caller closes the reader.
@@ -303,8 +305,8 @@ func (c *Client) UploadTar(ctx context.Context, path string, r io.Reader) error 
 }
 
 // Repl runs code in the sandbox's persistent interpreter for the language.
-func (c *Client) Repl(ctx context.Context, req ReplRequest) (ReplResult, error) {
-	var res ReplResult
+func (c *Client) Repl(ctx context.Context, req wire.ReplRequest) (wire.ReplResult, error) {
+	var res wire.ReplResult
 	err := c.call(ctx, http.MethodPost, "/v1/repl/run", nil, req, &res)
 	return res, err
 }

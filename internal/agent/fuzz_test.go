@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // FuzzExecStream feeds arbitrary agent output to the host's exec decoder: it
@@ -14,7 +16,7 @@ func FuzzExecStream(f *testing.F) {
 	f.Add(bytes.Repeat([]byte("a"), 2<<20))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = readExecStream(bytes.NewReader(b), func(stream string, data []byte) {
-			if stream != Stdout && stream != Stderr {
+			if stream != wire.Stdout && stream != wire.Stderr {
 				t.Fatalf("output for stream %q", stream)
 			}
 		})
@@ -36,7 +38,7 @@ func TestExecStreamErrors(t *testing.T) {
 		})
 	}
 	st, err := readExecStream(bytes.NewReader([]byte(`{"stream":"stderr","data":"/w=="}`+"\n"+`{"exit":{"code":3,"signal":"SIGTERM","duration_ms":2}}`+"\n")), func(s string, d []byte) {
-		if s != Stderr || !bytes.Equal(d, []byte{0xff}) {
+		if s != wire.Stderr || !bytes.Equal(d, []byte{0xff}) {
 			t.Errorf("got %s %q", s, d)
 		}
 	})

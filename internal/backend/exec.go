@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // ExecResult is how a command ended, as the host saw it.
 type ExecResult struct {
-	agent.ExitStatus
+	wire.ExitStatus
 	// OOMKilled is set when the sandbox's memory limit killed a process
 	// while the command ran (measured on the host, in the cgroup).
 	OOMKilled bool
@@ -28,7 +28,7 @@ var ErrAgentUnresponsive = errors.New("the sandbox's agent did not answer in tim
 // Exec runs req in sb through its agent, enforcing the timeout on the host
 // too: if the agent has not answered by the timeout plus a grace period, the
 // whole sandbox is stopped. OOM kills are read from the cgroup.
-func Exec(ctx context.Context, sb Sandbox, req *agent.ExecRequest, onOutput func(stream string, data []byte)) (ExecResult, error) {
+func Exec(ctx context.Context, sb Sandbox, req *wire.ExecRequest, onOutput func(stream string, data []byte)) (ExecResult, error) {
 	before, _ := sb.Stats()
 	callCtx := ctx
 	var hostDeadline bool

@@ -23,9 +23,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Env is what the sandbox measurements run against.
@@ -57,7 +57,7 @@ func (e *Env) ColdCycle(ctx context.Context) error {
 		_ = sb.Remove(ctx)
 		return err
 	}
-	st, err := sb.Agent().Exec(ctx, &agent.ExecRequest{Argv: []string{"/bin/true"}}, nil)
+	st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil)
 	if rerr := sb.Remove(ctx); err == nil {
 		err = rerr
 	}
@@ -82,7 +82,7 @@ func (e *Env) Warm(ctx context.Context) (sb backend.Sandbox, stop func(), err er
 
 // Exec runs argv in a running sandbox and checks it succeeded.
 func Exec(ctx context.Context, sb backend.Sandbox, argv ...string) error {
-	st, err := sb.Agent().Exec(ctx, &agent.ExecRequest{Argv: argv}, nil)
+	st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: argv}, nil)
 	if err == nil && st.Code != 0 {
 		err = fmt.Errorf("%s exited %d: %s", argv[0], st.Code, st.Error)
 	}
@@ -91,7 +91,7 @@ func Exec(ctx context.Context, sb backend.Sandbox, argv ...string) error {
 
 // Repl runs 1+1 in the sandbox's Python REPL and checks the answer.
 func Repl(ctx context.Context, sb backend.Sandbox) error {
-	res, err := sb.Agent().Repl(ctx, agent.ReplRequest{Language: "python", Code: "1+1"})
+	res, err := sb.Agent().Repl(ctx, wire.ReplRequest{Language: "python", Code: "1+1"})
 	if err != nil {
 		return err
 	}

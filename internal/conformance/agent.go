@@ -21,6 +21,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // RunAgent exercises every operation of the in-sandbox agent through
@@ -106,7 +107,7 @@ func clip(b []byte) string {
 }
 
 type execResult struct {
-	agent.ExitStatus
+	wire.ExitStatus
 	Stdout, Stderr []byte
 	Took           time.Duration
 }
@@ -115,7 +116,7 @@ func (r execResult) String() string {
 	return fmt.Sprintf("exit %+v stdout %s stderr %s after %v", r.ExitStatus, clip(r.Stdout), clip(r.Stderr), r.Took.Round(time.Millisecond))
 }
 
-func (s *agentSuite) exec(ctx context.Context, req *agent.ExecRequest) (execResult, error) {
+func (s *agentSuite) exec(ctx context.Context, req *wire.ExecRequest) (execResult, error) {
 	var r execResult
 	var mu sync.Mutex
 	start := time.Now()
@@ -123,9 +124,9 @@ func (s *agentSuite) exec(ctx context.Context, req *agent.ExecRequest) (execResu
 		mu.Lock()
 		defer mu.Unlock()
 		switch stream {
-		case agent.Stdout:
+		case wire.Stdout:
 			r.Stdout = append(r.Stdout, data...)
-		case agent.Stderr:
+		case wire.Stderr:
 			r.Stderr = append(r.Stderr, data...)
 		default:
 			r.Stderr = append(r.Stderr, fmt.Sprintf("<unknown stream %q>", stream)...)
@@ -136,7 +137,7 @@ func (s *agentSuite) exec(ctx context.Context, req *agent.ExecRequest) (execResu
 	return r, err
 }
 
-func (s *agentSuite) mustExec(t testing.TB, req *agent.ExecRequest) execResult {
+func (s *agentSuite) mustExec(t testing.TB, req *wire.ExecRequest) execResult {
 	t.Helper()
 	r, err := s.exec(ctxFor(t, 60*time.Second), req)
 	if err != nil {
@@ -148,7 +149,7 @@ func (s *agentSuite) mustExec(t testing.TB, req *agent.ExecRequest) execResult {
 // sh runs a setup script in the sandbox and returns its stdout.
 func (s *agentSuite) sh(t testing.TB, script string) string {
 	t.Helper()
-	r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", script}})
+	r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", script}})
 	if r.Code != 0 {
 		t.Fatalf("sh -c %q: %v", script, r)
 	}
@@ -172,10 +173,10 @@ func (s *agentSuite) healthy(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agent no longer answers health: %s", errInfo(err))
 	}
-	if hl.Version != agent.Version || hl.Pid != 1 {
-		t.Errorf("health %+v: want version %q and pid 1", hl, agent.Version)
+	if hl.Version != wire.Version || hl.Pid != 1 {
+		t.Errorf("health %+v: want version %q and pid 1", hl, wire.Version)
 	}
-	r, err := s.exec(ctxFor(t, 10*time.Second), &agent.ExecRequest{Argv: []string{"/bin/true"}})
+	r, err := s.exec(ctxFor(t, 10*time.Second), &wire.ExecRequest{Argv: []string{"/bin/true"}})
 	if err != nil || r.Code != 0 || r.Error != "" {
 		t.Errorf("/bin/true after the hostile calls: %v %s", r, errInfo(err))
 	}
@@ -237,7 +238,7 @@ func (s *agentSuite) execArgv(t *testing.T) {
 		{"long", []string{strings.Repeat("x", 100000)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := s.mustExec(t, &agent.ExecRequest{Argv: append([]string{"printf", `%s\0`}, tc.args...)})
+			r := s.mustExec(t, &wire.ExecRequest{Argv: append([]string{"printf", `%s\0`}, tc.args...)})
 			if r.Code != 0 {
 				t.Fatalf("printf: %v", r)
 			}
@@ -248,7 +249,7 @@ func (s *agentSuite) execArgv(t *testing.T) {
 		})
 	}
 	t.Run("argv0 verbatim", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"sh", "-c", `printf %s "$0"`}})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"sh", "-c", `printf %s "$0"`}})
 		if string(r.Stdout) != "sh" {
 			t.Errorf("argv[0] seen by the program: %v; want %q (not the resolved path)", r, "sh")
 		}
@@ -271,16 +272,16 @@ func parseEnv0(b []byte) (map[string]string, []string) {
 }
 
 func (s *agentSuite) execEnv(t *testing.T) {
-	base := s.mustExec(t, &agent.ExecRequest{Argv: []string{"env", "-0"}})
+	base := s.mustExec(t, &wire.ExecRequest{Argv: []string{"env", "-0"}})
 	defaults, _ := parseEnv0(base.Stdout)
 	if base.Code != 0 || defaults["PATH"] == "" {
 		t.Fatalf("default environment has no PATH: %v", base)
 	}
 	// The agent overlays the request's entries on the sandbox defaults,
-	// later entries winning (guest.mergeEnv). Note agent.ExecRequest.Env's
+	// later entries winning (guest.mergeEnv). Note wire.ExecRequest.Env's
 	// doc comment says "replaces"; overlay is the implemented behaviour.
 	over := []string{"WARREN_A=1", "HOME=/warren-home", "WARREN_EMPTY=", "WARREN_EQ=a b = c", "WARREN_A=2", "WARREN_UNI=é😀"}
-	r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"env", "-0"}, Env: over})
+	r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"env", "-0"}, Env: over})
 	got, keys := parseEnv0(r.Stdout)
 	want := map[string]string{}
 	for k, v := range defaults {
@@ -309,7 +310,7 @@ func (s *agentSuite) execEnv(t *testing.T) {
 	}
 
 	t.Run("request PATH is used for lookup", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"true"}, Env: []string{"PATH=/warren-nonexistent"}})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"true"}, Env: []string{"PATH=/warren-nonexistent"}})
 		if r.Code != 127 || r.Error == "" {
 			t.Errorf("true with PATH=/warren-nonexistent: %v; want code 127 with an error", r)
 		}
@@ -330,7 +331,7 @@ func (s *agentSuite) execCwd(t *testing.T) {
 		{"a file", s.tmp + "/cwd-file", 126, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"pwd"}, Cwd: tc.cwd})
+			r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"pwd"}, Cwd: tc.cwd})
 			if r.Code != tc.code || string(r.Stdout) != tc.want {
 				t.Errorf("pwd in %q: %v; want code %d stdout %q", tc.cwd, r, tc.code, tc.want)
 			}
@@ -340,7 +341,7 @@ func (s *agentSuite) execCwd(t *testing.T) {
 		})
 	}
 	t.Run("default", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"pwd"}})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"pwd"}})
 		if r.Code != 0 || !bytes.HasPrefix(r.Stdout, []byte("/")) {
 			t.Errorf("pwd in the default directory: %v", r)
 		}
@@ -366,7 +367,7 @@ func (s *agentSuite) execUser(t *testing.T) {
 		{"0:" + nobodyGID, "0", nobodyGID},
 	} {
 		t.Run(tc.user, func(t *testing.T) {
-			r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, User: tc.user})
+			r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", script}, User: tc.user})
 			write := "denied"
 			if tc.uid == "0" {
 				write = "wrote"
@@ -381,8 +382,8 @@ func (s *agentSuite) execUser(t *testing.T) {
 	}
 	for _, user := range []string{"warren-no-such-user", "1000:warren-no-such-group", "-1", "4294967296"} {
 		t.Run("unknown "+user, func(t *testing.T) {
-			r, err := s.exec(ctxFor(t, 30*time.Second), &agent.ExecRequest{Argv: []string{"id"}, User: user})
-			wantKind(t, err, agent.ErrNotFound, fmt.Sprintf("exec as %q (%v)", user, r))
+			r, err := s.exec(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: []string{"id"}, User: user})
+			wantKind(t, err, wire.ErrNotFound, fmt.Sprintf("exec as %q (%v)", user, r))
 		})
 	}
 }
@@ -405,30 +406,30 @@ func (s *agentSuite) execStdin(t *testing.T) {
 		{"1 MiB random", randBytes(1 << 20)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"cat"}, Stdin: tc.in})
+			r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"cat"}, Stdin: tc.in})
 			if r.Code != 0 || !bytes.Equal(r.Stdout, tc.in) {
 				t.Errorf("cat echoed %d bytes (%v); want the %d bytes sent", len(r.Stdout), r.ExitStatus, len(tc.in))
 			}
 		})
 	}
 	t.Run("none means EOF", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"cat"}, TimeoutMs: 10000})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"cat"}, TimeoutMs: 10000})
 		if r.Code != 0 || r.TimedOut || len(r.Stdout) != 0 {
 			t.Errorf("cat without stdin: %v; want immediate EOF", r)
 		}
 	})
 	t.Run("exactly MaxStdin", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"wc", "-c"}, Stdin: make([]byte, agent.MaxStdin)})
-		if r.Code != 0 || strings.TrimSpace(string(r.Stdout)) != strconv.Itoa(agent.MaxStdin) {
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"wc", "-c"}, Stdin: make([]byte, wire.MaxStdin)})
+		if r.Code != 0 || strings.TrimSpace(string(r.Stdout)) != strconv.Itoa(wire.MaxStdin) {
 			t.Errorf("wc -c of MaxStdin bytes: %v", r)
 		}
 	})
 	t.Run("over MaxStdin", func(t *testing.T) {
-		r, err := s.exec(ctxFor(t, 60*time.Second), &agent.ExecRequest{Argv: []string{"wc", "-c"}, Stdin: make([]byte, agent.MaxStdin+1)})
-		wantKind(t, err, agent.ErrTooLarge, fmt.Sprintf("exec with MaxStdin+1 bytes of stdin (%v)", r))
+		r, err := s.exec(ctxFor(t, 60*time.Second), &wire.ExecRequest{Argv: []string{"wc", "-c"}, Stdin: make([]byte, wire.MaxStdin+1)})
+		wantKind(t, err, wire.ErrTooLarge, fmt.Sprintf("exec with MaxStdin+1 bytes of stdin (%v)", r))
 	})
 	t.Run("not read by the process", func(t *testing.T) {
-		r, err := s.exec(ctxFor(t, 20*time.Second), &agent.ExecRequest{Argv: []string{"true"}, Stdin: make([]byte, 1<<20)})
+		r, err := s.exec(ctxFor(t, 20*time.Second), &wire.ExecRequest{Argv: []string{"true"}, Stdin: make([]byte, 1<<20)})
 		if err != nil || r.Code != 0 || r.Took > 5*time.Second {
 			t.Errorf("true with 1 MiB unread stdin: %v %s", r, errInfo(err))
 		}
@@ -438,7 +439,7 @@ func (s *agentSuite) execStdin(t *testing.T) {
 		// open without reading it. The call must end when the process
 		// does, like it does for stdout and stderr.
 		const prog = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\n"
-		r, err := s.exec(ctxFor(t, 8*time.Second), &agent.ExecRequest{Argv: []string{"python3", "-c", prog}, Stdin: make([]byte, 1<<20)})
+		r, err := s.exec(ctxFor(t, 8*time.Second), &wire.ExecRequest{Argv: []string{"python3", "-c", prog}, Stdin: make([]byte, 1<<20)})
 		if err != nil || r.Code != 0 || r.Took > 5*time.Second {
 			t.Errorf("exec whose child holds 1 MiB of unread stdin did not return after the process exited: %v %s", r, errInfo(err))
 		}
@@ -457,7 +458,7 @@ func (s *agentSuite) execTimeout(t *testing.T) {
 		{"busy loop", []string{"/bin/sh", "-c", "while :; do :; done"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := s.exec(ctxFor(t, 30*time.Second), &agent.ExecRequest{Argv: tc.argv, TimeoutMs: 300})
+			r, err := s.exec(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: tc.argv, TimeoutMs: 300})
 			if err != nil {
 				t.Fatalf("exec: %s", errInfo(err))
 			}
@@ -470,7 +471,7 @@ func (s *agentSuite) execTimeout(t *testing.T) {
 		})
 	}
 	t.Run("finishes before the timeout", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"echo", "quick"}, TimeoutMs: 10000})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"echo", "quick"}, TimeoutMs: 10000})
 		if r.TimedOut || r.Code != 0 || string(r.Stdout) != "quick\n" {
 			t.Errorf("%v", r)
 		}
@@ -487,7 +488,7 @@ func (s *agentSuite) execDescendants(t *testing.T) {
 		{"double fork", "(sleep 100 &) ; echo started"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := s.exec(ctxFor(t, 30*time.Second), &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", tc.script}})
+			r, err := s.exec(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", tc.script}})
 			if err != nil || r.Code != 0 || string(r.Stdout) != "started\n" || r.TimedOut {
 				t.Errorf("%v %s", r, errInfo(err))
 			}
@@ -512,11 +513,11 @@ func (s *agentSuite) execOutputLimit(t *testing.T) {
 		{"exactly the limit", "yes 0123456789 | tr -d '\\n' | head -c 1000", 1000, 1000, false, true},
 		{"one byte over", "yes 0123456789 | tr -d '\\n' | head -c 1001", 1000, 1000, true, true},
 		{"streams share the limit", "head -c 5000 /dev/zero; head -c 5000 /dev/zero >&2", 1000, 1000, true, false},
-		{"negative means default", "head -c 2097152 /dev/zero", -1, agent.DefaultOutputLimit, true, false},
+		{"negative means default", "head -c 2097152 /dev/zero", -1, wire.DefaultOutputLimit, true, false},
 		{"above the maximum is clamped", "head -c 100000 /dev/zero", 1 << 40, 100000, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", tc.script}, OutputLimit: tc.limit})
+			r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", tc.script}, OutputLimit: tc.limit})
 			if r.Code != 0 {
 				t.Errorf("writer did not complete (the agent must keep draining): %v", r)
 			}
@@ -531,12 +532,12 @@ func (s *agentSuite) execOutputLimit(t *testing.T) {
 }
 
 func (s *agentSuite) execHugeOutput(t *testing.T) {
-	r, err := s.exec(ctxFor(t, 60*time.Second), &agent.ExecRequest{Argv: []string{"head", "-c", strconv.Itoa(64 << 20), "/dev/zero"}})
+	r, err := s.exec(ctxFor(t, 60*time.Second), &wire.ExecRequest{Argv: []string{"head", "-c", strconv.Itoa(64 << 20), "/dev/zero"}})
 	if err != nil {
 		t.Fatalf("64 MiB of output: %s", errInfo(err))
 	}
-	if r.Code != 0 || !r.Truncated || len(r.Stdout) != agent.DefaultOutputLimit || len(r.Stderr) != 0 {
-		t.Errorf("64 MiB with the default limit: code %d truncated %v kept %d+%d bytes; want 0, true, %d", r.Code, r.Truncated, len(r.Stdout), len(r.Stderr), agent.DefaultOutputLimit)
+	if r.Code != 0 || !r.Truncated || len(r.Stdout) != wire.DefaultOutputLimit || len(r.Stderr) != 0 {
+		t.Errorf("64 MiB with the default limit: code %d truncated %v kept %d+%d bytes; want 0, true, %d", r.Code, r.Truncated, len(r.Stdout), len(r.Stderr), wire.DefaultOutputLimit)
 	}
 	if r.Took > 30*time.Second {
 		t.Errorf("took %v", r.Took)
@@ -552,14 +553,14 @@ func (s *agentSuite) execBinaryOutput(t *testing.T) {
 		}
 	}
 	t.Run("stdout all byte values", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"python3", "-c", "import sys; sys.stdout.buffer.write(bytes(range(256)) * 16)"}})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"python3", "-c", "import sys; sys.stdout.buffer.write(bytes(range(256)) * 16)"}})
 		if r.Code != 0 || !bytes.Equal(r.Stdout, all) {
 			t.Errorf("got %d bytes %s (%v); want all 256 byte values 16 times", len(r.Stdout), clip(r.Stdout), r.ExitStatus)
 		}
 	})
 	t.Run("stderr invalid UTF-8", func(t *testing.T) {
 		in := []byte("\xff\xfe ok \xc3\x28 é \xed\xa0\x80 \x80\x00 end\xf0\x9f")
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat >&2"}, Stdin: in})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat >&2"}, Stdin: in})
 		if r.Code != 0 || !bytes.Equal(r.Stderr, in) || len(r.Stdout) != 0 {
 			t.Errorf("stderr %s stdout %s; want stderr %s byte-exact", clip(r.Stderr), clip(r.Stdout), clip(in))
 		}
@@ -583,7 +584,7 @@ func (s *agentSuite) execExitStatus(t *testing.T) {
 		{"SIGUSR1", "kill -USR1 $$", 138, "SIGUSR1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", tc.script}})
+			r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", tc.script}})
 			if r.Code != tc.code || r.Signal != tc.signal || r.TimedOut || r.Error != "" {
 				t.Errorf("%v; want code %d signal %q", r, tc.code, tc.signal)
 			}
@@ -605,7 +606,7 @@ func (s *agentSuite) execStartFailures(t *testing.T) {
 		{"bad interpreter", []string{s.tmp + "/badinterp"}, []int{126, 127}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := s.exec(ctxFor(t, 30*time.Second), &agent.ExecRequest{Argv: tc.argv})
+			r, err := s.exec(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: tc.argv})
 			if err != nil {
 				t.Fatalf("want an exit status with an error, got %s", errInfo(err))
 			}
@@ -619,20 +620,20 @@ func (s *agentSuite) execStartFailures(t *testing.T) {
 func (s *agentSuite) execInvalid(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		req  agent.ExecRequest
+		req  wire.ExecRequest
 	}{
-		{"nil argv", agent.ExecRequest{}},
-		{"empty argv", agent.ExecRequest{Argv: []string{}}},
-		{"empty argv0", agent.ExecRequest{Argv: []string{""}}},
-		{"empty argv0 with args", agent.ExecRequest{Argv: []string{"", "x"}}},
-		{"NUL in argv0", agent.ExecRequest{Argv: []string{"/bin/true\x00x"}}},
-		{"NUL in an arg", agent.ExecRequest{Argv: []string{"echo", "a\x00b"}}},
-		{"env without =", agent.ExecRequest{Argv: []string{"true"}, Env: []string{"WARREN"}}},
-		{"NUL in env", agent.ExecRequest{Argv: []string{"true"}, Env: []string{"A=b\x00c"}}},
+		{"nil argv", wire.ExecRequest{}},
+		{"empty argv", wire.ExecRequest{Argv: []string{}}},
+		{"empty argv0", wire.ExecRequest{Argv: []string{""}}},
+		{"empty argv0 with args", wire.ExecRequest{Argv: []string{"", "x"}}},
+		{"NUL in argv0", wire.ExecRequest{Argv: []string{"/bin/true\x00x"}}},
+		{"NUL in an arg", wire.ExecRequest{Argv: []string{"echo", "a\x00b"}}},
+		{"env without =", wire.ExecRequest{Argv: []string{"true"}, Env: []string{"WARREN"}}},
+		{"NUL in env", wire.ExecRequest{Argv: []string{"true"}, Env: []string{"A=b\x00c"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := s.exec(ctxFor(t, 30*time.Second), &tc.req)
-			wantKind(t, err, agent.ErrInvalid, fmt.Sprintf("exec %q env %q (%v)", tc.req.Argv, tc.req.Env, r))
+			wantKind(t, err, wire.ErrInvalid, fmt.Sprintf("exec %q env %q (%v)", tc.req.Argv, tc.req.Env, r))
 		})
 	}
 }
@@ -647,7 +648,7 @@ func (s *agentSuite) execConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			tag := fmt.Sprintf("job%02d", i)
-			r, err := s.exec(ctxFor(t, 60*time.Second), &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", script, tag, strconv.Itoa(i)}})
+			r, err := s.exec(ctxFor(t, 60*time.Second), &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", script, tag, strconv.Itoa(i)}})
 			var want strings.Builder
 			for j := range 300 {
 				fmt.Fprintf(&want, "%s-line-%d\n", tag, j)
@@ -679,7 +680,7 @@ func (s *agentSuite) execCancel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		var once sync.Once
-		_, err := s.c.Exec(ctx, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo $$; exec sleep 100"}}, func(_ string, data []byte) {
+		_, err := s.c.Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo $$; exec sleep 100"}}, func(_ string, data []byte) {
 			once.Do(func() { pidc <- strings.TrimSpace(string(data)) })
 		})
 		done <- err
@@ -698,7 +699,7 @@ func (s *agentSuite) execCancel(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "kill -0 " + pid + " 2>/dev/null"}})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "kill -0 " + pid + " 2>/dev/null"}})
 		if r.Code != 0 {
 			return
 		}
@@ -734,19 +735,19 @@ exit 3
 `
 	want := "HELLO WORLD\nc\nb\nheredoc hello\nexists\n/tmp\n42\nrecovered\none;two;\ny\ny\n"
 	t.Run("sh -c", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", script}})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", script}})
 		if r.Code != 3 || string(r.Stdout) != want || string(r.Stderr) != "to-stderr\n" {
 			t.Errorf("%v\nwant code 3, stdout %q, stderr %q", r, want, "to-stderr\n")
 		}
 	})
 	t.Run("script on stdin", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh"}, Stdin: []byte(script)})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh"}, Stdin: []byte(script)})
 		if r.Code != 3 || string(r.Stdout) != want || string(r.Stderr) != "to-stderr\n" {
 			t.Errorf("%v\nwant code 3, stdout %q", r, want)
 		}
 	})
 	t.Run("redirects", func(t *testing.T) {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo a > f1 && echo b >> f1 && cat < f1 2>&1 | wc -l && ls nope 2>/dev/null || echo none"}, Cwd: s.tmp})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo a > f1 && echo b >> f1 && cat < f1 2>&1 | wc -l && ls nope 2>/dev/null || echo none"}, Cwd: s.tmp})
 		if r.Code != 0 || strings.Fields(string(r.Stdout))[0] != "2" || !strings.HasSuffix(string(r.Stdout), "none\n") {
 			t.Errorf("%v", r)
 		}
@@ -774,7 +775,7 @@ func (h *Harness) agentProcesses(t *testing.T) {
 	t.Run("StillHealthy", s.healthy)
 }
 
-func (s *agentSuite) start(t testing.TB, req *agent.ExecRequest) agent.ProcessInfo {
+func (s *agentSuite) start(t testing.TB, req *wire.ExecRequest) wire.ProcessInfo {
 	t.Helper()
 	info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), req)
 	if err != nil {
@@ -784,13 +785,13 @@ func (s *agentSuite) start(t testing.TB, req *agent.ExecRequest) agent.ProcessIn
 }
 
 func (s *agentSuite) remove(t testing.TB, id string) {
-	if err := s.c.RemoveProcess(ctxFor(t, 30*time.Second), id); err != nil && !agent.IsKind(err, agent.ErrNotFound) {
+	if err := s.c.RemoveProcess(ctxFor(t, 30*time.Second), id); err != nil && !agent.IsKind(err, wire.ErrNotFound) {
 		t.Errorf("remove %s: %s", id, errInfo(err))
 	}
 }
 
 // waitExit waits for a process to exit.
-func (s *agentSuite) waitExit(t testing.TB, id string) agent.ProcessInfo {
+func (s *agentSuite) waitExit(t testing.TB, id string) wire.ProcessInfo {
 	t.Helper()
 	info, err := s.c.Wait(ctxFor(t, 30*time.Second), id, 25*time.Second)
 	if err != nil {
@@ -803,7 +804,7 @@ func (s *agentSuite) waitExit(t testing.TB, id string) agent.ProcessInfo {
 }
 
 // collect reads a stream from offset 0 until until(data) holds or EOF.
-func (s *agentSuite) collect(t testing.TB, id, stream string, until func([]byte) bool) ([]byte, agent.OutputChunk) {
+func (s *agentSuite) collect(t testing.TB, id, stream string, until func([]byte) bool) ([]byte, wire.OutputChunk) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	var buf []byte
@@ -830,7 +831,7 @@ func (s *agentSuite) collect(t testing.TB, id, stream string, until func([]byte)
 func (s *agentSuite) procStartListGet(t *testing.T) {
 	argv := []string{"/bin/sh", "-c", "echo hello; echo oops >&2; exec sleep 100"}
 	before := time.Now()
-	info := s.start(t, &agent.ExecRequest{Argv: argv})
+	info := s.start(t, &wire.ExecRequest{Argv: argv})
 	defer s.remove(t, info.ID)
 	if info.ID == "" || info.Pid <= 0 || !info.Running || info.Exit != nil || !slices.Equal(info.Argv, argv) {
 		t.Errorf("start answered %+v", info)
@@ -854,8 +855,8 @@ func (s *agentSuite) procStartListGet(t *testing.T) {
 		t.Errorf("get %s: %+v %s", info.ID, got, errInfo(err))
 	}
 
-	s.collect(t, info.ID, agent.Stdout, func(b []byte) bool { return len(b) >= 6 })
-	s.collect(t, info.ID, agent.Stderr, func(b []byte) bool { return len(b) >= 5 })
+	s.collect(t, info.ID, wire.Stdout, func(b []byte) bool { return len(b) >= 6 })
+	s.collect(t, info.ID, wire.Stderr, func(b []byte) bool { return len(b) >= 5 })
 	for _, tc := range []struct {
 		name       string
 		stream     string
@@ -864,13 +865,13 @@ func (s *agentSuite) procStartListGet(t *testing.T) {
 		offset     int64
 		nextOffset int64
 	}{
-		{"from 0", agent.Stdout, 0, "hello\n", 0, 6},
-		{"from the middle", agent.Stdout, 2, "llo\n", 2, 6},
-		{"at the end", agent.Stdout, 6, "", 6, 6},
-		{"beyond the end", agent.Stdout, 1000, "", 6, 6},
-		{"negative", agent.Stdout, -5, "hello\n", 0, 6},
-		{"stderr", agent.Stderr, 0, "oops\n", 0, 5},
-		{"stderr middle", agent.Stderr, 4, "\n", 4, 5},
+		{"from 0", wire.Stdout, 0, "hello\n", 0, 6},
+		{"from the middle", wire.Stdout, 2, "llo\n", 2, 6},
+		{"at the end", wire.Stdout, 6, "", 6, 6},
+		{"beyond the end", wire.Stdout, 1000, "", 6, 6},
+		{"negative", wire.Stdout, -5, "hello\n", 0, 6},
+		{"stderr", wire.Stderr, 0, "oops\n", 0, 5},
+		{"stderr middle", wire.Stderr, 4, "\n", 4, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ch, err := s.c.Output(ctxFor(t, 10*time.Second), info.ID, tc.stream, tc.off, 0)
@@ -884,17 +885,17 @@ func (s *agentSuite) procStartListGet(t *testing.T) {
 	}
 	t.Run("bad stream", func(t *testing.T) {
 		_, err := s.c.Output(ctxFor(t, 10*time.Second), info.ID, "stdin", 0, 0)
-		wantKind(t, err, agent.ErrInvalid, "output of stream stdin")
+		wantKind(t, err, wire.ErrInvalid, "output of stream stdin")
 	})
 }
 
 func (s *agentSuite) procLongPoll(t *testing.T) {
-	info := s.start(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", `read x; echo "got-$x"; read y; echo "bye-$y"`}})
+	info := s.start(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", `read x; echo "got-$x"; read y; echo "bye-$y"`}})
 	defer s.remove(t, info.ID)
 
 	t.Run("nothing new returns at the wait", func(t *testing.T) {
 		start := time.Now()
-		ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, agent.Stdout, 0, 300*time.Millisecond)
+		ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, wire.Stdout, 0, 300*time.Millisecond)
 		took := time.Since(start)
 		if err != nil || len(ch.Data) != 0 || ch.EOF {
 			t.Errorf("%+v %s", ch, errInfo(err))
@@ -905,14 +906,14 @@ func (s *agentSuite) procLongPoll(t *testing.T) {
 	})
 	t.Run("returns when data arrives", func(t *testing.T) {
 		type res struct {
-			ch   agent.OutputChunk
+			ch   wire.OutputChunk
 			err  error
 			took time.Duration
 		}
 		resc := make(chan res, 1)
 		start := time.Now()
 		go func() {
-			ch, err := s.c.Output(context.Background(), info.ID, agent.Stdout, 0, 30*time.Second)
+			ch, err := s.c.Output(context.Background(), info.ID, wire.Stdout, 0, 30*time.Second)
 			resc <- res{ch, err, time.Since(start)}
 		}()
 		time.Sleep(400 * time.Millisecond)
@@ -940,13 +941,13 @@ func (s *agentSuite) procLongPoll(t *testing.T) {
 		if ex.Exit.Code != 0 {
 			t.Errorf("exit %+v", ex.Exit)
 		}
-		all, last := s.collect(t, info.ID, agent.Stdout, nil)
+		all, last := s.collect(t, info.ID, wire.Stdout, nil)
 		if string(all) != "got-ping\nbye-now\n" || !last.EOF {
 			t.Errorf("stdout %q last chunk %+v; want got-ping, bye-now and EOF", all, last)
 		}
 		// A long poll at the end of an exited stream returns at once.
 		start := time.Now()
-		ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, agent.Stdout, int64(len(all)), 10*time.Second)
+		ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, wire.Stdout, int64(len(all)), 10*time.Second)
 		if err != nil || !ch.EOF || len(ch.Data) != 0 || time.Since(start) > 5*time.Second {
 			t.Errorf("poll at the end after exit: %+v %s after %v", ch, errInfo(err), time.Since(start))
 		}
@@ -958,12 +959,12 @@ func (s *agentSuite) procDropped(t *testing.T) {
 	// absolute offset.
 	const total = 3 << 20
 	prog := fmt.Sprintf("import sys\nb = bytes(i %% 251 for i in range(%d))\nsys.stdout.buffer.write(b)\n", total)
-	info := s.start(t, &agent.ExecRequest{Argv: []string{"python3", "-c", prog}})
+	info := s.start(t, &wire.ExecRequest{Argv: []string{"python3", "-c", prog}})
 	defer s.remove(t, info.ID)
 	if ex := s.waitExit(t, info.ID); ex.Exit.Code != 0 {
 		t.Fatalf("writer: %+v", ex.Exit)
 	}
-	check := func(ch agent.OutputChunk) {
+	check := func(ch wire.OutputChunk) {
 		t.Helper()
 		for k, b := range ch.Data {
 			if want := byte((ch.Offset + int64(k)) % 251); b != want {
@@ -974,17 +975,17 @@ func (s *agentSuite) procDropped(t *testing.T) {
 			t.Fatalf("chunk %d+%d bytes but next_offset %d", ch.Offset, len(ch.Data), ch.NextOffset)
 		}
 	}
-	ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, agent.Stdout, 0, 0)
+	ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, wire.Stdout, 0, 0)
 	if err != nil {
 		t.Fatal(errInfo(err))
 	}
-	if ch.Dropped <= 0 || ch.Offset != ch.Dropped || ch.Offset > total-agent.ProcessOutputKeep {
-		t.Fatalf("read from 0 of %d bytes: offset %d dropped %d; want the oldest bytes dropped and at least the last %d kept", total, ch.Offset, ch.Dropped, agent.ProcessOutputKeep)
+	if ch.Dropped <= 0 || ch.Offset != ch.Dropped || ch.Offset > total-wire.ProcessOutputKeep {
+		t.Fatalf("read from 0 of %d bytes: offset %d dropped %d; want the oldest bytes dropped and at least the last %d kept", total, ch.Offset, ch.Dropped, wire.ProcessOutputKeep)
 	}
 	check(ch)
 	kept := int64(len(ch.Data))
 	for !ch.EOF {
-		ch, err = s.c.Output(ctxFor(t, 20*time.Second), info.ID, agent.Stdout, ch.NextOffset, 0)
+		ch, err = s.c.Output(ctxFor(t, 20*time.Second), info.ID, wire.Stdout, ch.NextOffset, 0)
 		if err != nil {
 			t.Fatal(errInfo(err))
 		}
@@ -997,18 +998,18 @@ func (s *agentSuite) procDropped(t *testing.T) {
 		check(ch)
 		kept += int64(len(ch.Data))
 	}
-	if ch.NextOffset != total || kept < agent.ProcessOutputKeep {
-		t.Errorf("read up to %d (kept %d); want up to %d with at least %d kept", ch.NextOffset, kept, total, agent.ProcessOutputKeep)
+	if ch.NextOffset != total || kept < wire.ProcessOutputKeep {
+		t.Errorf("read up to %d (kept %d); want up to %d with at least %d kept", ch.NextOffset, kept, total, wire.ProcessOutputKeep)
 	}
 	t.Run("mid offset in the kept window", func(t *testing.T) {
-		ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, agent.Stdout, total-100, 0)
+		ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, wire.Stdout, total-100, 0)
 		if err != nil || ch.Offset != total-100 || len(ch.Data) != 100 || ch.Dropped != 0 || !ch.EOF {
 			t.Fatalf("%+v %s", ch, errInfo(err))
 		}
 		check(ch)
 	})
 	t.Run("mid offset already dropped", func(t *testing.T) {
-		ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, agent.Stdout, 12345, 0)
+		ch, err := s.c.Output(ctxFor(t, 20*time.Second), info.ID, wire.Stdout, 12345, 0)
 		if err != nil || ch.Dropped <= 0 || ch.Offset != 12345+ch.Dropped {
 			t.Fatalf("%+v %s", ch, errInfo(err))
 		}
@@ -1031,7 +1032,7 @@ func (s *agentSuite) procSignals(t *testing.T) {
 		{"SIGUSR1", "SIGUSR1", 138},
 	} {
 		t.Run(tc.sig, func(t *testing.T) {
-			info := s.start(t, &agent.ExecRequest{Argv: []string{"sleep", "100"}})
+			info := s.start(t, &wire.ExecRequest{Argv: []string{"sleep", "100"}})
 			defer s.remove(t, info.ID)
 			if err := s.c.Signal(ctxFor(t, 10*time.Second), info.ID, tc.sig); err != nil {
 				t.Fatalf("signal %q: %s", tc.sig, errInfo(err))
@@ -1042,28 +1043,28 @@ func (s *agentSuite) procSignals(t *testing.T) {
 			}
 		})
 	}
-	info := s.start(t, &agent.ExecRequest{Argv: []string{"sleep", "100"}})
+	info := s.start(t, &wire.ExecRequest{Argv: []string{"sleep", "100"}})
 	defer s.remove(t, info.ID)
 	for _, sig := range []string{"SIGFOO", "FOO", "0", "65", "-1", "", "9x", "SIG", "SIGTERM\x00", " 15"} {
 		t.Run("bad "+strconv.Quote(sig), func(t *testing.T) {
 			err := s.c.Signal(ctxFor(t, 10*time.Second), info.ID, sig)
-			wantKind(t, err, agent.ErrInvalid, fmt.Sprintf("signal %q", sig))
+			wantKind(t, err, wire.ErrInvalid, fmt.Sprintf("signal %q", sig))
 		})
 	}
 	if got, err := s.c.Process(ctxFor(t, 10*time.Second), info.ID); err != nil || !got.Running {
 		t.Errorf("bad signals affected the process: %+v %s", got, errInfo(err))
 	}
 	t.Run("exited process", func(t *testing.T) {
-		ex := s.start(t, &agent.ExecRequest{Argv: []string{"true"}})
+		ex := s.start(t, &wire.ExecRequest{Argv: []string{"true"}})
 		defer s.remove(t, ex.ID)
 		s.waitExit(t, ex.ID)
 		err := s.c.Signal(ctxFor(t, 10*time.Second), ex.ID, "TERM")
-		wantKind(t, err, agent.ErrInvalid, "signal to an exited process")
+		wantKind(t, err, wire.ErrInvalid, "signal to an exited process")
 	})
 	t.Run("reaches the whole group", func(t *testing.T) {
-		p := s.start(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 100 & echo $!; wait"}})
+		p := s.start(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 100 & echo $!; wait"}})
 		defer s.remove(t, p.ID)
-		out, _ := s.collect(t, p.ID, agent.Stdout, func(b []byte) bool { return bytes.HasSuffix(b, []byte("\n")) })
+		out, _ := s.collect(t, p.ID, wire.Stdout, func(b []byte) bool { return bytes.HasSuffix(b, []byte("\n")) })
 		child := strings.TrimSpace(string(out))
 		if err := s.c.Signal(ctxFor(t, 10*time.Second), p.ID, "KILL"); err != nil {
 			t.Fatal(errInfo(err))
@@ -1078,7 +1079,7 @@ func (s *agentSuite) waitGone(t testing.TB, pid string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "kill -0 " + pid + " 2>/dev/null"}})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "kill -0 " + pid + " 2>/dev/null"}})
 		if r.Code != 0 {
 			return
 		}
@@ -1090,7 +1091,7 @@ func (s *agentSuite) waitGone(t testing.TB, pid string) {
 }
 
 func (s *agentSuite) procWait(t *testing.T) {
-	info := s.start(t, &agent.ExecRequest{Argv: []string{"sleep", "1.5"}})
+	info := s.start(t, &wire.ExecRequest{Argv: []string{"sleep", "1.5"}})
 	defer s.remove(t, info.ID)
 	start := time.Now()
 	w, err := s.c.Wait(ctxFor(t, 20*time.Second), info.ID, 300*time.Millisecond)
@@ -1114,7 +1115,7 @@ func (s *agentSuite) procWait(t *testing.T) {
 }
 
 func (s *agentSuite) procTimeout(t *testing.T) {
-	info := s.start(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 100 & sleep 100"}, TimeoutMs: 300})
+	info := s.start(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 100 & sleep 100"}, TimeoutMs: 300})
 	defer s.remove(t, info.ID)
 	ex := s.waitExit(t, info.ID)
 	if !ex.Exit.TimedOut || ex.Exit.Signal != "SIGKILL" || ex.Exit.DurationMs > 10000 {
@@ -1123,7 +1124,7 @@ func (s *agentSuite) procTimeout(t *testing.T) {
 }
 
 func (s *agentSuite) procStdin(t *testing.T) {
-	info := s.start(t, &agent.ExecRequest{Argv: []string{"cat"}})
+	info := s.start(t, &wire.ExecRequest{Argv: []string{"cat"}})
 	defer s.remove(t, info.ID)
 	part1 := append([]byte("first\x00\xff\xfe"), randBytes(200000)...)
 	part2 := []byte("second, then EOF")
@@ -1137,18 +1138,18 @@ func (s *agentSuite) procStdin(t *testing.T) {
 	if ex.Exit.Code != 0 {
 		t.Errorf("cat: %+v", ex.Exit)
 	}
-	out, _ := s.collect(t, info.ID, agent.Stdout, nil)
+	out, _ := s.collect(t, info.ID, wire.Stdout, nil)
 	if want := append(part1, part2...); !bytes.Equal(out, want) {
 		t.Errorf("cat echoed %d bytes %s; want the %d bytes written", len(out), clip(out), len(want))
 	}
 	err := s.c.WriteStdin(ctxFor(t, 10*time.Second), info.ID, []byte("late"), false)
 	s.fresh()
-	wantKind(t, err, agent.ErrInvalid, "write to closed stdin")
+	wantKind(t, err, wire.ErrInvalid, "write to closed stdin")
 }
 
 func (s *agentSuite) procTTY(t *testing.T) {
 	t.Run("resize and stty size", func(t *testing.T) {
-		info := s.start(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "read line; stty size; tty; test -t 0 && test -t 1 && echo is-a-tty"}, TTY: true})
+		info := s.start(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "read line; stty size; tty; test -t 0 && test -t 1 && echo is-a-tty"}, TTY: true})
 		defer s.remove(t, info.ID)
 		if err := s.c.Resize(ctxFor(t, 10*time.Second), info.ID, 40, 100); err != nil {
 			t.Fatalf("resize: %s", errInfo(err))
@@ -1157,7 +1158,7 @@ func (s *agentSuite) procTTY(t *testing.T) {
 			t.Fatal(errInfo(err))
 		}
 		ex := s.waitExit(t, info.ID)
-		out, _ := s.collect(t, info.ID, agent.Stdout, nil)
+		out, _ := s.collect(t, info.ID, wire.Stdout, nil)
 		for _, want := range []string{"40 100\r\n", "/dev/pts/", "is-a-tty\r\n"} {
 			if !strings.Contains(string(out), want) {
 				t.Errorf("terminal output %q lacks %q (exit %+v)", out, want, ex.Exit)
@@ -1165,32 +1166,32 @@ func (s *agentSuite) procTTY(t *testing.T) {
 		}
 	})
 	t.Run("interactive shell", func(t *testing.T) {
-		info := s.start(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-i"}, TTY: true})
+		info := s.start(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-i"}, TTY: true})
 		defer s.remove(t, info.ID)
 		if err := s.c.WriteStdin(ctxFor(t, 10*time.Second), info.ID, []byte("echo $((40+2))\nexit 7\n"), false); err != nil {
 			t.Fatal(errInfo(err))
 		}
 		ex := s.waitExit(t, info.ID)
-		out, _ := s.collect(t, info.ID, agent.Stdout, nil)
+		out, _ := s.collect(t, info.ID, wire.Stdout, nil)
 		if !strings.Contains(string(out), "42\r\n") || ex.Exit.Code != 7 {
 			t.Errorf("sh -i: output %q exit %+v; want 42 and code 7", out, ex.Exit)
 		}
 	})
 	t.Run("resize without a terminal", func(t *testing.T) {
-		info := s.start(t, &agent.ExecRequest{Argv: []string{"sleep", "100"}})
+		info := s.start(t, &wire.ExecRequest{Argv: []string{"sleep", "100"}})
 		defer s.remove(t, info.ID)
 		err := s.c.Resize(ctxFor(t, 10*time.Second), info.ID, 40, 100)
-		wantKind(t, err, agent.ErrInvalid, "resize of a process without a terminal")
+		wantKind(t, err, wire.ErrInvalid, "resize of a process without a terminal")
 	})
 }
 
 func (s *agentSuite) procRemove(t *testing.T) {
-	info := s.start(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "trap '' TERM HUP INT; sleep 100 & wait"}})
+	info := s.start(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "trap '' TERM HUP INT; sleep 100 & wait"}})
 	if err := s.c.RemoveProcess(ctxFor(t, 20*time.Second), info.ID); err != nil {
 		t.Fatalf("remove: %s", errInfo(err))
 	}
 	_, err := s.c.Process(ctxFor(t, 10*time.Second), info.ID)
-	wantKind(t, err, agent.ErrNotFound, "get after remove")
+	wantKind(t, err, wire.ErrNotFound, "get after remove")
 	list, err := s.c.Processes(ctxFor(t, 10*time.Second))
 	if err != nil {
 		t.Fatal(errInfo(err))
@@ -1202,7 +1203,7 @@ func (s *agentSuite) procRemove(t *testing.T) {
 	}
 	s.waitGone(t, strconv.Itoa(info.Pid))
 	err = s.c.RemoveProcess(ctxFor(t, 10*time.Second), info.ID)
-	wantKind(t, err, agent.ErrNotFound, "second remove")
+	wantKind(t, err, wire.ErrNotFound, "second remove")
 }
 
 func (s *agentSuite) procUnknown(t *testing.T) {
@@ -1212,7 +1213,7 @@ func (s *agentSuite) procUnknown(t *testing.T) {
 			do   func(ctx context.Context) error
 		}{
 			{"get", func(ctx context.Context) error { _, err := s.c.Process(ctx, id); return err }},
-			{"output", func(ctx context.Context) error { _, err := s.c.Output(ctx, id, agent.Stdout, 0, 0); return err }},
+			{"output", func(ctx context.Context) error { _, err := s.c.Output(ctx, id, wire.Stdout, 0, 0); return err }},
 			{"wait", func(ctx context.Context) error { _, err := s.c.Wait(ctx, id, time.Second); return err }},
 			{"signal", func(ctx context.Context) error { return s.c.Signal(ctx, id, "TERM") }},
 			{"stdin", func(ctx context.Context) error { return s.c.WriteStdin(ctx, id, []byte("x"), true) }},
@@ -1227,7 +1228,7 @@ func (s *agentSuite) procUnknown(t *testing.T) {
 			t.Run(strconv.Quote(name)+"/"+op.name, func(t *testing.T) {
 				err := op.do(ctxFor(t, 10*time.Second))
 				s.fresh()
-				wantKind(t, err, agent.ErrNotFound, op.name+" of unknown process "+strconv.Quote(name))
+				wantKind(t, err, wire.ErrNotFound, op.name+" of unknown process "+strconv.Quote(name))
 			})
 		}
 	}
@@ -1236,14 +1237,14 @@ func (s *agentSuite) procUnknown(t *testing.T) {
 func (s *agentSuite) procStartErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		req  agent.ExecRequest
+		req  wire.ExecRequest
 		kind string
 	}{
-		{"empty argv", agent.ExecRequest{}, agent.ErrInvalid},
-		{"NUL in argv", agent.ExecRequest{Argv: []string{"sleep", "1\x00"}}, agent.ErrInvalid},
-		{"missing binary", agent.ExecRequest{Argv: []string{"warren-no-such-command"}}, agent.ErrNotFound},
-		{"unknown user", agent.ExecRequest{Argv: []string{"true"}, User: "warren-no-such-user"}, agent.ErrNotFound},
-		{"stdin too large", agent.ExecRequest{Argv: []string{"cat"}, Stdin: make([]byte, agent.MaxStdin+1)}, agent.ErrTooLarge},
+		{"empty argv", wire.ExecRequest{}, wire.ErrInvalid},
+		{"NUL in argv", wire.ExecRequest{Argv: []string{"sleep", "1\x00"}}, wire.ErrInvalid},
+		{"missing binary", wire.ExecRequest{Argv: []string{"warren-no-such-command"}}, wire.ErrNotFound},
+		{"unknown user", wire.ExecRequest{Argv: []string{"true"}, User: "warren-no-such-user"}, wire.ErrNotFound},
+		{"stdin too large", wire.ExecRequest{Argv: []string{"cat"}, Stdin: make([]byte, wire.MaxStdin+1)}, wire.ErrTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &tc.req)
@@ -1254,7 +1255,7 @@ func (s *agentSuite) procStartErrors(t *testing.T) {
 		})
 	}
 	t.Run("missing cwd", func(t *testing.T) {
-		info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &agent.ExecRequest{Argv: []string{"true"}, Cwd: "/warren/no/such/dir"})
+		info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: []string{"true"}, Cwd: "/warren/no/such/dir"})
 		if err == nil {
 			s.remove(t, info.ID)
 			t.Errorf("start in a missing directory succeeded: %+v", info)
@@ -1266,7 +1267,7 @@ func (s *agentSuite) procStartErrors(t *testing.T) {
 // (PID 1) does not keep descriptors for them.
 func (s *agentSuite) procFDLeak(t *testing.T) {
 	count := func() int {
-		r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "ls /proc/1/fd | wc -l"}})
+		r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "ls /proc/1/fd | wc -l"}})
 		n, err := strconv.Atoi(strings.TrimSpace(string(r.Stdout)))
 		if r.Code != 0 || err != nil {
 			t.Skipf("cannot count the agent's descriptors: %v", r)
@@ -1277,7 +1278,7 @@ func (s *agentSuite) procFDLeak(t *testing.T) {
 	before := count()
 	const n = 40
 	for range n {
-		info, err := s.c.StartProcess(ctxFor(t, 10*time.Second), &agent.ExecRequest{Argv: []string{s.tmp + "/badinterp"}})
+		info, err := s.c.StartProcess(ctxFor(t, 10*time.Second), &wire.ExecRequest{Argv: []string{s.tmp + "/badinterp"}})
 		if err == nil {
 			s.remove(t, info.ID)
 			t.Fatalf("start of a script with a missing interpreter succeeded: %+v", info)
@@ -1296,22 +1297,22 @@ func (h *Harness) agentProcessLimit(t *testing.T) {
 	t.Run("Sequential", func(t *testing.T) {
 		s := h.newAgentSuite(t, backend.Config{})
 		var ids []string
-		for i := range agent.MaxProcesses {
-			info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &agent.ExecRequest{Argv: []string{"sleep", "1000"}})
+		for i := range wire.MaxProcesses {
+			info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: []string{"sleep", "1000"}})
 			if err != nil {
-				t.Fatalf("start %d of %d: %s", i+1, agent.MaxProcesses, errInfo(err))
+				t.Fatalf("start %d of %d: %s", i+1, wire.MaxProcesses, errInfo(err))
 			}
 			ids = append(ids, info.ID)
 		}
-		_, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &agent.ExecRequest{Argv: []string{"sleep", "1000"}})
-		wantKind(t, err, agent.ErrLimit, fmt.Sprintf("start number %d", agent.MaxProcesses+1))
+		_, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: []string{"sleep", "1000"}})
+		wantKind(t, err, wire.ErrLimit, fmt.Sprintf("start number %d", wire.MaxProcesses+1))
 		list, err := s.c.Processes(ctxFor(t, 10*time.Second))
-		if err != nil || len(list) != agent.MaxProcesses {
-			t.Errorf("list has %d processes (%s); want %d", len(list), errInfo(err), agent.MaxProcesses)
+		if err != nil || len(list) != wire.MaxProcesses {
+			t.Errorf("list has %d processes (%s); want %d", len(list), errInfo(err), wire.MaxProcesses)
 		}
 		// Removing one makes room.
 		s.remove(t, ids[0])
-		info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &agent.ExecRequest{Argv: []string{"sleep", "1000"}})
+		info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: []string{"sleep", "1000"}})
 		if err != nil {
 			t.Fatalf("start after a remove: %s", errInfo(err))
 		}
@@ -1321,11 +1322,11 @@ func (h *Harness) agentProcessLimit(t *testing.T) {
 			t.Fatal(errInfo(err))
 		}
 		s.waitExit(t, ids[5])
-		if _, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &agent.ExecRequest{Argv: []string{"sleep", "1000"}}); err != nil {
+		if _, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: []string{"sleep", "1000"}}); err != nil {
 			t.Fatalf("start with an exited process in a full table: %s", errInfo(err))
 		}
 		_, err = s.c.Process(ctxFor(t, 10*time.Second), ids[5])
-		wantKind(t, err, agent.ErrNotFound, "get of the evicted exited process")
+		wantKind(t, err, wire.ErrNotFound, "get of the evicted exited process")
 		for _, id := range ids {
 			s.remove(t, id)
 		}
@@ -1334,7 +1335,7 @@ func (h *Harness) agentProcessLimit(t *testing.T) {
 	t.Run("Concurrent", func(t *testing.T) {
 		// The limit must hold when starts race each other.
 		s := h.newAgentSuite(t, backend.Config{})
-		const attempts = agent.MaxProcesses + 64
+		const attempts = wire.MaxProcesses + 64
 		var mu sync.Mutex
 		ok, limited := 0, 0
 		var other []string
@@ -1345,12 +1346,12 @@ func (h *Harness) agentProcessLimit(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range work {
-					_, err := s.c.StartProcess(context.Background(), &agent.ExecRequest{Argv: []string{"sleep", "1000"}})
+					_, err := s.c.StartProcess(context.Background(), &wire.ExecRequest{Argv: []string{"sleep", "1000"}})
 					mu.Lock()
 					switch {
 					case err == nil:
 						ok++
-					case agent.IsKind(err, agent.ErrLimit):
+					case agent.IsKind(err, wire.ErrLimit):
 						limited++
 					default:
 						other = append(other, errInfo(err))
@@ -1368,9 +1369,9 @@ func (h *Harness) agentProcessLimit(t *testing.T) {
 		if err != nil {
 			t.Fatal(errInfo(err))
 		}
-		if ok > agent.MaxProcesses || len(list) > agent.MaxProcesses || len(other) > 0 {
+		if ok > wire.MaxProcesses || len(list) > wire.MaxProcesses || len(other) > 0 {
 			t.Errorf("%d concurrent starts: %d succeeded, %d hit the limit, list holds %d, other errors %q; want at most %d running",
-				attempts, ok, limited, len(list), other, agent.MaxProcesses)
+				attempts, ok, limited, len(list), other, wire.MaxProcesses)
 		}
 		t.Run("StillHealthy", s.healthy)
 	})
@@ -1380,7 +1381,7 @@ func (h *Harness) agentProcessLimit(t *testing.T) {
 // the process itself has exited and been reported.
 func (h *Harness) agentLateOutput(t *testing.T) {
 	s := h.newAgentSuite(t, backend.Config{})
-	info := s.start(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "(sleep 0.6; echo late; sleep 0.3; echo later) & echo early"}})
+	info := s.start(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "(sleep 0.6; echo late; sleep 0.3; echo later) & echo early"}})
 	ex := s.waitExit(t, info.ID)
 	if ex.Exit.Code != 0 {
 		t.Errorf("exit %+v", ex.Exit)
@@ -1390,7 +1391,7 @@ func (h *Harness) agentLateOutput(t *testing.T) {
 	if t.Failed() {
 		t.Fatal("the agent died when a descendant of an exited background process wrote to the output pipe")
 	}
-	ch, err := s.c.Output(ctxFor(t, 10*time.Second), info.ID, agent.Stdout, 0, 0)
+	ch, err := s.c.Output(ctxFor(t, 10*time.Second), info.ID, wire.Stdout, 0, 0)
 	if err != nil || !strings.HasPrefix(string(ch.Data), "early\n") {
 		t.Errorf("output %+v (%q) %s", ch, ch.Data, errInfo(err))
 	}
@@ -1521,8 +1522,8 @@ func (s *agentSuite) filesMode(t *testing.T) {
 		p := s.tmp + "/mode-bad"
 		err := s.c.WriteFile(ctxFor(t, 10*time.Second), p, strings.NewReader("x"), 0o10000)
 		s.fresh()
-		wantKind(t, err, agent.ErrInvalid, "write with mode 010000")
-		if _, err := s.c.Stat(ctxFor(t, 10*time.Second), p); !agent.IsKind(err, agent.ErrNotFound) {
+		wantKind(t, err, wire.ErrInvalid, "write with mode 010000")
+		if _, err := s.c.Stat(ctxFor(t, 10*time.Second), p); !agent.IsKind(err, wire.ErrNotFound) {
 			t.Errorf("rejected write left a file: %s", errInfo(err))
 		}
 	})
@@ -1533,10 +1534,10 @@ func (s *agentSuite) filesWriteErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, path, kind string
 	}{
-		{"missing parent", s.tmp + "/we-missing/f", agent.ErrNotFound},
-		{"parent is a file", s.tmp + "/rt-binary/f", agent.ErrInvalid},
+		{"missing parent", s.tmp + "/we-missing/f", wire.ErrNotFound},
+		{"parent is a file", s.tmp + "/rt-binary/f", wire.ErrInvalid},
 		{"onto a directory", s.tmp + "/we-dir", ""},
-		{"the root", "/", agent.ErrInvalid},
+		{"the root", "/", wire.ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := s.c.WriteFile(ctxFor(t, 10*time.Second), tc.path, strings.NewReader("x"), 0o644)
@@ -1578,7 +1579,7 @@ func (s *agentSuite) filesStat(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fi, err := s.c.Stat(ctxFor(t, 10*time.Second), tc.path)
 			if tc.typ == "" {
-				wantKind(t, err, agent.ErrInvalid, "stat "+tc.path)
+				wantKind(t, err, wire.ErrInvalid, "stat "+tc.path)
 				return
 			}
 			if err != nil {
@@ -1610,7 +1611,7 @@ func (s *agentSuite) filesStat(t *testing.T) {
 	})
 	t.Run("missing", func(t *testing.T) {
 		_, err := s.c.Stat(ctxFor(t, 10*time.Second), d+"/nope")
-		wantKind(t, err, agent.ErrNotFound, "stat of a missing file")
+		wantKind(t, err, wire.ErrNotFound, "stat of a missing file")
 	})
 }
 
@@ -1655,11 +1656,11 @@ func (s *agentSuite) filesList(t *testing.T) {
 	})
 	t.Run("a file", func(t *testing.T) {
 		_, err := s.c.List(ctxFor(t, 10*time.Second), d+"/a")
-		wantKind(t, err, agent.ErrInvalid, "list of a file")
+		wantKind(t, err, wire.ErrInvalid, "list of a file")
 	})
 	t.Run("missing", func(t *testing.T) {
 		_, err := s.c.List(ctxFor(t, 10*time.Second), d+"/missing")
-		wantKind(t, err, agent.ErrNotFound, "list of a missing dir")
+		wantKind(t, err, wire.ErrNotFound, "list of a missing dir")
 	})
 }
 
@@ -1668,21 +1669,21 @@ func (s *agentSuite) filesMkdir(t *testing.T) {
 	s.sh(t, fmt.Sprintf("mkdir -p %[1]s && touch %[1]s/file", d))
 	for _, tc := range []struct {
 		name    string
-		req     agent.MkdirRequest
+		req     wire.MkdirRequest
 		kind    string
 		perm    uint32 // checked when set
 		checkup string // an intermediate directory to check for 0755
 	}{
-		{"simple", agent.MkdirRequest{Path: d + "/m1"}, "", 0o755, ""},
-		{"exists", agent.MkdirRequest{Path: d + "/m1"}, agent.ErrExists, 0, ""},
-		{"missing parent", agent.MkdirRequest{Path: d + "/m2/a/b"}, agent.ErrNotFound, 0, ""},
-		{"parents", agent.MkdirRequest{Path: d + "/m2/a/b", Parents: true, Mode: 0o700}, "", 0o700, d + "/m2/a"},
-		{"parents existing", agent.MkdirRequest{Path: d + "/m2/a/b", Parents: true}, "", 0, ""},
-		{"mode exact", agent.MkdirRequest{Path: d + "/m3", Mode: 0o777}, "", 0o777, ""},
-		{"parents over a file", agent.MkdirRequest{Path: d + "/file", Parents: true}, agent.ErrExists, 0, ""},
-		{"over a file", agent.MkdirRequest{Path: d + "/file"}, agent.ErrExists, 0, ""},
-		{"below a file", agent.MkdirRequest{Path: d + "/file/x", Parents: true}, "any", 0, ""},
-		{"root", agent.MkdirRequest{Path: "/"}, agent.ErrExists, 0, ""},
+		{"simple", wire.MkdirRequest{Path: d + "/m1"}, "", 0o755, ""},
+		{"exists", wire.MkdirRequest{Path: d + "/m1"}, wire.ErrExists, 0, ""},
+		{"missing parent", wire.MkdirRequest{Path: d + "/m2/a/b"}, wire.ErrNotFound, 0, ""},
+		{"parents", wire.MkdirRequest{Path: d + "/m2/a/b", Parents: true, Mode: 0o700}, "", 0o700, d + "/m2/a"},
+		{"parents existing", wire.MkdirRequest{Path: d + "/m2/a/b", Parents: true}, "", 0, ""},
+		{"mode exact", wire.MkdirRequest{Path: d + "/m3", Mode: 0o777}, "", 0o777, ""},
+		{"parents over a file", wire.MkdirRequest{Path: d + "/file", Parents: true}, wire.ErrExists, 0, ""},
+		{"over a file", wire.MkdirRequest{Path: d + "/file"}, wire.ErrExists, 0, ""},
+		{"below a file", wire.MkdirRequest{Path: d + "/file/x", Parents: true}, "any", 0, ""},
+		{"root", wire.MkdirRequest{Path: "/"}, wire.ErrExists, 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := s.c.Mkdir(ctxFor(t, 10*time.Second), tc.req)
@@ -1722,20 +1723,20 @@ func (s *agentSuite) filesRemove(t *testing.T) {
 ln -s keep linkdir && ln -s / linkroot && ln -s keep/k linkfile`, d))
 	for _, tc := range []struct {
 		name       string
-		req        agent.RemoveRequest
+		req        wire.RemoveRequest
 		kind       string
 		stillThere []string
 	}{
-		{"file", agent.RemoveRequest{Path: d + "/f"}, "", nil},
-		{"empty dir", agent.RemoveRequest{Path: d + "/empty"}, "", nil},
-		{"non-empty dir", agent.RemoveRequest{Path: d + "/full"}, agent.ErrInvalid, []string{d + "/full/sub/deeper/c"}},
-		{"recursive", agent.RemoveRequest{Path: d + "/full", Recursive: true}, "", nil},
-		{"symlink to dir, recursive", agent.RemoveRequest{Path: d + "/linkdir", Recursive: true}, "", []string{d + "/keep/k"}},
-		{"symlink to root, recursive", agent.RemoveRequest{Path: d + "/linkroot", Recursive: true}, "", []string{"/etc/passwd", d + "/keep/k"}},
-		{"symlink to file", agent.RemoveRequest{Path: d + "/linkfile"}, "", []string{d + "/keep/k"}},
-		{"missing", agent.RemoveRequest{Path: d + "/nope"}, agent.ErrNotFound, nil},
-		{"root", agent.RemoveRequest{Path: "/", Recursive: true}, agent.ErrPermission, []string{"/etc/passwd"}},
-		{"root spelled empty", agent.RemoveRequest{Path: "", Recursive: true}, agent.ErrPermission, []string{"/etc/passwd"}},
+		{"file", wire.RemoveRequest{Path: d + "/f"}, "", nil},
+		{"empty dir", wire.RemoveRequest{Path: d + "/empty"}, "", nil},
+		{"non-empty dir", wire.RemoveRequest{Path: d + "/full"}, wire.ErrInvalid, []string{d + "/full/sub/deeper/c"}},
+		{"recursive", wire.RemoveRequest{Path: d + "/full", Recursive: true}, "", nil},
+		{"symlink to dir, recursive", wire.RemoveRequest{Path: d + "/linkdir", Recursive: true}, "", []string{d + "/keep/k"}},
+		{"symlink to root, recursive", wire.RemoveRequest{Path: d + "/linkroot", Recursive: true}, "", []string{"/etc/passwd", d + "/keep/k"}},
+		{"symlink to file", wire.RemoveRequest{Path: d + "/linkfile"}, "", []string{d + "/keep/k"}},
+		{"missing", wire.RemoveRequest{Path: d + "/nope"}, wire.ErrNotFound, nil},
+		{"root", wire.RemoveRequest{Path: "/", Recursive: true}, wire.ErrPermission, []string{"/etc/passwd"}},
+		{"root spelled empty", wire.RemoveRequest{Path: "", Recursive: true}, wire.ErrPermission, []string{"/etc/passwd"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := s.c.Remove(ctxFor(t, 30*time.Second), tc.req)
@@ -1745,7 +1746,7 @@ ln -s keep linkdir && ln -s / linkroot && ln -s keep/k linkfile`, d))
 				if err != nil {
 					t.Fatalf("remove %+v: %s", tc.req, errInfo(err))
 				}
-				if _, err := s.c.Stat(ctxFor(t, 10*time.Second), tc.req.Path); !agent.IsKind(err, agent.ErrNotFound) {
+				if _, err := s.c.Stat(ctxFor(t, 10*time.Second), tc.req.Path); !agent.IsKind(err, wire.ErrNotFound) {
 					t.Errorf("%s still there: %s", tc.req.Path, errInfo(err))
 				}
 			}
@@ -1768,7 +1769,7 @@ func (s *agentSuite) filesMove(t *testing.T) {
 		if got := s.read(t, d+"/a2"); string(got) != "a\n" {
 			t.Errorf("moved content %q", got)
 		}
-		if _, err := s.c.Stat(ctxFor(t, 10*time.Second), d+"/a"); !agent.IsKind(err, agent.ErrNotFound) {
+		if _, err := s.c.Stat(ctxFor(t, 10*time.Second), d+"/a"); !agent.IsKind(err, wire.ErrNotFound) {
 			t.Errorf("source still there: %s", errInfo(err))
 		}
 	})
@@ -1800,11 +1801,11 @@ func (s *agentSuite) filesMove(t *testing.T) {
 	for _, tc := range []struct {
 		name, from, to, kind string
 	}{
-		{"missing source", d + "/nope", d + "/x", agent.ErrNotFound},
-		{"missing target parent", d + "/b", d + "/nope/x", agent.ErrNotFound},
-		{"the root", "/", d + "/rootcopy", agent.ErrInvalid},
-		{"onto the root", d + "/b", "/", agent.ErrInvalid},
-		{"dir into itself", d + "/dir2", d + "/dir2/sub/inside", agent.ErrInvalid},
+		{"missing source", d + "/nope", d + "/x", wire.ErrNotFound},
+		{"missing target parent", d + "/b", d + "/nope/x", wire.ErrNotFound},
+		{"the root", "/", d + "/rootcopy", wire.ErrInvalid},
+		{"onto the root", d + "/b", "/", wire.ErrInvalid},
+		{"dir into itself", d + "/dir2", d + "/dir2/sub/inside", wire.ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := s.c.Move(ctxFor(t, 10*time.Second), tc.from, tc.to)
@@ -1850,13 +1851,13 @@ func (s *agentSuite) filesHostilePaths(t *testing.T) {
 		}},
 		{"Stat", func(ctx context.Context, p string) error { _, err := s.c.Stat(ctx, p); return err }},
 		{"List", func(ctx context.Context, p string) error { _, err := s.c.List(ctx, p); return err }},
-		{"Mkdir", func(ctx context.Context, p string) error { return s.c.Mkdir(ctx, agent.MkdirRequest{Path: p}) }},
+		{"Mkdir", func(ctx context.Context, p string) error { return s.c.Mkdir(ctx, wire.MkdirRequest{Path: p}) }},
 		{"MkdirParents", func(ctx context.Context, p string) error {
-			return s.c.Mkdir(ctx, agent.MkdirRequest{Path: p, Parents: true})
+			return s.c.Mkdir(ctx, wire.MkdirRequest{Path: p, Parents: true})
 		}},
-		{"Remove", func(ctx context.Context, p string) error { return s.c.Remove(ctx, agent.RemoveRequest{Path: p}) }},
+		{"Remove", func(ctx context.Context, p string) error { return s.c.Remove(ctx, wire.RemoveRequest{Path: p}) }},
 		{"RemoveRecursive", func(ctx context.Context, p string) error {
-			return s.c.Remove(ctx, agent.RemoveRequest{Path: p, Recursive: true})
+			return s.c.Remove(ctx, wire.RemoveRequest{Path: p, Recursive: true})
 		}},
 		{"MoveFrom", func(ctx context.Context, p string) error { return s.c.Move(ctx, p, s.tmp+"/hp-moved") }},
 		{"MoveTo", func(ctx context.Context, p string) error { return s.c.Move(ctx, victim, p) }},
@@ -1875,7 +1876,7 @@ func (s *agentSuite) filesHostilePaths(t *testing.T) {
 				t.Run(op.name, func(t *testing.T) {
 					err := op.do(ctxFor(t, 10*time.Second), p.path)
 					s.fresh()
-					wantKind(t, err, agent.ErrInvalid, fmt.Sprintf("%s %s", op.name, clip([]byte(p.path))))
+					wantKind(t, err, wire.ErrInvalid, fmt.Sprintf("%s %s", op.name, clip([]byte(p.path))))
 				})
 			}
 		})
@@ -1891,18 +1892,18 @@ func (s *agentSuite) filesHostilePaths(t *testing.T) {
 
 func (s *agentSuite) filesOwn(t *testing.T) {
 	t.Run("/etc/hostname", func(t *testing.T) {
-		in := s.mustExec(t, &agent.ExecRequest{Argv: []string{"cat", "/etc/hostname"}})
+		in := s.mustExec(t, &wire.ExecRequest{Argv: []string{"cat", "/etc/hostname"}})
 		got, err := s.c.ReadFile(ctxFor(t, 10*time.Second), "/etc/hostname")
 		if in.Code == 0 {
 			if err != nil || !bytes.Equal(got, in.Stdout) {
 				t.Errorf("agent read %q %s; the sandbox's processes read %q", got, errInfo(err), in.Stdout)
 			}
 		} else {
-			wantKind(t, err, agent.ErrNotFound, "read /etc/hostname, which the sandbox lacks")
+			wantKind(t, err, wire.ErrNotFound, "read /etc/hostname, which the sandbox lacks")
 		}
 		marker := "sandbox-" + randHex(6) + "\n"
 		s.write(t, "/etc/hostname", []byte(marker), 0o644)
-		if r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"cat", "/etc/hostname"}}); string(r.Stdout) != marker {
+		if r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"cat", "/etc/hostname"}}); string(r.Stdout) != marker {
 			t.Errorf("sandbox processes read %v after the agent wrote %q", r, marker)
 		}
 		if host, _ := os.ReadFile("/etc/hostname"); string(host) == marker {
@@ -1910,7 +1911,7 @@ func (s *agentSuite) filesOwn(t *testing.T) {
 		}
 	})
 	t.Run("/etc/passwd", func(t *testing.T) {
-		in := s.mustExec(t, &agent.ExecRequest{Argv: []string{"cat", "/etc/passwd"}})
+		in := s.mustExec(t, &wire.ExecRequest{Argv: []string{"cat", "/etc/passwd"}})
 		if got := s.read(t, "/etc/passwd"); in.Code != 0 || !bytes.Equal(got, in.Stdout) {
 			t.Errorf("agent and sandbox disagree on /etc/passwd")
 		}
@@ -1918,7 +1919,7 @@ func (s *agentSuite) filesOwn(t *testing.T) {
 	t.Run("new file in /etc", func(t *testing.T) {
 		name := "warren-marker-" + randHex(6)
 		s.write(t, "/etc/"+name, []byte("inside"), 0o644)
-		if r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"cat", "/etc/" + name}}); string(r.Stdout) != "inside" {
+		if r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"cat", "/etc/" + name}}); string(r.Stdout) != "inside" {
 			t.Errorf("sandbox reads %v", r)
 		}
 		hostAbsent(t, name)
@@ -1949,13 +1950,13 @@ func (s *agentSuite) filesSymlinkEscape(t *testing.T) {
 			content := []byte("written through " + tc.target)
 			werr := s.c.WriteFile(ctxFor(t, 10*time.Second), link+"/"+name, bytes.NewReader(content), 0o644)
 			s.fresh()
-			merr := s.c.Mkdir(ctxFor(t, 10*time.Second), agent.MkdirRequest{Path: link + "/" + name + "-dir/x", Parents: true})
+			merr := s.c.Mkdir(ctxFor(t, 10*time.Second), wire.MkdirRequest{Path: link + "/" + name + "-dir/x", Parents: true})
 			hostAbsent(t, name, name+"-dir")
 			if tc.inside == "" {
 				if werr == nil || merr == nil {
 					// Following the link is only acceptable if it
 					// stays in the sandbox.
-					r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /" + name + " && test -d /" + name + "-dir/x"}})
+					r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat /" + name + " && test -d /" + name + "-dir/x"}})
 					if r.Code != 0 {
 						t.Errorf("write through %s succeeded (%s, %s) but the files are not in the sandbox root: %v", tc.target, errInfo(werr), errInfo(merr), r)
 					}
@@ -1966,7 +1967,7 @@ func (s *agentSuite) filesSymlinkEscape(t *testing.T) {
 				t.Fatalf("write through a link to %s (followed inside the root) failed: %s / %s", tc.target, errInfo(werr), errInfo(merr))
 			}
 			at := tc.inside + name
-			r := s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat " + at + " && test -d " + at + "-dir/x"}})
+			r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "cat " + at + " && test -d " + at + "-dir/x"}})
 			if r.Code != 0 || !bytes.Equal(r.Stdout, content) {
 				t.Errorf("the file should be at %s in the sandbox: %v", at, r)
 			}
@@ -1980,9 +1981,9 @@ func (s *agentSuite) filesSymlinkEscape(t *testing.T) {
 func (s *agentSuite) filesNonRegular(t *testing.T) {
 	d := s.tmp + "/nonreg"
 	s.sh(t, fmt.Sprintf("mkdir -p %[1]s/dir && echo x > %[1]s/dir/f && mkfifo %[1]s/fifo", d))
-	s.mustExec(t, &agent.ExecRequest{Argv: []string{"python3", "-c", "import socket; socket.socket(socket.AF_UNIX).bind('" + d + "/sock')"}})
+	s.mustExec(t, &wire.ExecRequest{Argv: []string{"python3", "-c", "import socket; socket.socket(socket.AF_UNIX).bind('" + d + "/sock')"}})
 	// A reader stuck opening the FIFO is released by a writer.
-	defer s.mustExec(t, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "exec 3<>" + d + "/fifo; sleep 0.2"}, TimeoutMs: 5000})
+	defer s.mustExec(t, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "exec 3<>" + d + "/fifo; sleep 0.2"}, TimeoutMs: 5000})
 	for _, tc := range []struct{ name, path string }{
 		{"directory", d + "/dir"},
 		{"root", "/"},
@@ -2001,13 +2002,13 @@ func (s *agentSuite) filesNonRegular(t *testing.T) {
 			if took := time.Since(start); took > 4*time.Second {
 				t.Errorf("read of %s hung for %v", tc.path, took)
 			}
-			wantKind(t, err, agent.ErrInvalid, fmt.Sprintf("read of %s (got %d bytes)", tc.path, len(b)))
+			wantKind(t, err, wire.ErrInvalid, fmt.Sprintf("read of %s (got %d bytes)", tc.path, len(b)))
 		})
 	}
 	t.Run("tar of a fifo", func(t *testing.T) {
 		rc, err := s.c.DownloadTar(ctxFor(t, 5*time.Second), d+"/fifo")
 		if err != nil {
-			wantKind(t, err, agent.ErrInvalid, "tar of a fifo")
+			wantKind(t, err, wire.ErrInvalid, "tar of a fifo")
 			return
 		}
 		defer rc.Close()
@@ -2063,7 +2064,7 @@ func (s *agentSuite) filesWriteOverSymlink(t *testing.T) {
 			if got := s.read(t, "/etc/passwd"); !bytes.Equal(got, passwd) {
 				t.Errorf("the link's target /etc/passwd was written")
 			}
-			if _, err := s.c.Stat(ctxFor(t, 10*time.Second), d+"/no-such-target"); !agent.IsKind(err, agent.ErrNotFound) {
+			if _, err := s.c.Stat(ctxFor(t, 10*time.Second), d+"/no-such-target"); !agent.IsKind(err, wire.ErrNotFound) {
 				t.Errorf("the dangling link's target was created: %s", errInfo(err))
 			}
 		})
@@ -2085,10 +2086,10 @@ func (z *zeros) Read(p []byte) (int, error) {
 
 func (s *agentSuite) filesTooLarge(t *testing.T) {
 	d := s.tmp + "/large"
-	s.sh(t, fmt.Sprintf("mkdir -p %[1]s && truncate -s %[2]d %[1]s/over && truncate -s %[3]d %[1]s/under", d, agent.MaxFileRead+1, 1<<20))
+	s.sh(t, fmt.Sprintf("mkdir -p %[1]s && truncate -s %[2]d %[1]s/over && truncate -s %[3]d %[1]s/under", d, wire.MaxFileRead+1, 1<<20))
 	t.Run("read over MaxFileRead", func(t *testing.T) {
 		_, err := s.c.ReadFile(ctxFor(t, 30*time.Second), d+"/over")
-		wantKind(t, err, agent.ErrTooLarge, "read of a MaxFileRead+1 byte file")
+		wantKind(t, err, wire.ErrTooLarge, "read of a MaxFileRead+1 byte file")
 	})
 	t.Run("sparse read under the limit", func(t *testing.T) {
 		if b := s.read(t, d+"/under"); len(b) != 1<<20 || !bytes.Equal(b, make([]byte, 1<<20)) {
@@ -2097,9 +2098,9 @@ func (s *agentSuite) filesTooLarge(t *testing.T) {
 	})
 	t.Run("write over MaxFileWrite", func(t *testing.T) {
 		p := d + "/too-big"
-		err := s.c.WriteFile(ctxFor(t, 120*time.Second), p, &zeros{agent.MaxFileWrite + 1}, 0o644)
+		err := s.c.WriteFile(ctxFor(t, 120*time.Second), p, &zeros{wire.MaxFileWrite + 1}, 0o644)
 		s.fresh()
-		wantKind(t, err, agent.ErrTooLarge, "write of MaxFileWrite+1 bytes")
+		wantKind(t, err, wire.ErrTooLarge, "write of MaxFileWrite+1 bytes")
 		list, lerr := s.c.List(ctxFor(t, 10*time.Second), d)
 		if lerr != nil {
 			t.Fatal(errInfo(lerr))
@@ -2293,7 +2294,7 @@ func (s *agentSuite) tarRoundTrip(t *testing.T) {
 	})
 	t.Run("missing", func(t *testing.T) {
 		_, err := s.c.DownloadTar(ctxFor(t, 30*time.Second), src+"/nope")
-		wantKind(t, err, agent.ErrNotFound, "tar of a missing path")
+		wantKind(t, err, wire.ErrNotFound, "tar of a missing path")
 	})
 }
 
@@ -2332,17 +2333,17 @@ func (s *agentSuite) tarHostile(t *testing.T) {
 					{hdr: tar.Header{Name: "../evil-" + r, Mode: 0o644}, body: []byte("evil")},
 				})
 			},
-			kind: agent.ErrInvalid, present: []string{"ok-first"}},
+			kind: wire.ErrInvalid, present: []string{"ok-first"}},
 		{name: "nested dotdot entry",
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{{hdr: tar.Header{Name: "a/../../evil-" + r, Mode: 0o644}, body: []byte("evil")}})
 			},
-			kind: agent.ErrInvalid},
+			kind: wire.ErrInvalid},
 		{name: "deep dotdot entry",
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{{hdr: tar.Header{Name: "../../../../../../tmp/evil-" + r, Mode: 0o644}, body: []byte("evil")}})
 			},
-			kind: agent.ErrInvalid},
+			kind: wire.ErrInvalid},
 		{name: "absolute entry lands in dest",
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{{hdr: tar.Header{Name: "/abs-" + r, Mode: 0o644}, body: []byte("abs")}})
@@ -2352,17 +2353,17 @@ func (s *agentSuite) tarHostile(t *testing.T) {
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{{hdr: tar.Header{Name: "h-" + r, Typeflag: tar.TypeLink, Linkname: "/etc/shadow"}}})
 			},
-			kind: agent.ErrInvalid, absent: []string{"h-R"}},
+			kind: wire.ErrInvalid, absent: []string{"h-R"}},
 		{name: "hardlink to /etc/passwd outside dest",
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{{hdr: tar.Header{Name: "h-" + r, Typeflag: tar.TypeLink, Linkname: "/etc/passwd"}}})
 			},
-			kind: agent.ErrInvalid, absent: []string{"h-R"}},
+			kind: wire.ErrInvalid, absent: []string{"h-R"}},
 		{name: "hardlink dotdot",
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{{hdr: tar.Header{Name: "h-" + r, Typeflag: tar.TypeLink, Linkname: "../../x"}}})
 			},
-			kind: agent.ErrInvalid, absent: []string{"h-R"}},
+			kind: wire.ErrInvalid, absent: []string{"h-R"}},
 		{name: "hardlink through a symlink to /etc",
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{
@@ -2370,7 +2371,7 @@ func (s *agentSuite) tarHostile(t *testing.T) {
 					{hdr: tar.Header{Name: "h-" + r, Typeflag: tar.TypeLink, Linkname: "etc-link/passwd"}},
 				})
 			},
-			kind: agent.ErrInvalid, absent: []string{"h-R"}},
+			kind: wire.ErrInvalid, absent: []string{"h-R"}},
 		{name: "hardlink to a symlink",
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{
@@ -2378,7 +2379,7 @@ func (s *agentSuite) tarHostile(t *testing.T) {
 					{hdr: tar.Header{Name: "h-" + r, Typeflag: tar.TypeLink, Linkname: "pl"}},
 				})
 			},
-			kind: agent.ErrInvalid, absent: []string{"h-R"}},
+			kind: wire.ErrInvalid, absent: []string{"h-R"}},
 		{name: "write through a symlink to /",
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{
@@ -2430,13 +2431,13 @@ func (s *agentSuite) tarHostile(t *testing.T) {
 			present: []string{"dl/x-R"}, check: `test -d dl && ! test -L dl && echo ok`},
 		{name: "10 GB size header with a short body",
 			tar:  func(r string) []byte { return shortTar(t, "big-"+r, 10<<30, make([]byte, 1000)) },
-			kind: agent.ErrTooLarge, absent: []string{"big-R"}},
+			kind: wire.ErrTooLarge, absent: []string{"big-R"}},
 		{name: "1 MB size header with a short body",
 			tar:  func(r string) []byte { return shortTar(t, "short-"+r, 1<<20, make([]byte, 1000)) },
-			kind: agent.ErrInvalid, absent: []string{"short-R"}},
+			kind: wire.ErrInvalid, absent: []string{"short-R"}},
 		{name: "garbage",
 			tar:  func(r string) []byte { return randBytes(4096) },
-			kind: agent.ErrInvalid},
+			kind: wire.ErrInvalid},
 		{name: "setuid, device and fifo entries",
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{
@@ -2450,7 +2451,7 @@ func (s *agentSuite) tarHostile(t *testing.T) {
 			tar: func(r string) []byte {
 				return buildTar(t, []tarEnt{{hdr: tar.Header{Name: ".", Typeflag: tar.TypeReg, Mode: 0o644}}})
 			},
-			kind: agent.ErrInvalid},
+			kind: wire.ErrInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := randHex(5)
@@ -2488,7 +2489,7 @@ func (s *agentSuite) tarHostile(t *testing.T) {
 				}
 			}
 			for _, p := range tc.absent {
-				if _, err := s.c.Stat(ctxFor(t, 10*time.Second), dest+"/"+sub(p)); !agent.IsKind(err, agent.ErrNotFound) {
+				if _, err := s.c.Stat(ctxFor(t, 10*time.Second), dest+"/"+sub(p)); !agent.IsKind(err, wire.ErrNotFound) {
 					t.Errorf("%s should not exist: %s", sub(p), errInfo(err))
 				}
 			}
@@ -2515,23 +2516,23 @@ func (s *agentSuite) tarHostile(t *testing.T) {
 
 func (h *Harness) agentRepl(t *testing.T) {
 	s := h.newAgentSuite(t, backend.Config{Hostname: "agentconf-" + randHex(3)})
-	run := func(t testing.TB, lang, code string, timeout time.Duration) agent.ReplResult {
+	run := func(t testing.TB, lang, code string, timeout time.Duration) wire.ReplResult {
 		t.Helper()
-		res, err := s.c.Repl(ctxFor(t, 60*time.Second), agent.ReplRequest{Language: lang, Code: code, TimeoutMs: timeout.Milliseconds()})
+		res, err := s.c.Repl(ctxFor(t, 60*time.Second), wire.ReplRequest{Language: lang, Code: code, TimeoutMs: timeout.Milliseconds()})
 		if err != nil {
 			t.Fatalf("repl %s %q: %s", lang, code, errInfo(err))
 		}
 		return res
 	}
-	result := func(r agent.ReplResult) string {
+	result := func(r wire.ReplResult) string {
 		if r.Result == nil {
 			return "<none>"
 		}
 		return *r.Result
 	}
-	wantOK := func(t testing.TB, r agent.ReplResult, want string) {
+	wantOK := func(t testing.TB, r wire.ReplResult, want string) {
 		t.Helper()
-		if r.Status != agent.ReplSuccess || result(r) != want {
+		if r.Status != wire.ReplSuccess || result(r) != want {
 			t.Errorf("status %q result %q error %q output %q; want success with %q", r.Status, result(r), r.Error, r.Output, want)
 		}
 	}
@@ -2566,7 +2567,7 @@ func (h *Harness) agentRepl(t *testing.T) {
 			})
 			t.Run("output lines and result", func(t *testing.T) {
 				r := run(t, lc.lang, lc.outCode, 30*time.Second)
-				want := []agent.OutputLine{{Stream: agent.Stdout, Text: "out1"}, {Stream: agent.Stderr, Text: "err1"}}
+				want := []wire.OutputLine{{Stream: wire.Stdout, Text: "out1"}, {Stream: wire.Stderr, Text: "err1"}}
 				if !slices.Equal(r.Output, want) {
 					t.Errorf("output %q; want %q", r.Output, want)
 				}
@@ -2574,7 +2575,7 @@ func (h *Harness) agentRepl(t *testing.T) {
 			})
 			t.Run("error", func(t *testing.T) {
 				r := run(t, lc.lang, lc.errCode, 30*time.Second)
-				if r.Status != agent.ReplError || r.Error != lc.errWant {
+				if r.Status != wire.ReplError || r.Error != lc.errWant {
 					t.Errorf("status %q error %q; want error %q", r.Status, r.Error, lc.errWant)
 				}
 				wantOK(t, run(t, lc.lang, "x", 30*time.Second), "40")
@@ -2583,7 +2584,7 @@ func (h *Harness) agentRepl(t *testing.T) {
 				start := time.Now()
 				r := run(t, lc.lang, lc.loop, 500*time.Millisecond)
 				took := time.Since(start)
-				if r.Status != agent.ReplTimeout || !strings.Contains(r.Error, "TimeoutError") {
+				if r.Status != wire.ReplTimeout || !strings.Contains(r.Error, "TimeoutError") {
 					t.Errorf("status %q error %q; want timeout", r.Status, r.Error)
 				}
 				if took < 450*time.Millisecond || took > 15*time.Second {
@@ -2604,16 +2605,16 @@ func (h *Harness) agentRepl(t *testing.T) {
 	}
 	for _, lang := range []string{"cobol", "", "python2", "ruby", "node\x00"} {
 		t.Run("unknown language "+strconv.Quote(lang), func(t *testing.T) {
-			_, err := s.c.Repl(ctxFor(t, 10*time.Second), agent.ReplRequest{Language: lang, Code: "1"})
-			wantKind(t, err, agent.ErrInvalid, "repl in "+strconv.Quote(lang))
+			_, err := s.c.Repl(ctxFor(t, 10*time.Second), wire.ReplRequest{Language: lang, Code: "1"})
+			wantKind(t, err, wire.ErrInvalid, "repl in "+strconv.Quote(lang))
 		})
 	}
 	t.Run("oversized code", func(t *testing.T) {
 		// The engines refuse more than 16 MiB of code; that is the
 		// client's fault, not an internal error.
 		code := "#" + strings.Repeat("x", 16<<20)
-		_, err := s.c.Repl(ctxFor(t, 60*time.Second), agent.ReplRequest{Language: "python", Code: code})
-		if !agent.IsKind(err, agent.ErrTooLarge) && !agent.IsKind(err, agent.ErrInvalid) {
+		_, err := s.c.Repl(ctxFor(t, 60*time.Second), wire.ReplRequest{Language: "python", Code: code})
+		if !agent.IsKind(err, wire.ErrTooLarge) && !agent.IsKind(err, wire.ErrInvalid) {
 			t.Errorf("repl with 16 MiB+ of code: %s; want kind too_large (or invalid)", errInfo(err))
 		}
 		wantOK(t, run(t, "python", "x", 30*time.Second), "40")
@@ -2647,7 +2648,7 @@ func (h *Harness) agentConnection(t *testing.T) {
 			var failures []string
 			for i := range rounds {
 				err := s.c.WriteFile(ctxFor(t, 10*time.Second), "../rejected", tc.body(), 0o644)
-				if !agent.IsKind(err, agent.ErrInvalid) {
+				if !agent.IsKind(err, wire.ErrInvalid) {
 					failures = append(failures, fmt.Sprintf("round %d: rejected write: %s", i, errInfo(err)))
 				}
 				if _, err := s.c.Stat(ctxFor(t, 10*time.Second), s.tmp); err != nil {

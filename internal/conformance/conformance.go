@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Harness is what a backend provides to the suite.
@@ -79,11 +79,11 @@ func Exec(t testing.TB, sb backend.Sandbox, timeout time.Duration, argv ...strin
 	t.Helper()
 	var out, errb bytes.Buffer
 	var mu sync.Mutex
-	res, err := backend.Exec(context.Background(), sb, &agent.ExecRequest{Argv: argv, TimeoutMs: timeout.Milliseconds()},
+	res, err := backend.Exec(context.Background(), sb, &wire.ExecRequest{Argv: argv, TimeoutMs: timeout.Milliseconds()},
 		func(stream string, data []byte) {
 			mu.Lock()
 			defer mu.Unlock()
-			if stream == agent.Stderr {
+			if stream == wire.Stderr {
 				errb.Write(data)
 			} else {
 				out.Write(data)
@@ -572,19 +572,19 @@ func (h *Harness) cycle(ctx context.Context, i int) error {
 	}
 	switch i % 3 {
 	case 0:
-		if st, err := sb.Agent().Exec(ctx, &agent.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
+		if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
 			_ = sb.Remove(ctx)
 			return fmt.Errorf("exec true: %w %+v", err, st)
 		}
 	case 1:
-		if _, err := sb.Agent().StartProcess(ctx, &agent.ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 1000 & while :; do :; done"}}); err != nil {
+		if _, err := sb.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 1000 & while :; do :; done"}}); err != nil {
 			_ = sb.Remove(ctx)
 			return err
 		}
 	case 2:
 		c := sb.Agent()
 		go func() { time.Sleep(5 * time.Millisecond); _ = sb.Stop(ctx) }()
-		_, _ = c.Exec(ctx, &agent.ExecRequest{Argv: []string{"/bin/sleep", "1000"}}, nil)
+		_, _ = c.Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/sleep", "1000"}}, nil)
 	}
 	return sb.Remove(ctx)
 }

@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Runner starts processes in the sandbox on behalf of the host.
@@ -38,7 +38,7 @@ type errStart struct {
 func (e *errStart) Error() string { return e.err.Error() }
 
 // command validates req and builds the command it describes.
-func (r *Runner) command(req *agent.ExecRequest) (*exec.Cmd, error) {
+func (r *Runner) command(req *wire.ExecRequest) (*exec.Cmd, error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, invalidf("argv is empty")
 	}
@@ -56,8 +56,8 @@ func (r *Runner) command(req *agent.ExecRequest) (*exec.Cmd, error) {
 			return nil, invalidf("env entry %q is not K=V", e)
 		}
 	}
-	if len(req.Stdin) > agent.MaxStdin {
-		return nil, &apiError{agent.ErrTooLarge, fmt.Sprintf("stdin is %d bytes, limit %d", len(req.Stdin), agent.MaxStdin)}
+	if len(req.Stdin) > wire.MaxStdin {
+		return nil, &apiError{wire.ErrTooLarge, fmt.Sprintf("stdin is %d bytes, limit %d", len(req.Stdin), wire.MaxStdin)}
 	}
 	path, err := lookPath(req.Argv[0], env)
 	if err != nil {
@@ -140,7 +140,7 @@ func lookupUser(spec string) (*syscall.Credential, error) {
 	if uid, err = strconv.ParseUint(name, 10, 32); err != nil {
 		u, lerr := user.Lookup(name)
 		if lerr != nil {
-			return nil, &apiError{agent.ErrNotFound, fmt.Sprintf("user %q not found in /etc/passwd", name)}
+			return nil, &apiError{wire.ErrNotFound, fmt.Sprintf("user %q not found in /etc/passwd", name)}
 		}
 		uid, _ = strconv.ParseUint(u.Uid, 10, 32)
 		gid, _ = strconv.ParseUint(u.Gid, 10, 32)
@@ -154,7 +154,7 @@ func lookupUser(spec string) (*syscall.Credential, error) {
 		if gid, err = strconv.ParseUint(group, 10, 32); err != nil {
 			g, lerr := user.LookupGroup(group)
 			if lerr != nil {
-				return nil, &apiError{agent.ErrNotFound, fmt.Sprintf("group %q not found in /etc/group", group)}
+				return nil, &apiError{wire.ErrNotFound, fmt.Sprintf("group %q not found in /etc/group", group)}
 			}
 			gid, _ = strconv.ParseUint(g.Gid, 10, 32)
 		}
@@ -165,30 +165,30 @@ func lookupUser(spec string) (*syscall.Credential, error) {
 // Exec runs req to completion, calling emit for each chunk of output in the
 // order it is read, and returns how the process ended. Cancelling ctx (the
 // client went away) kills the process group.
-func (r *Runner) Exec(ctx context.Context, req *agent.ExecRequest, emit func(agent.ExecEvent)) (agent.ExitStatus, error) {
+func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire.ExecEvent)) (wire.ExitStatus, error) {
 	cmd, err := r.command(req)
 	if err != nil {
 		var se *errStart
 		if errors.As(err, &se) {
-			return agent.ExitStatus{Code: se.code, Error: se.err.Error()}, nil
+			return wire.ExitStatus{Code: se.code, Error: se.err.Error()}, nil
 		}
-		return agent.ExitStatus{}, err
+		return wire.ExitStatus{}, err
 	}
 	limit := req.OutputLimit
 	if limit <= 0 {
-		limit = agent.DefaultOutputLimit
+		limit = wire.DefaultOutputLimit
 	}
-	limit = min(limit, agent.MaxOutputLimit)
+	limit = min(limit, wire.MaxOutputLimit)
 	out := &capped{limit: limit, emit: emit}
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return agent.ExitStatus{}, err
+		return wire.ExitStatus{}, err
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return agent.ExitStatus{}, err
+		return wire.ExitStatus{}, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
 	start := time.Now()
@@ -205,8 +205,8 @@ func (r *Runner) Exec(ctx context.Context, req *agent.ExecRequest, emit func(age
 
 	var readers sync.WaitGroup
 	readers.Add(2)
-	go func() { defer readers.Done(); out.copy(agent.Stdout, outR) }()
-	go func() { defer readers.Done(); out.copy(agent.Stderr, errR) }()
+	go func() { defer readers.Done(); out.copy(wire.Stdout, outR) }()
+	go func() { defer readers.Done(); out.copy(wire.Stderr, errR) }()
 
 	timedOut := false
 	done := make(chan struct{})
@@ -248,27 +248,27 @@ func (r *Runner) Exec(ctx context.Context, req *agent.ExecRequest, emit func(age
 	return st, nil
 }
 
-func startFailure(err error) agent.ExitStatus {
+func startFailure(err error) wire.ExitStatus {
 	code := 126
 	if errors.Is(err, fs.ErrNotExist) {
 		code = 127
 	}
-	return agent.ExitStatus{Code: code, Error: err.Error()}
+	return wire.ExitStatus{Code: code, Error: err.Error()}
 }
 
-func exitStatus(ps *os.ProcessState, waitErr error) agent.ExitStatus {
+func exitStatus(ps *os.ProcessState, waitErr error) wire.ExitStatus {
 	if ps == nil {
 		msg := "process state unavailable"
 		if waitErr != nil {
 			msg = waitErr.Error()
 		}
-		return agent.ExitStatus{Code: 255, Error: msg}
+		return wire.ExitStatus{Code: 255, Error: msg}
 	}
 	ws, _ := ps.Sys().(syscall.WaitStatus)
 	if ws.Signaled() {
-		return agent.ExitStatus{Code: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
+		return wire.ExitStatus{Code: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
 	}
-	return agent.ExitStatus{Code: ws.ExitStatus()}
+	return wire.ExitStatus{Code: ws.ExitStatus()}
 }
 
 // capped forwards output until a byte limit shared by both streams, then
@@ -278,7 +278,7 @@ type capped struct {
 	limit     int64
 	used      int64
 	truncated bool
-	emit      func(agent.ExecEvent)
+	emit      func(wire.ExecEvent)
 }
 
 func (c *capped) copy(stream string, r io.Reader) {
@@ -294,7 +294,7 @@ func (c *capped) copy(stream string, r io.Reader) {
 			}
 			if keep > 0 {
 				c.used += keep
-				c.emit(agent.ExecEvent{Stream: stream, Data: bytes.Clone(buf[:keep])})
+				c.emit(wire.ExecEvent{Stream: stream, Data: bytes.Clone(buf[:keep])})
 			}
 			c.mu.Unlock()
 		}
@@ -313,5 +313,5 @@ type apiError struct {
 func (e *apiError) Error() string { return e.msg }
 
 func invalidf(format string, args ...any) error {
-	return &apiError{agent.ErrInvalid, fmt.Sprintf(format, args...)}
+	return &apiError{wire.ErrInvalid, fmt.Sprintf(format, args...)}
 }

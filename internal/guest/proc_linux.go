@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // ring keeps the last keep bytes written to it, addressed by absolute offset
@@ -63,7 +63,7 @@ func (r *ring) close() {
 
 // read returns up to max bytes from off; with wait > 0 it blocks until there
 // is something new, the stream ends, ctx ends or wait passes.
-func (r *ring) read(ctx context.Context, off int64, max int, wait time.Duration) agent.OutputChunk {
+func (r *ring) read(ctx context.Context, off int64, max int, wait time.Duration) wire.OutputChunk {
 	var deadline <-chan time.Time
 	if wait > 0 {
 		t := time.NewTimer(wait)
@@ -77,7 +77,7 @@ func (r *ring) read(ctx context.Context, off int64, max int, wait time.Duration)
 			off = 0
 		}
 		if off < end || r.closed || wait <= 0 {
-			ch := agent.OutputChunk{Offset: off}
+			ch := wire.OutputChunk{Offset: off}
 			if off < r.start {
 				ch.Dropped = r.start - off
 				ch.Offset = r.start
@@ -117,13 +117,13 @@ type proc struct {
 	tty     *os.File       // pty master, when the process has a terminal
 	done    chan struct{}
 	mu      sync.Mutex
-	exit    *agent.ExitStatus
+	exit    *wire.ExitStatus
 }
 
-func (p *proc) info() agent.ProcessInfo {
+func (p *proc) info() wire.ProcessInfo {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return agent.ProcessInfo{ID: p.id, Argv: p.argv, Pid: p.pid, Running: p.exit == nil, StartedAt: p.started, Exit: p.exit}
+	return wire.ProcessInfo{ID: p.id, Argv: p.argv, Pid: p.pid, Running: p.exit == nil, StartedAt: p.started, Exit: p.exit}
 }
 
 // Procs is the table of background processes.
@@ -141,10 +141,10 @@ type Procs struct {
 func NewProcs(runner *Runner) *Procs { return &Procs{runner: runner, m: map[string]*proc{}} }
 
 // Start launches req in the background. Output is kept per stream (the last
-// agent.ProcessOutputKeep bytes) for re-reading from an offset.
-func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
+// wire.ProcessOutputKeep bytes) for re-reading from an offset.
+func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 	if err := ps.reserve(); err != nil {
-		return agent.ProcessInfo{}, err
+		return wire.ProcessInfo{}, err
 	}
 	inserted := false
 	defer func() {
@@ -158,17 +158,17 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 	if err != nil {
 		var se *errStart
 		if errors.As(err, &se) {
-			return agent.ProcessInfo{}, &apiError{agent.ErrNotFound, se.err.Error()}
+			return wire.ProcessInfo{}, &apiError{wire.ErrNotFound, se.err.Error()}
 		}
-		return agent.ProcessInfo{}, err
+		return wire.ProcessInfo{}, err
 	}
-	p := &proc{argv: req.Argv, stdout: newRing(agent.ProcessOutputKeep), stderr: newRing(agent.ProcessOutputKeep), done: make(chan struct{})}
+	p := &proc{argv: req.Argv, stdout: newRing(wire.ProcessOutputKeep), stderr: newRing(wire.ProcessOutputKeep), done: make(chan struct{})}
 	var closeAfterStart, closeOnFailure []*os.File
 	var readers []func()
 	if req.TTY {
 		master, slave, err := openPTY()
 		if err != nil {
-			return agent.ProcessInfo{}, err
+			return wire.ProcessInfo{}, err
 		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 		cmd.SysProcAttr.Setpgid = false
@@ -182,13 +182,13 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 	} else {
 		outR, outW, err := os.Pipe()
 		if err != nil {
-			return agent.ProcessInfo{}, err
+			return wire.ProcessInfo{}, err
 		}
 		errR, errW, err := os.Pipe()
 		if err != nil {
 			outR.Close()
 			outW.Close()
-			return agent.ProcessInfo{}, err
+			return wire.ProcessInfo{}, err
 		}
 		cmd.Stdout, cmd.Stderr = outW, errW
 		closeAfterStart = append(closeAfterStart, outW, errW)
@@ -199,7 +199,7 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 		if cmd.Stdin == nil {
 			inR, inW, err := os.Pipe()
 			if err != nil {
-				return agent.ProcessInfo{}, err
+				return wire.ProcessInfo{}, err
 			}
 			cmd.Stdin = inR
 			p.stdin = inW
@@ -215,7 +215,7 @@ func (ps *Procs) Start(req *agent.ExecRequest) (agent.ProcessInfo, error) {
 		for _, f := range closeOnFailure {
 			f.Close()
 		}
-		return agent.ProcessInfo{}, &apiError{agent.ErrNotFound, err.Error()}
+		return wire.ProcessInfo{}, &apiError{wire.ErrNotFound, err.Error()}
 	}
 	p.pid = cmd.Process.Pid
 	p.started = time.Now()
@@ -276,7 +276,7 @@ func (ps *Procs) supervise(p *proc, cmd *exec.Cmd, timeoutMs int64, readers *syn
 func (ps *Procs) reserve() error {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if len(ps.m)+ps.reserved < agent.MaxProcesses {
+	if len(ps.m)+ps.reserved < wire.MaxProcesses {
 		ps.reserved++
 		return nil
 	}
@@ -291,7 +291,7 @@ func (ps *Procs) reserve() error {
 		}
 	}
 	if oldest == nil {
-		return &apiError{agent.ErrLimit, fmt.Sprintf("%d background processes are running or starting; that is the limit", agent.MaxProcesses)}
+		return &apiError{wire.ErrLimit, fmt.Sprintf("%d background processes are running or starting; that is the limit", wire.MaxProcesses)}
 	}
 	delete(ps.m, oldest.id)
 	ps.reserved++
@@ -303,13 +303,13 @@ func (ps *Procs) get(id string) (*proc, error) {
 	defer ps.mu.Unlock()
 	p, ok := ps.m[id]
 	if !ok {
-		return nil, &apiError{agent.ErrNotFound, fmt.Sprintf("no process %q", id)}
+		return nil, &apiError{wire.ErrNotFound, fmt.Sprintf("no process %q", id)}
 	}
 	return p, nil
 }
 
 // List returns all processes, oldest first.
-func (ps *Procs) List() []agent.ProcessInfo {
+func (ps *Procs) List() []wire.ProcessInfo {
 	ps.mu.Lock()
 	all := make([]*proc, 0, len(ps.m))
 	for _, p := range ps.m {
@@ -317,7 +317,7 @@ func (ps *Procs) List() []agent.ProcessInfo {
 	}
 	ps.mu.Unlock()
 	sort.Slice(all, func(i, j int) bool { return all[i].started.Before(all[j].started) })
-	out := make([]agent.ProcessInfo, len(all))
+	out := make([]wire.ProcessInfo, len(all))
 	for i, p := range all {
 		out[i] = p.info()
 	}
@@ -336,7 +336,7 @@ func (ps *Procs) Signal(id, sig string) error {
 	}
 	select {
 	case <-p.done:
-		return &apiError{agent.ErrInvalid, fmt.Sprintf("process %q has exited", id)}
+		return &apiError{wire.ErrInvalid, fmt.Sprintf("process %q has exited", id)}
 	default:
 	}
 	if err := unix.Kill(-p.pid, s); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -371,17 +371,17 @@ func (ps *Procs) KillAll() {
 	}
 }
 
-func (p *proc) output(ctx context.Context, stream string, off int64, max int, wait time.Duration) (agent.OutputChunk, error) {
+func (p *proc) output(ctx context.Context, stream string, off int64, max int, wait time.Duration) (wire.OutputChunk, error) {
 	switch stream {
-	case agent.Stdout, "":
+	case wire.Stdout, "":
 		return p.stdout.read(ctx, off, max, wait), nil
-	case agent.Stderr:
+	case wire.Stderr:
 		return p.stderr.read(ctx, off, max, wait), nil
 	}
-	return agent.OutputChunk{}, invalidf("stream must be stdout or stderr, not %q", stream)
+	return wire.OutputChunk{}, invalidf("stream must be stdout or stderr, not %q", stream)
 }
 
-func (p *proc) wait(ctx context.Context) agent.ProcessInfo {
+func (p *proc) wait(ctx context.Context) wire.ProcessInfo {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -396,8 +396,8 @@ func (p *proc) writeStdin(r io.Reader, closeAfter bool) error {
 	if w == nil {
 		return invalidf("stdin of process %q is closed", p.id)
 	}
-	if _, err := io.Copy(w, io.LimitReader(r, agent.MaxStdin)); err != nil {
-		return &apiError{agent.ErrInvalid, "write stdin: " + err.Error()}
+	if _, err := io.Copy(w, io.LimitReader(r, wire.MaxStdin)); err != nil {
+		return &apiError{wire.ErrInvalid, "write stdin: " + err.Error()}
 	}
 	if closeAfter && p.tty == nil {
 		p.mu.Lock()

@@ -11,10 +11,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/guest/fs"
 	"github.com/warren-sandbox/warren/internal/guest/httpd"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Server serves the agent protocol.
@@ -45,7 +45,7 @@ func (s *Server) Shutdown() {
 func (s *Server) Handler() *httpd.Mux {
 	mux := &httpd.Mux{}
 	mux.HandleFunc("GET /v1/health", func(w httpd.ResponseWriter, r *httpd.Request) {
-		writeJSON(w, agent.Health{Version: agent.Version, Pid: os.Getpid()})
+		writeJSON(w, wire.Health{Version: wire.Version, Pid: os.Getpid()})
 	})
 	mux.HandleFunc("POST /v1/exec", s.exec)
 	mux.HandleFunc("POST /v1/processes", s.startProcess)
@@ -77,13 +77,13 @@ func (s *Server) Handler() *httpd.Mux {
 }
 
 func (s *Server) exec(w httpd.ResponseWriter, r *httpd.Request) {
-	var req agent.ExecRequest
+	var req wire.ExecRequest
 	if !decode(w, r, &req) {
 		return
 	}
 	w.Header()["Content-Type"] = "application/x-ndjson"
 	enc := json.NewEncoder(w)
-	emit := func(ev agent.ExecEvent) {
+	emit := func(ev wire.ExecEvent) {
 		_ = enc.Encode(ev)
 		w.Flush()
 	}
@@ -92,11 +92,11 @@ func (s *Server) exec(w httpd.ResponseWriter, r *httpd.Request) {
 		writeError(w, err)
 		return
 	}
-	_ = enc.Encode(agent.ExecEvent{Exit: &st})
+	_ = enc.Encode(wire.ExecEvent{Exit: &st})
 }
 
 func (s *Server) startProcess(w httpd.ResponseWriter, r *httpd.Request) {
-	var req agent.ExecRequest
+	var req wire.ExecRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -127,7 +127,7 @@ func (s *Server) processOutput(w httpd.ResponseWriter, r *httpd.Request, p *proc
 		writeError(w, err)
 		return
 	}
-	limit, err := intParam(q.Get("max"), agent.ProcessOutputKeep)
+	limit, err := intParam(q.Get("max"), wire.ProcessOutputKeep)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -138,7 +138,7 @@ func (s *Server) processOutput(w httpd.ResponseWriter, r *httpd.Request, p *proc
 		return
 	}
 	wait := min(time.Duration(waitMs)*time.Millisecond, 60*time.Second)
-	ch, err := p.output(r.Context(), q.Get("stream"), off, int(min(max(limit, 1), agent.ProcessOutputKeep)), wait)
+	ch, err := p.output(r.Context(), q.Get("stream"), off, int(min(max(limit, 1), wire.ProcessOutputKeep)), wait)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -170,7 +170,7 @@ func (s *Server) processStdin(w httpd.ResponseWriter, r *httpd.Request, p *proc)
 }
 
 func (s *Server) processResize(w httpd.ResponseWriter, r *httpd.Request, p *proc) {
-	var req agent.ResizeRequest
+	var req wire.ResizeRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -182,7 +182,7 @@ func (s *Server) processResize(w httpd.ResponseWriter, r *httpd.Request, p *proc
 }
 
 func (s *Server) processSignal(w httpd.ResponseWriter, r *httpd.Request) {
-	var req agent.SignalRequest
+	var req wire.SignalRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -200,8 +200,8 @@ func (s *Server) readFile(w httpd.ResponseWriter, r *httpd.Request) {
 		return
 	}
 	defer f.Close()
-	if info.Size > agent.MaxFileRead {
-		writeError(w, &apiError{agent.ErrTooLarge, fmt.Sprintf("%s is %d bytes; the read limit is %d (download it as tar)", info.Path, info.Size, agent.MaxFileRead)})
+	if info.Size > wire.MaxFileRead {
+		writeError(w, &apiError{wire.ErrTooLarge, fmt.Sprintf("%s is %d bytes; the read limit is %d (download it as tar)", info.Path, info.Size, wire.MaxFileRead)})
 		return
 	}
 	w.Header()["Content-Type"] = "application/octet-stream"
@@ -216,7 +216,7 @@ func (s *Server) writeFile(w httpd.ResponseWriter, r *httpd.Request) {
 		writeError(w, invalidf("mode must be an octal permission like 420 (0644)"))
 		return
 	}
-	n, err := s.root.WriteFile(q.Get("path"), r.Body, os.FileMode(mode), agent.MaxFileWrite)
+	n, err := s.root.WriteFile(q.Get("path"), r.Body, os.FileMode(mode), wire.MaxFileWrite)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -248,7 +248,7 @@ func (s *Server) list(w httpd.ResponseWriter, r *httpd.Request) {
 }
 
 func (s *Server) mkdir(w httpd.ResponseWriter, r *httpd.Request) {
-	var req agent.MkdirRequest
+	var req wire.MkdirRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -264,7 +264,7 @@ func (s *Server) mkdir(w httpd.ResponseWriter, r *httpd.Request) {
 }
 
 func (s *Server) remove(w httpd.ResponseWriter, r *httpd.Request) {
-	var req agent.RemoveRequest
+	var req wire.RemoveRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -276,7 +276,7 @@ func (s *Server) remove(w httpd.ResponseWriter, r *httpd.Request) {
 }
 
 func (s *Server) move(w httpd.ResponseWriter, r *httpd.Request) {
-	var req agent.MoveRequest
+	var req wire.MoveRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -305,7 +305,7 @@ func (s *Server) downloadTar(w httpd.ResponseWriter, r *httpd.Request) {
 }
 
 func (s *Server) uploadTar(w httpd.ResponseWriter, r *httpd.Request) {
-	stats, err := s.root.ExtractTar(httpd.LimitBody(r.Body, agent.MaxTarUpload), r.Query.Get("path"), fs.TarLimits{})
+	stats, err := s.root.ExtractTar(httpd.LimitBody(r.Body, wire.MaxTarUpload), r.Query.Get("path"), fs.TarLimits{})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -314,12 +314,12 @@ func (s *Server) uploadTar(w httpd.ResponseWriter, r *httpd.Request) {
 }
 
 func (s *Server) replRun(w httpd.ResponseWriter, r *httpd.Request) {
-	var req agent.ReplRequest
+	var req wire.ReplRequest
 	if !decode(w, r, &req) {
 		return
 	}
 	if len(req.Code) > repl.MaxCode {
-		writeError(w, &apiError{agent.ErrTooLarge, fmt.Sprintf("code is %d bytes; the limit is %d", len(req.Code), repl.MaxCode)})
+		writeError(w, &apiError{wire.ErrTooLarge, fmt.Sprintf("code is %d bytes; the limit is %d", len(req.Code), repl.MaxCode)})
 		return
 	}
 	lang, err := repl.NormalizeLanguage(req.Language)
@@ -347,7 +347,7 @@ func intParam(s string, def int64) (int64, error) {
 }
 
 func decode(w httpd.ResponseWriter, r *httpd.Request, v any) bool {
-	dec := json.NewDecoder(httpd.LimitBody(r.Body, agent.MaxRequestJSON))
+	dec := json.NewDecoder(httpd.LimitBody(r.Body, wire.MaxRequestJSON))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		writeError(w, invalidf("decode request: %v", err))
@@ -362,18 +362,18 @@ func writeJSON(w httpd.ResponseWriter, v any) {
 }
 
 var kindStatus = map[string]int{
-	agent.ErrInvalid: 400, agent.ErrNotFound: 404, agent.ErrExists: 409, agent.ErrPermission: 403,
-	agent.ErrTooLarge: 413, agent.ErrLimit: 429, agent.ErrInternal: 500,
+	wire.ErrInvalid: 400, wire.ErrNotFound: 404, wire.ErrExists: 409, wire.ErrPermission: 403,
+	wire.ErrTooLarge: 413, wire.ErrLimit: 429, wire.ErrInternal: 500,
 }
 
 func writeError(w httpd.ResponseWriter, err error) {
-	kind := agent.ErrInternal
+	kind := wire.ErrInternal
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
 		kind = ae.kind
 	case errors.Is(err, httpd.ErrBodyTooLarge):
-		kind = agent.ErrTooLarge
+		kind = wire.ErrTooLarge
 	default:
 		if k := fs.Kind(err); k != "" {
 			kind = k
@@ -381,5 +381,5 @@ func writeError(w httpd.ResponseWriter, err error) {
 	}
 	w.Header()["Content-Type"] = "application/json"
 	w.WriteHeader(kindStatus[kind])
-	_ = json.NewEncoder(w).Encode(agent.ErrorBody{Kind: kind, Message: err.Error()})
+	_ = json.NewEncoder(w).Encode(wire.ErrorBody{Kind: kind, Message: err.Error()})
 }

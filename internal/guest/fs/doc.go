@@ -47,5 +47,5 @@
 // regular file inside it. The extraction stops at the first bad entry or
 // exceeded limit; entries already written stay. See ExtractTar for details.
 //
-// Errors carry one of the agent.Err* kinds; Kind extracts it.
+// Errors carry one of the wire.Err* kinds; Kind extracts it.
 package fs

@@ -8,14 +8,14 @@ import (
 	"strconv"
 	"syscall"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Error is the error type of this package's operations.
 type Error struct {
 	Op   string // "stat", "write", "extract", ...
 	Path string // the path as the client sees it ("/a/b"), or the raw input
-	// Kind is one of the agent.Err* kinds; empty means Kind derives it
+	// Kind is one of the wire.Err* kinds; empty means Kind derives it
 	// from Err.
 	Kind string
 	Err  error
@@ -38,7 +38,7 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-// Kind maps an error to one of agent.ErrInvalid, ErrNotFound, ErrExists,
+// Kind maps an error to one of wire.ErrInvalid, ErrNotFound, ErrExists,
 // ErrPermission, ErrTooLarge, ErrLimit or ErrInternal. It returns "" for a
 // nil error. Errors of this package carry their kind; other errors are
 // classified by their errno, and anything unknown is ErrInternal.
@@ -58,31 +58,31 @@ func Kind(err error) string {
 	}
 	switch {
 	case errors.Is(err, iofs.ErrNotExist):
-		return agent.ErrNotFound
+		return wire.ErrNotFound
 	case errors.Is(err, iofs.ErrExist):
-		return agent.ErrExists
+		return wire.ErrExists
 	case errors.Is(err, iofs.ErrPermission):
-		return agent.ErrPermission
+		return wire.ErrPermission
 	case errors.Is(err, iofs.ErrInvalid), errors.Is(err, tar.ErrHeader),
 		errors.Is(err, tar.ErrFieldTooLong), errors.Is(err, io.ErrUnexpectedEOF):
-		return agent.ErrInvalid
+		return wire.ErrInvalid
 	}
-	return agent.ErrInternal
+	return wire.ErrInternal
 }
 
 func errnoKind(errno syscall.Errno) string {
 	switch errno {
 	case syscall.ENOENT:
-		return agent.ErrNotFound
+		return wire.ErrNotFound
 	case syscall.EEXIST, syscall.ENOTEMPTY:
-		return agent.ErrExists
+		return wire.ErrExists
 	case syscall.EACCES, syscall.EPERM, syscall.EROFS, syscall.EBUSY, syscall.ETXTBSY:
-		return agent.ErrPermission
+		return wire.ErrPermission
 	case syscall.EINVAL, syscall.ENAMETOOLONG, syscall.ENOTDIR, syscall.EISDIR,
 		syscall.ELOOP, syscall.EXDEV, syscall.EMLINK:
-		return agent.ErrInvalid
+		return wire.ErrInvalid
 	case syscall.EFBIG, syscall.ENOSPC, syscall.EDQUOT:
-		return agent.ErrTooLarge
+		return wire.ErrTooLarge
 	}
-	return agent.ErrInternal
+	return wire.ErrInternal
 }

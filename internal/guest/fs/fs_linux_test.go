@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // badNames are rejected by every operation with kind invalid.
@@ -36,20 +36,20 @@ func TestInvalidNames(t *testing.T) {
 	r := e.r
 	for _, n := range badNames {
 		_, err := r.Stat(n)
-		wantKind(t, "Stat", err, agent.ErrInvalid)
+		wantKind(t, "Stat", err, wire.ErrInvalid)
 		_, err = r.List(n, 0)
-		wantKind(t, "List", err, agent.ErrInvalid)
+		wantKind(t, "List", err, wire.ErrInvalid)
 		_, _, err = r.Open(n)
-		wantKind(t, "Open", err, agent.ErrInvalid)
+		wantKind(t, "Open", err, wire.ErrInvalid)
 		_, err = r.WriteFile(n, strings.NewReader("x"), 0o644, 0)
-		wantKind(t, "WriteFile", err, agent.ErrInvalid)
-		wantKind(t, "Mkdir", r.Mkdir(n, true, 0o755), agent.ErrInvalid)
-		wantKind(t, "Remove", r.Remove(n, true), agent.ErrInvalid)
-		wantKind(t, "Move from", r.Move(n, "y"), agent.ErrInvalid)
-		wantKind(t, "Move to", r.Move("canarylink", n), agent.ErrInvalid)
-		wantKind(t, "WriteTar", r.WriteTar(io.Discard, n), agent.ErrInvalid)
+		wantKind(t, "WriteFile", err, wire.ErrInvalid)
+		wantKind(t, "Mkdir", r.Mkdir(n, true, 0o755), wire.ErrInvalid)
+		wantKind(t, "Remove", r.Remove(n, true), wire.ErrInvalid)
+		wantKind(t, "Move from", r.Move(n, "y"), wire.ErrInvalid)
+		wantKind(t, "Move to", r.Move("canarylink", n), wire.ErrInvalid)
+		wantKind(t, "WriteTar", r.WriteTar(io.Discard, n), wire.ErrInvalid)
 		_, err = r.ExtractTar(bytes.NewReader(mkTar(t, file("f", "x"))), n, TarLimits{})
-		wantKind(t, "ExtractTar", err, agent.ErrInvalid)
+		wantKind(t, "ExtractTar", err, wire.ErrInvalid)
 	}
 	if !e.exists("canarylink") {
 		t.Error("canarylink was moved")
@@ -84,13 +84,13 @@ func TestStat(t *testing.T) {
 		{name: "abs/f", typ: "file", path: "/abs/f", size: 5, mode: 0o640},
 		{name: "up/f", typ: "file", path: "/up/f", size: 5, mode: 0o640},
 		{name: "deep/d", typ: "dir", path: "/deep/d", mode: os.ModeDir | 0o750},
-		{name: "out/secret", kind: agent.ErrNotFound},
-		{name: "outrel/secret", kind: agent.ErrNotFound},
-		{name: "up/canary", kind: agent.ErrNotFound},
-		{name: "deep/etc/passwd", kind: agent.ErrNotFound},
-		{name: "abs" + e.canary, kind: agent.ErrNotFound},
-		{name: "missing", kind: agent.ErrNotFound},
-		{name: "f/x", kind: agent.ErrInvalid},
+		{name: "out/secret", kind: wire.ErrNotFound},
+		{name: "outrel/secret", kind: wire.ErrNotFound},
+		{name: "up/canary", kind: wire.ErrNotFound},
+		{name: "deep/etc/passwd", kind: wire.ErrNotFound},
+		{name: "abs" + e.canary, kind: wire.ErrNotFound},
+		{name: "missing", kind: wire.ErrNotFound},
+		{name: "f/x", kind: wire.ErrInvalid},
 	}
 	for _, tt := range tests {
 		fi, err := e.r.Stat(tt.name)
@@ -122,7 +122,7 @@ func TestList(t *testing.T) {
 	for _, n := range []string{"c", "a", "b"} {
 		must(t, os.WriteFile(e.path(filepath.Join("sub", n)), nil, 0o644))
 	}
-	names := func(infos []agent.FileInfo) []string {
+	names := func(infos []wire.FileInfo) []string {
 		var s []string
 		for _, fi := range infos {
 			s = append(s, fi.Name)
@@ -135,7 +135,7 @@ func TestList(t *testing.T) {
 		t.Errorf("List(sub) = %v (%+v)", got, infos[0])
 	}
 	_, err = e.r.List("sub", 2)
-	wantKind(t, "List over limit", err, agent.ErrTooLarge)
+	wantKind(t, "List over limit", err, wire.ErrTooLarge)
 	if infos, err := e.r.List("sub", 3); err != nil || len(infos) != 3 {
 		t.Errorf("List at limit: %d entries, %v", len(infos), err)
 	}
@@ -154,11 +154,11 @@ func TestList(t *testing.T) {
 		}
 	}
 	_, err = e.r.List("out", 0)
-	wantKind(t, "List(out)", err, agent.ErrNotFound)
+	wantKind(t, "List(out)", err, wire.ErrNotFound)
 	_, err = e.r.List("sub/a", 0)
-	wantKind(t, "List(file)", err, agent.ErrInvalid)
+	wantKind(t, "List(file)", err, wire.ErrInvalid)
 	_, err = e.r.List("nope", 0)
-	wantKind(t, "List(missing)", err, agent.ErrNotFound)
+	wantKind(t, "List(missing)", err, wire.ErrNotFound)
 }
 
 func TestOpen(t *testing.T) {
@@ -177,20 +177,20 @@ func TestOpen(t *testing.T) {
 		{name: "toabsf", want: "content"},
 		{name: "abs/f", want: "content"},
 		{name: "deep/tof", want: "content"},
-		{name: "canarylink", kind: agent.ErrNotFound},
-		{name: "canaryrel", kind: agent.ErrNotFound},
-		{name: "out/secret", kind: agent.ErrNotFound},
-		{name: "up/outside/secret", kind: agent.ErrNotFound},
-		{name: "fifo", kind: agent.ErrInvalid},
-		{name: "tofifo", kind: agent.ErrInvalid},
-		{name: "sub", kind: agent.ErrInvalid},
-		{name: "/", kind: agent.ErrInvalid},
-		{name: "missing", kind: agent.ErrNotFound},
+		{name: "canarylink", kind: wire.ErrNotFound},
+		{name: "canaryrel", kind: wire.ErrNotFound},
+		{name: "out/secret", kind: wire.ErrNotFound},
+		{name: "up/outside/secret", kind: wire.ErrNotFound},
+		{name: "fifo", kind: wire.ErrInvalid},
+		{name: "tofifo", kind: wire.ErrInvalid},
+		{name: "sub", kind: wire.ErrInvalid},
+		{name: "/", kind: wire.ErrInvalid},
+		{name: "missing", kind: wire.ErrNotFound},
 	}
 	for _, tt := range tests {
 		type result struct {
 			data string
-			fi   agent.FileInfo
+			fi   wire.FileInfo
 			err  error
 		}
 		ch := make(chan result, 1)
@@ -231,7 +231,7 @@ func TestOpenDevice(t *testing.T) {
 	err := unix.Mknod(e.path("null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3)))
 	testenv.Require(t, err == nil, "mknod (CAP_MKNOD)")
 	_, _, err = e.r.Open("null")
-	wantKind(t, "Open(device)", err, agent.ErrInvalid)
+	wantKind(t, "Open(device)", err, wire.ErrInvalid)
 	fi, err := e.r.Stat("null")
 	if err != nil || fi.Type != "other" || os.FileMode(fi.Mode)&os.ModeCharDevice == 0 {
 		t.Errorf("Stat(null) = %+v, %v", fi, err)
@@ -266,11 +266,11 @@ func TestWriteFile(t *testing.T) {
 		{name: "abs/" + e.marker, mode: 0o644, at: e.marker, wantMd: 0o644},
 		{name: "deep/" + e.marker + "2", mode: 0o644, at: e.marker + "2", wantMd: 0o644},
 		{name: "up/" + e.marker + "3", mode: 0o644, at: e.marker + "3", wantMd: 0o644},
-		{name: "out/secret", kind: agent.ErrNotFound},
-		{name: "outrel/x", kind: agent.ErrNotFound},
-		{name: "missing/x", kind: agent.ErrNotFound},
-		{name: "/", kind: agent.ErrInvalid},
-		{name: "sub", kind: agent.ErrInvalid}, // a directory
+		{name: "out/secret", kind: wire.ErrNotFound},
+		{name: "outrel/x", kind: wire.ErrNotFound},
+		{name: "missing/x", kind: wire.ErrNotFound},
+		{name: "/", kind: wire.ErrInvalid},
+		{name: "sub", kind: wire.ErrInvalid}, // a directory
 	}
 	for _, tt := range tests {
 		data := "data for " + tt.name
@@ -306,7 +306,7 @@ func TestWriteFileTooLarge(t *testing.T) {
 	before := tree(t, e.path("sub"))
 	for _, name := range []string{"sub/keep", "sub/new"} {
 		n, err := e.r.WriteFile(name, strings.NewReader(strings.Repeat("x", 101)), 0o644, 100)
-		wantKind(t, "WriteFile over max", err, agent.ErrTooLarge)
+		wantKind(t, "WriteFile over max", err, wire.ErrTooLarge)
 		if n > 101 {
 			t.Errorf("read %d bytes for max 100", n)
 		}
@@ -319,7 +319,7 @@ func TestWriteFileTooLarge(t *testing.T) {
 	}
 	// A failing source leaves nothing either.
 	_, err := e.r.WriteFile("sub/fail", io.MultiReader(strings.NewReader("part"), errReader{}), 0o644, 0)
-	if !errors.Is(err, errBoom) || Kind(err) != agent.ErrInternal {
+	if !errors.Is(err, errBoom) || Kind(err) != wire.ErrInternal {
 		t.Errorf("failing source: %v", err)
 	}
 	if e.exists("sub/fail") || len(tempLeft(t, e.root)) > 0 {
@@ -356,25 +356,25 @@ func TestMkdir(t *testing.T) {
 		at      string
 	}{
 		{name: "d", mode: 0o700, at: "d"},
-		{name: "d", kind: agent.ErrExists},
+		{name: "d", kind: wire.ErrExists},
 		{name: "d", parents: true, mode: 0o755},
-		{name: "/", kind: agent.ErrExists},
+		{name: "/", kind: wire.ErrExists},
 		{name: "/", parents: true},
-		{name: "a/b/c", kind: agent.ErrNotFound},
+		{name: "a/b/c", kind: wire.ErrNotFound},
 		{name: "a/b/c", parents: true, mode: 0o711, at: "a/b/c"},
-		{name: "file", kind: agent.ErrExists},
-		{name: "file", parents: true, kind: agent.ErrExists},
-		{name: "file/x", parents: true, kind: agent.ErrInvalid},
+		{name: "file", kind: wire.ErrExists},
+		{name: "file", parents: true, kind: wire.ErrExists},
+		{name: "file/x", parents: true, kind: wire.ErrInvalid},
 		{name: "abs/" + e.marker, mode: 0o755, at: e.marker},
 		{name: "deep/" + e.marker + "-m/n", parents: true, mode: 0o755, at: e.marker + "-m/n"},
 		{name: "abs/" + e.marker + "-d/n", parents: true, mode: 0o755, at: e.marker + "-d/n"},
 		{name: "up/sub/m", parents: true, mode: 0o750, at: "sub/m"},
 		// Dangling escape links: their targets would be inside the root
 		// but do not exist; like mkdir -p, fail rather than create them.
-		{name: "out/x", kind: agent.ErrNotFound},
-		{name: "out/x", parents: true, kind: agent.ErrNotFound},
-		{name: "outrel/y", parents: true, kind: agent.ErrNotFound},
-		{name: "canarylink/z", parents: true, kind: agent.ErrNotFound},
+		{name: "out/x", kind: wire.ErrNotFound},
+		{name: "out/x", parents: true, kind: wire.ErrNotFound},
+		{name: "outrel/y", parents: true, kind: wire.ErrNotFound},
+		{name: "canarylink/z", parents: true, kind: wire.ErrNotFound},
 	}
 	for _, tt := range tests {
 		err := e.r.Mkdir(tt.name, tt.parents, tt.mode)
@@ -411,20 +411,20 @@ func TestRemove(t *testing.T) {
 		kind      string
 		gone      string // must no longer exist
 	}{
-		{name: "/", recursive: true, kind: agent.ErrPermission},
-		{name: "", kind: agent.ErrPermission},
-		{name: ".", recursive: true, kind: agent.ErrPermission},
-		{name: "//./", recursive: true, kind: agent.ErrPermission},
+		{name: "/", recursive: true, kind: wire.ErrPermission},
+		{name: "", kind: wire.ErrPermission},
+		{name: ".", recursive: true, kind: wire.ErrPermission},
+		{name: "//./", recursive: true, kind: wire.ErrPermission},
 		{name: "abs/" + e.marker + "-f", gone: e.marker + "-f"},
-		{name: "missing", kind: agent.ErrNotFound},
-		{name: "missing", recursive: true, kind: agent.ErrNotFound},
-		{name: "full", kind: agent.ErrInvalid},
+		{name: "missing", kind: wire.ErrNotFound},
+		{name: "missing", recursive: true, kind: wire.ErrNotFound},
+		{name: "full", kind: wire.ErrInvalid},
 		{name: "empty", gone: "empty"},
 		{name: "full", recursive: true, gone: "full"},
 		{name: "ro", recursive: true, gone: "ro"},
-		{name: "out/secret", kind: agent.ErrNotFound},
-		{name: "outrel/secret", recursive: true, kind: agent.ErrNotFound},
-		{name: "up/canary", kind: agent.ErrNotFound},
+		{name: "out/secret", kind: wire.ErrNotFound},
+		{name: "outrel/secret", recursive: true, kind: wire.ErrNotFound},
+		{name: "up/canary", kind: wire.ErrNotFound},
 		{name: "out", recursive: true, gone: "out"},
 		{name: "canarylink", gone: "canarylink"},
 		{name: "deep", recursive: true, gone: "deep"},
@@ -461,14 +461,14 @@ func TestMove(t *testing.T) {
 		{from: "/d/a2", to: "b", at: "b", want: "A"}, // replaces
 		{from: "b", to: "abs/" + e.marker, at: e.marker, want: "A"},
 		{from: e.marker, to: "deep/" + e.marker + "-c", at: e.marker + "-c", want: "A"},
-		{from: e.marker + "-c", to: "out/stolen", kind: agent.ErrNotFound},
-		{from: "out/secret", to: "stolen", kind: agent.ErrNotFound},
-		{from: "outrel/secret", to: "stolen", kind: agent.ErrNotFound},
-		{from: "up/canary", to: "stolen", kind: agent.ErrNotFound},
-		{from: "/", to: "x", kind: agent.ErrInvalid},
-		{from: e.marker + "-c", to: "/", kind: agent.ErrInvalid},
-		{from: "d", to: "d/inside", kind: agent.ErrInvalid},
-		{from: "missing", to: "x", kind: agent.ErrNotFound},
+		{from: e.marker + "-c", to: "out/stolen", kind: wire.ErrNotFound},
+		{from: "out/secret", to: "stolen", kind: wire.ErrNotFound},
+		{from: "outrel/secret", to: "stolen", kind: wire.ErrNotFound},
+		{from: "up/canary", to: "stolen", kind: wire.ErrNotFound},
+		{from: "/", to: "x", kind: wire.ErrInvalid},
+		{from: e.marker + "-c", to: "/", kind: wire.ErrInvalid},
+		{from: "d", to: "d/inside", kind: wire.ErrInvalid},
+		{from: "missing", to: "x", kind: wire.ErrNotFound},
 		// The link moves, not what it points to.
 		{from: "canarylink", to: "moved-link", at: "moved-link"},
 	}
@@ -579,7 +579,7 @@ func TestClose(t *testing.T) {
 	if err := e.r.Close(); err == nil {
 		t.Error("second Close succeeded")
 	}
-	if _, err := Open(filepath.Join(e.base, "nope")); Kind(err) != agent.ErrNotFound {
+	if _, err := Open(filepath.Join(e.base, "nope")); Kind(err) != wire.ErrNotFound {
 		t.Errorf("Open(missing dir): %v", err)
 	}
 }

@@ -3,7 +3,7 @@ package fs
 import (
 	"strings"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Path length limits (Linux PATH_MAX and NAME_MAX).
@@ -75,5 +75,5 @@ func invalidPath(name, why string) error {
 	if len(name) > 120 {
 		name = name[:120] + "..."
 	}
-	return &Error{Op: "path", Path: name, Kind: agent.ErrInvalid, Err: errorString("path " + why)}
+	return &Error{Op: "path", Path: name, Kind: wire.ErrInvalid, Err: errorString("path " + why)}
 }

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 func TestCleanPath(t *testing.T) {
@@ -42,7 +42,7 @@ func TestCleanPath(t *testing.T) {
 	for _, tt := range tests {
 		got, err := cleanPath(tt.in)
 		if tt.want == "" {
-			if err == nil || Kind(err) != agent.ErrInvalid {
+			if err == nil || Kind(err) != wire.ErrInvalid {
 				t.Errorf("cleanPath(%.40q) = %q, %v; want kind invalid", tt.in, got, err)
 			}
 			continue
@@ -59,9 +59,9 @@ func TestKind(t *testing.T) {
 		want string
 	}{
 		{nil, ""},
-		{errors.New("boom"), agent.ErrInternal},
-		{&Error{Op: "x", Kind: agent.ErrLimit}, agent.ErrLimit},
-		{&Error{Op: "x", Err: &Error{Kind: agent.ErrTooLarge}}, agent.ErrTooLarge},
+		{errors.New("boom"), wire.ErrInternal},
+		{&Error{Op: "x", Kind: wire.ErrLimit}, wire.ErrLimit},
+		{&Error{Op: "x", Err: &Error{Kind: wire.ErrTooLarge}}, wire.ErrTooLarge},
 	}
 	for _, tt := range tests {
 		if got := Kind(tt.err); got != tt.want {
@@ -84,7 +84,7 @@ func FuzzCleanPath(f *testing.F) {
 			}
 		}
 		if err != nil {
-			if Kind(err) != agent.ErrInvalid {
+			if Kind(err) != wire.ErrInvalid {
 				t.Fatalf("cleanPath(%q): error kind %q, want invalid", in, Kind(err))
 			}
 			return

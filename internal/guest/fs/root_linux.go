@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // DefaultListLimit is List's entry limit when none is given.
@@ -37,7 +37,7 @@ func Open(dir string) (*Root, error) {
 	probe, err := openIn(fd, ".", unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		unix.Close(fd)
-		return nil, &Error{Op: "open root", Path: dir, Kind: agent.ErrInternal,
+		return nil, &Error{Op: "open root", Path: dir, Kind: wire.ErrInternal,
 			Err: fmt.Errorf("openat2 with RESOLVE_IN_ROOT unavailable: %w", err)}
 	}
 	unix.Close(probe)
@@ -62,7 +62,7 @@ func (r *Root) acquire() (int, error) {
 	r.mu.RLock()
 	if r.fd < 0 {
 		r.mu.RUnlock()
-		return -1, &Error{Op: "root", Kind: agent.ErrInternal, Err: os.ErrClosed}
+		return -1, &Error{Op: "root", Kind: wire.ErrInternal, Err: os.ErrClosed}
 	}
 	return r.fd, nil
 }
@@ -86,29 +86,29 @@ func kindErr(op, rel, kind, msg string) error {
 
 // Stat describes name without following a final symlink (lstat); Target is
 // set for symlinks.
-func (r *Root) Stat(name string) (agent.FileInfo, error) {
+func (r *Root) Stat(name string) (wire.FileInfo, error) {
 	rel, err := cleanPath(name)
 	if err != nil {
-		return agent.FileInfo{}, err
+		return wire.FileInfo{}, err
 	}
 	root, err := r.acquire()
 	if err != nil {
-		return agent.FileInfo{}, err
+		return wire.FileInfo{}, err
 	}
 	defer r.release()
 	fd, err := openIn(root, rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return agent.FileInfo{}, opErr("stat", rel, err)
+		return wire.FileInfo{}, opErr("stat", rel, err)
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return agent.FileInfo{}, opErr("stat", rel, err)
+		return wire.FileInfo{}, opErr("stat", rel, err)
 	}
 	var target string
 	if st.Mode&unix.S_IFMT == unix.S_IFLNK {
 		if target, err = readlinkAt(fd, ""); err != nil {
-			return agent.FileInfo{}, opErr("stat", rel, err)
+			return wire.FileInfo{}, opErr("stat", rel, err)
 		}
 	}
 	return makeInfo(rel, &st, target), nil
@@ -118,7 +118,7 @@ func (r *Root) Stat(name string) (agent.FileInfo, error) {
 // followed, inside the root), sorted by name, each as Stat would. A
 // directory with more than limit entries (DefaultListLimit when limit <= 0)
 // is an error of kind too_large; only limit+1 names are ever read.
-func (r *Root) List(name string, limit int) ([]agent.FileInfo, error) {
+func (r *Root) List(name string, limit int) ([]wire.FileInfo, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}
@@ -143,9 +143,9 @@ func (r *Root) List(name string, limit int) ([]agent.FileInfo, error) {
 		return nil, opErr("list", rel, err)
 	}
 	if len(names) > limit {
-		return nil, kindErr("list", rel, agent.ErrTooLarge, fmt.Sprintf("directory has more than %d entries", limit))
+		return nil, kindErr("list", rel, wire.ErrTooLarge, fmt.Sprintf("directory has more than %d entries", limit))
 	}
-	infos := make([]agent.FileInfo, 0, len(names))
+	infos := make([]wire.FileInfo, 0, len(names))
 	for _, n := range names {
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -165,7 +165,7 @@ func (r *Root) List(name string, limit int) ([]agent.FileInfo, error) {
 		}
 		infos = append(infos, makeInfo(joinPath(rel, n), &st, target))
 	}
-	slices.SortFunc(infos, func(a, b agent.FileInfo) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(infos, func(a, b wire.FileInfo) int { return strings.Compare(a.Name, b.Name) })
 	return infos, nil
 }
 
@@ -175,46 +175,46 @@ func (r *Root) List(name string, limit int) ([]agent.FileInfo, error) {
 // refused with kind invalid without blocking: the type is checked on an
 // O_PATH descriptor before the file is opened, and again (fstat) after the
 // O_NONBLOCK|O_NOCTTY open, in case it was swapped in between.
-func (r *Root) Open(name string) (*os.File, agent.FileInfo, error) {
+func (r *Root) Open(name string) (*os.File, wire.FileInfo, error) {
 	rel, err := cleanPath(name)
 	if err != nil {
-		return nil, agent.FileInfo{}, err
+		return nil, wire.FileInfo{}, err
 	}
 	root, err := r.acquire()
 	if err != nil {
-		return nil, agent.FileInfo{}, err
+		return nil, wire.FileInfo{}, err
 	}
 	defer r.release()
 	var st unix.Stat_t
 	pfd, err := openIn(root, rel, unix.O_PATH, 0)
 	if err != nil {
-		return nil, agent.FileInfo{}, opErr("open", rel, err)
+		return nil, wire.FileInfo{}, opErr("open", rel, err)
 	}
 	err = unix.Fstat(pfd, &st)
 	unix.Close(pfd)
 	if err != nil {
-		return nil, agent.FileInfo{}, opErr("open", rel, err)
+		return nil, wire.FileInfo{}, opErr("open", rel, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, agent.FileInfo{}, notRegular("open", rel, st.Mode)
+		return nil, wire.FileInfo{}, notRegular("open", rel, st.Mode)
 	}
 	fd, err := openIn(root, rel, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
 	if err != nil {
-		return nil, agent.FileInfo{}, opErr("open", rel, err)
+		return nil, wire.FileInfo{}, opErr("open", rel, err)
 	}
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return nil, agent.FileInfo{}, opErr("open", rel, err)
+		return nil, wire.FileInfo{}, opErr("open", rel, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		unix.Close(fd)
-		return nil, agent.FileInfo{}, notRegular("open", rel, st.Mode)
+		return nil, wire.FileInfo{}, notRegular("open", rel, st.Mode)
 	}
 	// A regular file never blocks; os.NewFile must see a blocking
 	// descriptor or reads would fail with EAGAIN.
 	if err := unix.SetNonblock(fd, false); err != nil {
 		unix.Close(fd)
-		return nil, agent.FileInfo{}, opErr("open", rel, err)
+		return nil, wire.FileInfo{}, opErr("open", rel, err)
 	}
 	return os.NewFile(uintptr(fd), display(rel)), makeInfo(rel, &st, ""), nil
 }
@@ -224,7 +224,7 @@ func notRegular(op, rel string, mode uint32) error {
 	if mode&unix.S_IFMT == unix.S_IFDIR {
 		what = "is a directory"
 	}
-	return kindErr(op, rel, agent.ErrInvalid, what)
+	return kindErr(op, rel, wire.ErrInvalid, what)
 }
 
 // WriteFile atomically replaces name with the contents of src: the data goes
@@ -233,19 +233,19 @@ func notRegular(op, rel string, mode uint32) error {
 // symlink at name is replaced, not followed. The parent directory must exist
 // (intermediate symlinks are followed inside the root). The file gets
 // exactly mode's permission bits (setuid, setgid and sticky are dropped;
-// no umask). More than max bytes (agent.MaxFileWrite when max <= 0) fails
+// no umask). More than max bytes (wire.MaxFileWrite when max <= 0) fails
 // with kind too_large and leaves nothing behind; so does any other error.
 // It returns the bytes written.
 func (r *Root) WriteFile(name string, src io.Reader, mode os.FileMode, max int64) (int64, error) {
 	if max <= 0 {
-		max = agent.MaxFileWrite
+		max = wire.MaxFileWrite
 	}
 	rel, err := cleanPath(name)
 	if err != nil {
 		return 0, err
 	}
 	if rel == "." {
-		return 0, kindErr("write", rel, agent.ErrInvalid, "is the root directory")
+		return 0, kindErr("write", rel, wire.ErrInvalid, "is the root directory")
 	}
 	root, err := r.acquire()
 	if err != nil {
@@ -306,7 +306,7 @@ func (r *Root) Remove(name string, recursive bool) error {
 		return err
 	}
 	if rel == "." {
-		return kindErr("remove", rel, agent.ErrPermission, "refusing to remove the root")
+		return kindErr("remove", rel, wire.ErrPermission, "refusing to remove the root")
 	}
 	root, err := r.acquire()
 	if err != nil {
@@ -325,7 +325,7 @@ func (r *Root) Remove(name string, recursive bool) error {
 	if errors.Is(err, unix.EISDIR) {
 		err = unix.Unlinkat(pfd, base, unix.AT_REMOVEDIR)
 		if errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) {
-			return kindErr("remove", rel, agent.ErrInvalid, "directory not empty (remove it recursively)")
+			return kindErr("remove", rel, wire.ErrInvalid, "directory not empty (remove it recursively)")
 		}
 	}
 	return opErr("remove", rel, err)
@@ -359,7 +359,7 @@ func removeAll(dirfd int, name string, dev uint64, haveDev bool) error {
 		}
 		if haveDev && st.Dev != dev {
 			dir.Close()
-			return &Error{Op: "remove", Kind: agent.ErrPermission, Err: errorString("refusing to cross a mount point")}
+			return &Error{Op: "remove", Kind: wire.ErrPermission, Err: errorString("refusing to cross a mount point")}
 		}
 		err = removeChildren(dir, fd, st.Dev)
 		dir.Close()
@@ -406,7 +406,7 @@ func (r *Root) Move(from, to string) error {
 		return err
 	}
 	if frel == "." || trel == "." {
-		return kindErr("move", ".", agent.ErrInvalid, "cannot move the root or onto it")
+		return kindErr("move", ".", wire.ErrInvalid, "cannot move the root or onto it")
 	}
 	root, err := r.acquire()
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // resolveFlags confine every lookup to the directory it starts from.
@@ -162,7 +162,7 @@ func writeAt(dirfd int, base string, src io.Reader, perm uint32, max int64, mtim
 		return n, err
 	}
 	if n > max {
-		return n, &Error{Op: "write", Kind: agent.ErrTooLarge, Err: fmt.Errorf("more than %d bytes", max)}
+		return n, &Error{Op: "write", Kind: wire.ErrTooLarge, Err: fmt.Errorf("more than %d bytes", max)}
 	}
 	if err := unix.Fchmod(fd, perm); err != nil {
 		return n, err
@@ -255,12 +255,12 @@ func fileType(m uint32) string {
 }
 
 // makeInfo builds the FileInfo of rel from its stat.
-func makeInfo(rel string, st *unix.Stat_t, target string) agent.FileInfo {
+func makeInfo(rel string, st *unix.Stat_t, target string) wire.FileInfo {
 	name := "/"
 	if rel != "." {
 		_, name = splitPath(rel)
 	}
-	return agent.FileInfo{
+	return wire.FileInfo{
 		Name:    name,
 		Path:    display(rel),
 		Size:    st.Size,

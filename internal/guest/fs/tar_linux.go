@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Tar limit defaults.
@@ -150,7 +150,7 @@ func (tw *tarWriter) entry(dirfd int, name, tarName string, top bool) error {
 		return tw.tw.WriteHeader(hdr)
 	}
 	if top {
-		return &Error{Kind: agent.ErrInvalid, Err: errorString("not a regular file, directory or symlink")}
+		return &Error{Kind: wire.ErrInvalid, Err: errorString("not a regular file, directory or symlink")}
 	}
 	return nil
 }
@@ -172,7 +172,7 @@ func (tw *tarWriter) file(dirfd int, name string, hdr *tar.Header, top bool) err
 		// Swapped for something else since the fstatat.
 		unix.Close(fd)
 		if top {
-			return &Error{Kind: agent.ErrInvalid, Err: errorString("not a regular file")}
+			return &Error{Kind: wire.ErrInvalid, Err: errorString("not a regular file")}
 		}
 		return nil
 	}
@@ -299,7 +299,7 @@ func (r *Root) ExtractTar(src io.Reader, name string, lim TarLimits) (TarStats, 
 				// http.MaxBytesError, say) decides the kind.
 				return x.stats, &Error{Op: "extract", Path: display(rel), Err: sr.err}
 			}
-			return x.stats, &Error{Op: "extract", Path: display(rel), Kind: agent.ErrInvalid, Err: fmt.Errorf("malformed tar: %w", err)}
+			return x.stats, &Error{Op: "extract", Path: display(rel), Kind: wire.ErrInvalid, Err: fmt.Errorf("malformed tar: %w", err)}
 		}
 		if err := x.count(); err != nil {
 			return x.stats, err
@@ -346,7 +346,7 @@ type extractor struct {
 func (x *extractor) count() error {
 	x.entries++
 	if x.entries > x.lim.MaxEntries {
-		return &Error{Op: "extract", Path: display(x.destRel), Kind: agent.ErrLimit,
+		return &Error{Op: "extract", Path: display(x.destRel), Kind: wire.ErrLimit,
 			Err: fmt.Errorf("more than %d entries", x.lim.MaxEntries)}
 	}
 	return nil
@@ -367,13 +367,13 @@ func (x *extractor) entry(tr *tar.Reader, hdr *tar.Header) error {
 	}
 	rel, err := cleanPath(hdr.Name)
 	if err != nil {
-		return x.fail(hdr.Name, agent.ErrInvalid, err)
+		return x.fail(hdr.Name, wire.ErrInvalid, err)
 	}
 	if rel == "." {
 		if hdr.Typeflag == tar.TypeDir {
 			return nil
 		}
-		return x.fail(hdr.Name, agent.ErrInvalid, errorString("entry names the destination directory"))
+		return x.fail(hdr.Name, wire.ErrInvalid, errorString("entry names the destination directory"))
 	}
 	var ferr error
 	switch hdr.Typeflag {
@@ -414,14 +414,14 @@ func (x *extractor) parent(rel string) (int, string, error) {
 
 func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	if hdr.Size < 0 {
-		return x.fail(hdr.Name, agent.ErrInvalid, errorString("negative size"))
+		return x.fail(hdr.Name, wire.ErrInvalid, errorString("negative size"))
 	}
 	if hdr.Size > x.lim.MaxEntrySize {
-		return x.fail(hdr.Name, agent.ErrTooLarge, fmt.Errorf("entry is %d bytes; the limit is %d", hdr.Size, x.lim.MaxEntrySize))
+		return x.fail(hdr.Name, wire.ErrTooLarge, fmt.Errorf("entry is %d bytes; the limit is %d", hdr.Size, x.lim.MaxEntrySize))
 	}
 	left := x.lim.MaxBytes - x.stats.Bytes
 	if hdr.Size > left {
-		return x.fail(hdr.Name, agent.ErrTooLarge, fmt.Errorf("archive exceeds %d bytes", x.lim.MaxBytes))
+		return x.fail(hdr.Name, wire.ErrTooLarge, fmt.Errorf("archive exceeds %d bytes", x.lim.MaxBytes))
 	}
 	pfd, base, err := x.parent(rel)
 	if err != nil {
@@ -430,8 +430,8 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 	defer unix.Close(pfd)
 	n, err := writeAt(pfd, base, tr, uint32(hdr.Mode)&0o777, min(left, x.lim.MaxEntrySize), hdr.ModTime)
 	if err != nil {
-		if Kind(err) == agent.ErrTooLarge {
-			return x.fail(hdr.Name, agent.ErrTooLarge, err)
+		if Kind(err) == wire.ErrTooLarge {
+			return x.fail(hdr.Name, wire.ErrTooLarge, err)
 		}
 		return err
 	}
@@ -475,7 +475,7 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 	target := hdr.Linkname
 	if target == "" || len(target) >= MaxPathLen || strings.IndexByte(target, 0) >= 0 {
-		return x.fail(hdr.Name, agent.ErrInvalid, errorString("bad symlink target"))
+		return x.fail(hdr.Name, wire.ErrInvalid, errorString("bad symlink target"))
 	}
 	pfd, base, err := x.parent(rel)
 	if err != nil {
@@ -492,12 +492,12 @@ func (x *extractor) symlink(rel string, hdr *tar.Header) error {
 func (x *extractor) hardlink(rel string, hdr *tar.Header) error {
 	lrel, err := cleanPath(hdr.Linkname)
 	if err != nil {
-		return x.fail(hdr.Name, agent.ErrInvalid, fmt.Errorf("hardlink target: %w", err))
+		return x.fail(hdr.Name, wire.ErrInvalid, fmt.Errorf("hardlink target: %w", err))
 	}
 	if lrel == "." {
-		return x.fail(hdr.Name, agent.ErrInvalid, errorString("hardlink to the destination directory"))
+		return x.fail(hdr.Name, wire.ErrInvalid, errorString("hardlink to the destination directory"))
 	}
-	badTarget := x.fail(hdr.Name, agent.ErrInvalid, fmt.Errorf("hardlink target %q is not a regular file in the destination", hdr.Linkname))
+	badTarget := x.fail(hdr.Name, wire.ErrInvalid, fmt.Errorf("hardlink target %q is not a regular file in the destination", hdr.Linkname))
 	tpfd, tbase, err := openParent(x.dest, lrel)
 	if err != nil {
 		return badTarget

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // buildTree fills directory rel of the root with every kind of entry.
@@ -153,10 +153,10 @@ func TestWriteTarSingle(t *testing.T) {
 		{name: "src/escape", want: "escape 2"},
 		{name: "out", want: "out 2"},
 		{name: "abs", want: "abs 2"},
-		{name: "src/pipe", kind: agent.ErrInvalid},
-		{name: "missing", kind: agent.ErrNotFound},
-		{name: "out/secret", kind: agent.ErrNotFound},
-		{name: "up/outside", kind: agent.ErrNotFound},
+		{name: "src/pipe", kind: wire.ErrInvalid},
+		{name: "missing", kind: wire.ErrNotFound},
+		{name: "out/secret", kind: wire.ErrNotFound},
+		{name: "up/outside", kind: wire.ErrNotFound},
 	}
 	for _, tt := range tests {
 		var buf bytes.Buffer
@@ -202,16 +202,16 @@ func TestExtractTarHostile(t *testing.T) {
 	}{{
 		name: "dotdot",
 		tar:  func(e *env) []byte { return mkTar(e.t, file("ok", "ok"), file("../evil", "x")) },
-		kind: agent.ErrInvalid, stats: TarStats{Files: 1, Bytes: 2},
+		kind: wire.ErrInvalid, stats: TarStats{Files: 1, Bytes: 2},
 		check: []check{{"ok", "ok"}, {"../evil", ""}},
 	}, {
 		name: "dotdot nested",
 		tar:  func(e *env) []byte { return mkTar(e.t, file("a/../../evil", "x")) },
-		kind: agent.ErrInvalid,
+		kind: wire.ErrInvalid,
 	}, {
 		name: "dotdot dir",
 		tar:  func(e *env) []byte { return mkTar(e.t, dir("../../evildir/")) },
-		kind: agent.ErrInvalid,
+		kind: wire.ErrInvalid,
 	}, {
 		name:  "absolute names are relative to the destination",
 		tar:   func(e *env) []byte { return mkTar(e.t, file("/abs", "a"), file("//x/./y", "b")) },
@@ -236,40 +236,40 @@ func TestExtractTarHostile(t *testing.T) {
 	}, {
 		name: "write through dangling archive symlink",
 		tar:  func(e *env) []byte { return mkTar(e.t, symlink("lo", e.outside), file("lo/secret", "3")) },
-		kind: agent.ErrNotFound, stats: TarStats{Symlinks: 1},
+		kind: wire.ErrNotFound, stats: TarStats{Symlinks: 1},
 		check: []check{{"lo", "<link:" + "%OUT%" + ">"}},
 	}, {
 		name: "write through dangling planted symlink",
 		tar:  func(e *env) []byte { return mkTar(e.t, file("out/secret", "3")) },
-		kind: agent.ErrNotFound,
+		kind: wire.ErrNotFound,
 	}, {
 		name: "mkdir through dangling planted symlink",
 		tar:  func(e *env) []byte { return mkTar(e.t, dir("outrel/d/")) },
-		kind: agent.ErrNotFound,
+		kind: wire.ErrNotFound,
 	}, {
 		name: "hardlink to absolute path outside the destination",
 		tar:  func(e *env) []byte { return mkTar(e.t, hardlink("h", "/etc/passwd")) },
-		kind: agent.ErrInvalid, check: []check{{"h", ""}},
+		kind: wire.ErrInvalid, check: []check{{"h", ""}},
 	}, {
 		name: "hardlink to host path",
 		tar:  func(e *env) []byte { return mkTar(e.t, hardlink("h", e.canary)) },
-		kind: agent.ErrInvalid, check: []check{{"h", ""}},
+		kind: wire.ErrInvalid, check: []check{{"h", ""}},
 	}, {
 		name: "hardlink with dotdot",
 		tar:  func(e *env) []byte { return mkTar(e.t, hardlink("h", "../../../../../canary")) },
-		kind: agent.ErrInvalid, check: []check{{"h", ""}},
+		kind: wire.ErrInvalid, check: []check{{"h", ""}},
 	}, {
 		name: "hardlink through planted symlink",
 		tar:  func(e *env) []byte { return mkTar(e.t, hardlink("h", "canarylink")) },
-		kind: agent.ErrInvalid, check: []check{{"h", ""}},
+		kind: wire.ErrInvalid, check: []check{{"h", ""}},
 	}, {
 		name: "hardlink through symlink dir",
 		tar:  func(e *env) []byte { return mkTar(e.t, hardlink("h", "out/secret")) },
-		kind: agent.ErrInvalid, check: []check{{"h", ""}},
+		kind: wire.ErrInvalid, check: []check{{"h", ""}},
 	}, {
 		name: "hardlink to directory",
 		tar:  func(e *env) []byte { return mkTar(e.t, dir("d/"), hardlink("h", "d")) },
-		kind: agent.ErrInvalid, stats: TarStats{Dirs: 1}, check: []check{{"h", ""}},
+		kind: wire.ErrInvalid, stats: TarStats{Dirs: 1}, check: []check{{"h", ""}},
 	}, {
 		name: "hardlink inside",
 		tar: func(e *env) []byte {
@@ -302,11 +302,11 @@ func TestExtractTarHostile(t *testing.T) {
 	}, {
 		name: "component too long",
 		tar:  func(e *env) []byte { return mkTar(e.t, file(strings.Repeat("q", 256), "x")) },
-		kind: agent.ErrInvalid,
+		kind: wire.ErrInvalid,
 	}, {
 		name: "file named dot",
 		tar:  func(e *env) []byte { return mkTar(e.t, file(".", "x")) },
-		kind: agent.ErrInvalid,
+		kind: wire.ErrInvalid,
 	}, {
 		name: "dot dir ignored",
 		tar: func(e *env) []byte {
@@ -324,19 +324,19 @@ func TestExtractTarHostile(t *testing.T) {
 	}, {
 		name: "file over directory",
 		tar:  func(e *env) []byte { return mkTar(e.t, dir("d/"), file("d", "x")) },
-		kind: agent.ErrInvalid, stats: TarStats{Dirs: 1},
+		kind: wire.ErrInvalid, stats: TarStats{Dirs: 1},
 	}, {
 		name: "bad symlink target",
 		tar:  func(e *env) []byte { return mkTar(e.t, symlink("s", "")) },
-		kind: agent.ErrInvalid,
+		kind: wire.ErrInvalid,
 	}, {
 		name: "garbage",
 		tar:  func(e *env) []byte { return bytes.Repeat([]byte("not a tar "), 100) },
-		kind: agent.ErrInvalid,
+		kind: wire.ErrInvalid,
 	}, {
 		name: "truncated",
 		tar:  func(e *env) []byte { b := mkTar(e.t, file("f", strings.Repeat("x", 2000))); return b[:1000] },
-		kind: agent.ErrInvalid, check: []check{{"f", ""}},
+		kind: wire.ErrInvalid, check: []check{{"f", ""}},
 	}, {
 		name:  "empty",
 		tar:   func(e *env) []byte { return nil },
@@ -405,17 +405,17 @@ func TestExtractTarLimits(t *testing.T) {
 		exist []string
 		gone  []string
 	}{
-		{name: "huge header", tar: mkTar(t, file("ok", "ok"), ent{name: "big", size: 10 << 30}), kind: agent.ErrTooLarge, exist: []string{"ok"}, gone: []string{"big"}},
-		{name: "entry size", tar: mkTar(t, file("big", strings.Repeat("x", 101))), lim: TarLimits{MaxEntrySize: 100}, kind: agent.ErrTooLarge, gone: []string{"big"}},
+		{name: "huge header", tar: mkTar(t, file("ok", "ok"), ent{name: "big", size: 10 << 30}), kind: wire.ErrTooLarge, exist: []string{"ok"}, gone: []string{"big"}},
+		{name: "entry size", tar: mkTar(t, file("big", strings.Repeat("x", 101))), lim: TarLimits{MaxEntrySize: 100}, kind: wire.ErrTooLarge, gone: []string{"big"}},
 		// The header alone decides: no data is read (the body is missing).
-		{name: "entry size header", tar: mkTar(t, ent{name: "big", size: 101}), lim: TarLimits{MaxEntrySize: 100}, kind: agent.ErrTooLarge, gone: []string{"big"}},
-		{name: "total bytes header", tar: mkTar(t, file("a", strings.Repeat("x", 600)), ent{name: "big", size: 600}), lim: TarLimits{MaxBytes: 1000}, kind: agent.ErrTooLarge, exist: []string{"a"}, gone: []string{"big"}},
+		{name: "entry size header", tar: mkTar(t, ent{name: "big", size: 101}), lim: TarLimits{MaxEntrySize: 100}, kind: wire.ErrTooLarge, gone: []string{"big"}},
+		{name: "total bytes header", tar: mkTar(t, file("a", strings.Repeat("x", 600)), ent{name: "big", size: 600}), lim: TarLimits{MaxBytes: 1000}, kind: wire.ErrTooLarge, exist: []string{"a"}, gone: []string{"big"}},
 		{name: "entry size exact", tar: mkTar(t, file("big", strings.Repeat("x", 100))), lim: TarLimits{MaxEntrySize: 100}, exist: []string{"big"}},
-		{name: "total bytes", tar: mkTar(t, file("a", strings.Repeat("x", 600)), file("b", strings.Repeat("x", 600))), lim: TarLimits{MaxBytes: 1000}, kind: agent.ErrTooLarge, exist: []string{"a"}, gone: []string{"b"}},
-		{name: "entries", tar: mkTar(t, many...), lim: TarLimits{MaxEntries: 10}, kind: agent.ErrLimit, exist: []string{"mmmmmmmmmm"}, gone: []string{"mmmmmmmmmmm"}},
+		{name: "total bytes", tar: mkTar(t, file("a", strings.Repeat("x", 600)), file("b", strings.Repeat("x", 600))), lim: TarLimits{MaxBytes: 1000}, kind: wire.ErrTooLarge, exist: []string{"a"}, gone: []string{"b"}},
+		{name: "entries", tar: mkTar(t, many...), lim: TarLimits{MaxEntries: 10}, kind: wire.ErrLimit, exist: []string{"mmmmmmmmmm"}, gone: []string{"mmmmmmmmmmm"}},
 		{name: "entries exact", tar: mkTar(t, many...), lim: TarLimits{MaxEntries: 11}, exist: []string{"mmmmmmmmmmm"}},
-		{name: "implicit dirs count", tar: mkTar(t, file("a/b/c/d/e/f", "x")), lim: TarLimits{MaxEntries: 4}, kind: agent.ErrLimit, gone: []string{"a/b/c/d/e/f"}},
-		{name: "skipped entries count", tar: mkTar(t, ent{name: "c", typ: tar.TypeChar}, ent{name: "c", typ: tar.TypeChar}, file("f", "")), lim: TarLimits{MaxEntries: 2}, kind: agent.ErrLimit, gone: []string{"f"}},
+		{name: "implicit dirs count", tar: mkTar(t, file("a/b/c/d/e/f", "x")), lim: TarLimits{MaxEntries: 4}, kind: wire.ErrLimit, gone: []string{"a/b/c/d/e/f"}},
+		{name: "skipped entries count", tar: mkTar(t, ent{name: "c", typ: tar.TypeChar}, ent{name: "c", typ: tar.TypeChar}, file("f", "")), lim: TarLimits{MaxEntries: 2}, kind: wire.ErrLimit, gone: []string{"f"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -443,7 +443,7 @@ func TestExtractTarSourceError(t *testing.T) {
 	e := newEnv(t)
 	b := mkTar(t, file("f", strings.Repeat("x", 5000)))
 	_, err := e.r.ExtractTar(io.MultiReader(bytes.NewReader(b[:2000]), errReader{}), "dst", TarLimits{})
-	if !errors.Is(err, errBoom) || Kind(err) != agent.ErrInternal {
+	if !errors.Is(err, errBoom) || Kind(err) != wire.ErrInternal {
 		t.Errorf("source error: %v (kind %s)", err, Kind(err))
 	}
 	if e.exists("dst/f") || len(tempLeft(t, e.root)) > 0 {
@@ -491,7 +491,7 @@ func FuzzExtractTar(f *testing.F) {
 		}
 		_, err := e.r.ExtractTar(bytes.NewReader(data), "dst", TarLimits{MaxBytes: 1 << 20, MaxEntries: 1000})
 		switch Kind(err) {
-		case "", agent.ErrInvalid, agent.ErrTooLarge, agent.ErrLimit, agent.ErrExists, agent.ErrNotFound:
+		case "", wire.ErrInvalid, wire.ErrTooLarge, wire.ErrLimit, wire.ErrExists, wire.ErrNotFound:
 		default:
 			t.Errorf("unexpected error kind %q: %v", Kind(err), err)
 		}

@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 //go:embed driver.py
@@ -59,19 +59,19 @@ func newEngine(m *Manager, lang string) *engine {
 	return &engine{m: m, lang: lang, sem: make(chan struct{}, 1)}
 }
 
-func (e *engine) run(ctx context.Context, code string, timeout time.Duration) (agent.ReplResult, error) {
+func (e *engine) run(ctx context.Context, code string, timeout time.Duration) (wire.ReplResult, error) {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
-		return agent.ReplResult{}, ctx.Err()
+		return wire.ReplResult{}, ctx.Err()
 	}
 	defer func() { <-e.sem }()
 	if err := ctx.Err(); err != nil {
-		return agent.ReplResult{}, err
+		return wire.ReplResult{}, err
 	}
 	p, err := e.get(ctx)
 	if err != nil {
-		return agent.ReplResult{}, err
+		return wire.ReplResult{}, err
 	}
 	res, alive := p.run(ctx, code, timeout, e.m.opts)
 	if alive {
@@ -505,7 +505,7 @@ func (p *proc) readRaw(s int, f *os.File) {
 
 // run executes one run. alive is false when the interpreter died (or was
 // killed) during it and must be replaced.
-func (p *proc) run(ctx context.Context, code string, timeout time.Duration, opts Options) (res agent.ReplResult, alive bool) {
+func (p *proc) run(ctx context.Context, code string, timeout time.Duration, opts Options) (res wire.ReplResult, alive bool) {
 	p.seq++
 	seq := p.seq
 	c := newCollector(seq, opts.OutputLimit)
@@ -521,7 +521,7 @@ func (p *proc) run(ctx context.Context, code string, timeout time.Duration, opts
 	})
 	if err != nil {
 		// Unreachable for a string; keep the interpreter.
-		return agent.ReplResult{Status: agent.ReplError, Output: []agent.OutputLine{}, Error: err.Error()}, true
+		return wire.ReplResult{Status: wire.ReplError, Output: []wire.OutputLine{}, Error: err.Error()}, true
 	}
 
 	start := time.Now()
@@ -580,7 +580,7 @@ loop:
 	}
 	elapsed := time.Since(start)
 
-	res = agent.ReplResult{DurationMs: float64(elapsed) / float64(time.Millisecond)}
+	res = wire.ReplResult{DurationMs: float64(elapsed) / float64(time.Millisecond)}
 	timeoutMsg := "TimeoutError: execution exceeded " + timeout.String()
 	cancelMsg := "Interrupted: " + errText(ctx.Err())
 
@@ -588,7 +588,7 @@ loop:
 		p.waitMarkers(seq, rf.Marks)
 		switch rf.Status {
 		case "ok":
-			res.Status = agent.ReplSuccess
+			res.Status = wire.ReplSuccess
 			if rf.Result != nil {
 				s := sanitize([]byte(*rf.Result))
 				res.Result = &s
@@ -596,15 +596,15 @@ loop:
 		case "interrupted":
 			switch interrupted {
 			case "timeout":
-				res.Status, res.Error = agent.ReplTimeout, timeoutMsg
+				res.Status, res.Error = wire.ReplTimeout, timeoutMsg
 			case "cancel":
-				res.Status, res.Error = agent.ReplTimeout, cancelMsg
+				res.Status, res.Error = wire.ReplTimeout, cancelMsg
 			default:
-				res.Status, res.Error = agent.ReplError, "KeyboardInterrupt: interrupted by SIGINT"
+				res.Status, res.Error = wire.ReplError, "KeyboardInterrupt: interrupted by SIGINT"
 			}
 			c.add(1, res.Error)
 		default:
-			res.Status = agent.ReplError
+			res.Status = wire.ReplError
 			res.Error = truncateError(rf.Error)
 			if res.Error == "" {
 				res.Error = "error"
@@ -640,7 +640,7 @@ loop:
 	}
 	msg += "; the interpreter was restarted and all state was lost"
 	c.add(1, msg)
-	res.Status = agent.ReplRestarted
+	res.Status = wire.ReplRestarted
 	res.Error = msg
 	res.Output, res.Truncated = c.finish()
 	return res, false

@@ -35,7 +35,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 const (
@@ -76,7 +76,7 @@ func appendFrame(dst []byte, typ byte, payload []byte) []byte {
 }
 
 // stream indexes: 0 stdout, 1 stderr.
-var streamNames = [2]string{agent.Stdout, agent.Stderr}
+var streamNames = [2]string{wire.Stdout, wire.Stderr}
 
 // Output sources: frames from the driver, and the raw fd 1/2 pipes.
 const (
@@ -98,7 +98,7 @@ type collector struct {
 	mu        sync.Mutex
 	used      int
 	truncated bool
-	lines     []agent.OutputLine
+	lines     []wire.OutputLine
 	pend      [2][2][]byte // partial line per source and stream
 }
 
@@ -143,7 +143,7 @@ func (c *collector) addLine(s int, raw []byte, newline bool) {
 		if room > 0 {
 			text = cutUTF8(text, room)
 			if text != "" {
-				c.lines = append(c.lines, agent.OutputLine{Stream: streamNames[s], Text: text})
+				c.lines = append(c.lines, wire.OutputLine{Stream: streamNames[s], Text: text})
 				c.used += len(text)
 			}
 		}
@@ -151,7 +151,7 @@ func (c *collector) addLine(s int, raw []byte, newline bool) {
 		c.pend = [2][2][]byte{}
 		return
 	}
-	c.lines = append(c.lines, agent.OutputLine{Stream: streamNames[s], Text: text})
+	c.lines = append(c.lines, wire.OutputLine{Stream: streamNames[s], Text: text})
 	c.used += cost
 }
 
@@ -169,13 +169,13 @@ func (c *collector) flushLocked() {
 }
 
 // finish flushes partial lines and returns the output.
-func (c *collector) finish() ([]agent.OutputLine, bool) {
+func (c *collector) finish() ([]wire.OutputLine, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.flushLocked()
 	lines := c.lines
 	if lines == nil {
-		lines = []agent.OutputLine{}
+		lines = []wire.OutputLine{}
 	}
 	return lines, c.truncated
 }
@@ -187,7 +187,7 @@ func (c *collector) add(s int, text string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.flushLocked()
-	c.lines = append(c.lines, agent.OutputLine{Stream: streamNames[s], Text: text})
+	c.lines = append(c.lines, wire.OutputLine{Stream: streamNames[s], Text: text})
 }
 
 // sanitize converts raw output to a string, replacing every byte that is not

@@ -31,7 +31,7 @@
 // expression, the rest is executed and the last one evaluated, and its repr
 // (unless None) is the result. Node: the completion value of the script
 // (unless undefined), formatted with util.inspect; a returned Promise is
-// awaited. Exceptions give status agent.ReplError, a one-line Error such as
+// awaited. Exceptions give status wire.ReplError, a one-line Error such as
 // "ZeroDivisionError: division by zero" and the traceback on stderr.
 //
 // # What persists in Node
@@ -53,11 +53,11 @@
 // SIGINT to the interpreter (Python raises KeyboardInterrupt; Node stops
 // synchronous code through breakOnSigint) and, for Node, an interrupt frame
 // that abandons an awaited promise. The interpreter and its state survive and
-// the run reports agent.ReplTimeout. Code that does not stop within
+// the run reports wire.ReplTimeout. Code that does not stop within
 // Options.InterruptGrace (it catches KeyboardInterrupt, blocks in C, or busy
 // loops in a Node callback) gets its interpreter's whole process group
 // killed; a fresh interpreter is started and the run reports
-// agent.ReplRestarted. An interpreter that exits or is killed by itself is
+// wire.ReplRestarted. An interpreter that exits or is killed by itself is
 // reported the same way, and the next run starts a fresh one.
 package repl
 
@@ -71,7 +71,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Languages, as returned by NormalizeLanguage.
@@ -84,7 +84,7 @@ const (
 const (
 	DefaultPython         = "/usr/bin/python3"
 	DefaultNode           = "/usr/bin/node"
-	DefaultOutputLimit    = agent.DefaultOutputLimit
+	DefaultOutputLimit    = wire.DefaultOutputLimit
 	DefaultInterruptGrace = 2 * time.Second
 	// MaxCode bounds the code of one run.
 	MaxCode = 16 << 20
@@ -195,17 +195,17 @@ func NormalizeLanguage(s string) (string, error) {
 //
 // timeout 0 means none. At the timeout, or when ctx is cancelled while the
 // code runs, the code is interrupted (see the package documentation) and the
-// result has status agent.ReplTimeout or agent.ReplRestarted. Run returns an
+// result has status wire.ReplTimeout or wire.ReplRestarted. Run returns an
 // error only when the code could not be run at all: unknown language, code
 // larger than MaxCode, an interpreter that fails to start, a closed Manager,
 // or ctx done before the run began.
-func (m *Manager) Run(ctx context.Context, language, code string, timeout time.Duration) (agent.ReplResult, error) {
+func (m *Manager) Run(ctx context.Context, language, code string, timeout time.Duration) (wire.ReplResult, error) {
 	lang, err := NormalizeLanguage(language)
 	if err != nil {
-		return agent.ReplResult{}, err
+		return wire.ReplResult{}, err
 	}
 	if len(code) > MaxCode {
-		return agent.ReplResult{}, fmt.Errorf("repl: code is %d bytes, more than the limit of %d", len(code), MaxCode)
+		return wire.ReplResult{}, fmt.Errorf("repl: code is %d bytes, more than the limit of %d", len(code), MaxCode)
 	}
 	if timeout < 0 {
 		timeout = 0

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 var langs = []string{Python, Node}
@@ -39,7 +39,7 @@ func newTestManager(t testing.TB, opts Options) *Manager {
 	return m
 }
 
-func mustRun(t testing.TB, m *Manager, lang, code string, timeout time.Duration) agent.ReplResult {
+func mustRun(t testing.TB, m *Manager, lang, code string, timeout time.Duration) wire.ReplResult {
 	t.Helper()
 	res, err := m.Run(context.Background(), lang, code, timeout)
 	if err != nil {
@@ -48,7 +48,7 @@ func mustRun(t testing.TB, m *Manager, lang, code string, timeout time.Duration)
 	return res
 }
 
-func lines(res agent.ReplResult, stream string) []string {
+func lines(res wire.ReplResult, stream string) []string {
 	out := []string{}
 	for _, l := range res.Output {
 		if l.Stream == stream {
@@ -58,7 +58,7 @@ func lines(res agent.ReplResult, stream string) []string {
 	return out
 }
 
-func joined(res agent.ReplResult, stream string) string {
+func joined(res wire.ReplResult, stream string) string {
 	return strings.Join(lines(res, stream), "\n")
 }
 
@@ -82,16 +82,16 @@ func hasInOrder(got []string, seqs ...[]string) bool {
 	return total == len(got)
 }
 
-func resultOf(res agent.ReplResult) string {
+func resultOf(res wire.ReplResult) string {
 	if res.Result == nil {
 		return "<none>"
 	}
 	return *res.Result
 }
 
-func wantSuccess(t testing.TB, res agent.ReplResult, want string) {
+func wantSuccess(t testing.TB, res wire.ReplResult, want string) {
 	t.Helper()
-	if res.Status != agent.ReplSuccess || resultOf(res) != want {
+	if res.Status != wire.ReplSuccess || resultOf(res) != want {
 		t.Fatalf("got status %q result %q error %q output %q; want success with result %q",
 			res.Status, resultOf(res), res.Error, res.Output, want)
 	}
@@ -232,15 +232,15 @@ func TestLastExpressionResult(t *testing.T) {
 }
 
 func TestOutputOrder(t *testing.T) {
-	want := []agent.OutputLine{}
+	want := []wire.OutputLine{}
 	for i := range 5 {
 		want = append(want,
-			agent.OutputLine{Stream: agent.Stdout, Text: fmt.Sprintf("out %d", i)},
-			agent.OutputLine{Stream: agent.Stderr, Text: fmt.Sprintf("err %d", i)})
+			wire.OutputLine{Stream: wire.Stdout, Text: fmt.Sprintf("out %d", i)},
+			wire.OutputLine{Stream: wire.Stderr, Text: fmt.Sprintf("err %d", i)})
 	}
 	want = append(want,
-		agent.OutputLine{Stream: agent.Stdout, Text: "ab"},
-		agent.OutputLine{Stream: agent.Stderr, Text: "tail"})
+		wire.OutputLine{Stream: wire.Stdout, Text: "ab"},
+		wire.OutputLine{Stream: wire.Stderr, Text: "tail"})
 	for _, tc := range []struct{ lang, code string }{
 		{Python, "import sys\nfor i in range(5):\n    print('out', i)\n    print('err', i, file=sys.stderr)\n" +
 			"print('a', end='')\nsys.stdout.write('b\\n')\nsys.stderr.write('tail')"},
@@ -251,7 +251,7 @@ func TestOutputOrder(t *testing.T) {
 			requireLang(t, tc.lang)
 			m := newTestManager(t, Options{})
 			res := mustRun(t, m, tc.lang, tc.code, 0)
-			if res.Status != agent.ReplSuccess || fmt.Sprint(res.Output) != fmt.Sprint(want) {
+			if res.Status != wire.ReplSuccess || fmt.Sprint(res.Output) != fmt.Sprint(want) {
 				t.Fatalf("status %q output\n%q\nwant\n%q", res.Status, res.Output, want)
 			}
 			// The next run sees only its own output.
@@ -279,17 +279,17 @@ func TestException(t *testing.T) {
 			m := newTestManager(t, Options{})
 			mustRun(t, m, tc.lang, tc.setup, 0)
 			res := mustRun(t, m, tc.lang, tc.code, 5*time.Second)
-			if res.Status != agent.ReplError || res.Error != tc.wantErr {
+			if res.Status != wire.ReplError || res.Error != tc.wantErr {
 				t.Fatalf("status %q error %q; want error %q", res.Status, res.Error, tc.wantErr)
 			}
-			if stderr := joined(res, agent.Stderr); !strings.Contains(stderr, tc.wantTrace) {
+			if stderr := joined(res, wire.Stderr); !strings.Contains(stderr, tc.wantTrace) {
 				t.Fatalf("stderr %q lacks %q", stderr, tc.wantTrace)
 			}
-			if strings.Contains(tc.code, "before") && joined(res, agent.Stdout) != "before" {
-				t.Fatalf("stdout %q, want before", joined(res, agent.Stdout))
+			if strings.Contains(tc.code, "before") && joined(res, wire.Stdout) != "before" {
+				t.Fatalf("stdout %q, want before", joined(res, wire.Stdout))
 			}
-			if strings.Contains(joined(res, agent.Stderr), "driver") {
-				t.Fatalf("traceback shows driver frames: %q", joined(res, agent.Stderr))
+			if strings.Contains(joined(res, wire.Stderr), "driver") {
+				t.Fatalf("traceback shows driver frames: %q", joined(res, wire.Stderr))
 			}
 			wantSuccess(t, mustRun(t, m, tc.lang, tc.after, 0), "1")
 		})
@@ -307,10 +307,10 @@ func TestSyntaxError(t *testing.T) {
 			requireLang(t, tc.lang)
 			m := newTestManager(t, Options{})
 			res := mustRun(t, m, tc.lang, tc.code, 0)
-			if res.Status != agent.ReplError || !strings.HasPrefix(res.Error, tc.wantErr) {
+			if res.Status != wire.ReplError || !strings.HasPrefix(res.Error, tc.wantErr) {
 				t.Fatalf("status %q error %q; want error %q", res.Status, res.Error, tc.wantErr)
 			}
-			if !strings.Contains(joined(res, agent.Stderr), "SyntaxError") || len(lines(res, agent.Stdout)) != 0 {
+			if !strings.Contains(joined(res, wire.Stderr), "SyntaxError") || len(lines(res, wire.Stdout)) != 0 {
 				t.Fatalf("output %q: want a SyntaxError on stderr and nothing on stdout", res.Output)
 			}
 			wantSuccess(t, mustRun(t, m, tc.lang, "1+1", 0), "2")
@@ -335,14 +335,14 @@ func TestTimeoutKeepsState(t *testing.T) {
 			res := mustRun(t, m, tc.lang, tc.code, timeout)
 			took := time.Since(start)
 			want := "TimeoutError: execution exceeded 300ms"
-			if res.Status != agent.ReplTimeout || res.Error != want {
+			if res.Status != wire.ReplTimeout || res.Error != want {
 				t.Fatalf("status %q error %q output %q; want timeout %q", res.Status, res.Error, res.Output, want)
 			}
-			if !strings.Contains(joined(res, agent.Stderr), want) {
-				t.Fatalf("stderr %q lacks %q", joined(res, agent.Stderr), want)
+			if !strings.Contains(joined(res, wire.Stderr), want) {
+				t.Fatalf("stderr %q lacks %q", joined(res, wire.Stderr), want)
 			}
-			if strings.Contains(tc.code, "spinning") && joined(res, agent.Stdout) != "spinning" {
-				t.Fatalf("stdout %q, want spinning", joined(res, agent.Stdout))
+			if strings.Contains(tc.code, "spinning") && joined(res, wire.Stdout) != "spinning" {
+				t.Fatalf("stdout %q, want spinning", joined(res, wire.Stdout))
 			}
 			if took < timeout || took > timeout+3*time.Second {
 				t.Fatalf("run took %v for a timeout of %v", took, timeout)
@@ -368,18 +368,18 @@ func TestIgnoredInterruptRestarts(t *testing.T) {
 			mustRun(t, m, tc.lang, tc.setup, 0)
 			pid := interpreterPid(t, m, tc.lang)
 			res := mustRun(t, m, tc.lang, tc.code, 200*time.Millisecond)
-			if res.Status != agent.ReplRestarted || !strings.HasPrefix(res.Error, "TimeoutError: execution exceeded 200ms") {
+			if res.Status != wire.ReplRestarted || !strings.HasPrefix(res.Error, "TimeoutError: execution exceeded 200ms") {
 				t.Fatalf("status %q error %q; want restarted after a timeout", res.Status, res.Error)
 			}
-			if !strings.Contains(joined(res, agent.Stderr), "state was lost") {
-				t.Fatalf("stderr %q does not say state was lost", joined(res, agent.Stderr))
+			if !strings.Contains(joined(res, wire.Stderr), "state was lost") {
+				t.Fatalf("stderr %q does not say state was lost", joined(res, wire.Stderr))
 			}
-			if tc.lang == Python && !strings.Contains(joined(res, agent.Stdout), "ignored") {
-				t.Fatalf("stdout %q lacks the output before the kill", joined(res, agent.Stdout))
+			if tc.lang == Python && !strings.Contains(joined(res, wire.Stdout), "ignored") {
+				t.Fatalf("stdout %q lacks the output before the kill", joined(res, wire.Stdout))
 			}
 			waitGone(t, pid)
 			res = mustRun(t, m, tc.lang, tc.after, 0)
-			if res.Status != agent.ReplError {
+			if res.Status != wire.ReplError {
 				t.Fatalf("after restart %q gave %q %q; want an error (state lost)", tc.after, res.Status, resultOf(res))
 			}
 			if got := interpreterPid(t, m, tc.lang); got == pid {
@@ -401,10 +401,10 @@ func TestInterpreterExit(t *testing.T) {
 			m := newTestManager(t, Options{})
 			pid := interpreterPid(t, m, tc.lang)
 			res := mustRun(t, m, tc.lang, tc.code, 0)
-			if res.Status != agent.ReplRestarted || !strings.Contains(res.Error, tc.wantErr) || !strings.Contains(res.Error, "state was lost") {
+			if res.Status != wire.ReplRestarted || !strings.Contains(res.Error, tc.wantErr) || !strings.Contains(res.Error, "state was lost") {
 				t.Fatalf("status %q error %q; want restarted with %q", res.Status, res.Error, tc.wantErr)
 			}
-			if got := joined(res, agent.Stdout); got != tc.wantOut {
+			if got := joined(res, wire.Stdout); got != tc.wantOut {
 				t.Fatalf("stdout %q, want %q", got, tc.wantOut)
 			}
 			waitGone(t, pid)
@@ -431,10 +431,10 @@ func TestSubprocessOutput(t *testing.T) {
 			requireLang(t, tc.lang)
 			m := newTestManager(t, Options{})
 			res := mustRun(t, m, tc.lang, tc.code, 10*time.Second)
-			if res.Status != agent.ReplSuccess {
+			if res.Status != wire.ReplSuccess {
 				t.Fatalf("status %q error %q", res.Status, res.Error)
 			}
-			if !hasInOrder(lines(res, agent.Stdout), tc.frames, tc.raw) || fmt.Sprint(lines(res, agent.Stderr)) != fmt.Sprint(tc.stderr) {
+			if !hasInOrder(lines(res, wire.Stdout), tc.frames, tc.raw) || fmt.Sprint(lines(res, wire.Stderr)) != fmt.Sprint(tc.stderr) {
 				t.Fatalf("output %q; want stdout %q and %q, stderr %q", res.Output, tc.frames, tc.raw, tc.stderr)
 			}
 		})
@@ -453,12 +453,12 @@ func TestSubprocessOutputStaysInRun(t *testing.T) {
 			m := newTestManager(t, Options{})
 			for range 3 {
 				res := mustRun(t, m, tc.lang, tc.code, 10*time.Second)
-				out := lines(res, agent.Stdout)
+				out := lines(res, wire.Stdout)
 				if len(out) != 20000 || out[0] != "1" || out[19999] != "20000" {
 					t.Fatalf("got %d lines (status %q)", len(out), res.Status)
 				}
 				res = mustRun(t, m, tc.lang, tc.next, 0)
-				if fmt.Sprint(res.Output) != fmt.Sprint([]agent.OutputLine{{Stream: agent.Stdout, Text: "next"}}) {
+				if fmt.Sprint(res.Output) != fmt.Sprint([]wire.OutputLine{{Stream: wire.Stdout, Text: "next"}}) {
 					t.Fatalf("next run output %q", res.Output)
 				}
 			}
@@ -472,8 +472,8 @@ func TestNodeSubprocessBigWrite(t *testing.T) {
 	requireLang(t, Node)
 	m := newTestManager(t, Options{OutputLimit: 2 << 20})
 	res := mustRun(t, m, Node, `require('child_process').execSync("head -c 1000000 /dev/zero | tr '\\0' a", {stdio: 'inherit'})`, 10*time.Second)
-	out := lines(res, agent.Stdout)
-	if res.Status != agent.ReplSuccess || len(out) != 1 || len(out[0]) != 1000000 {
+	out := lines(res, wire.Stdout)
+	if res.Status != wire.ReplSuccess || len(out) != 1 || len(out[0]) != 1000000 {
 		t.Fatalf("status %q error %q, %d lines", res.Status, res.Error, len(out))
 	}
 }
@@ -496,7 +496,7 @@ func TestInvalidUTF8(t *testing.T) {
 			requireLang(t, tc.lang)
 			m := newTestManager(t, Options{})
 			res := mustRun(t, m, tc.lang, tc.code, 0)
-			if got := lines(res, agent.Stdout); res.Status != agent.ReplSuccess || !hasInOrder(got, tc.frames, tc.raw) {
+			if got := lines(res, wire.Stdout); res.Status != wire.ReplSuccess || !hasInOrder(got, tc.frames, tc.raw) {
 				t.Fatalf("status %q error %q stdout %q; want %q and %q", res.Status, res.Error, got, tc.frames, tc.raw)
 			}
 			wantSuccess(t, mustRun(t, m, tc.lang, "1+1", 0), "2")
@@ -504,7 +504,7 @@ func TestInvalidUTF8(t *testing.T) {
 	}
 }
 
-func keptBytes(res agent.ReplResult) int {
+func keptBytes(res wire.ReplResult) int {
 	n := 0
 	for _, l := range res.Output {
 		n += len(l.Text) + 1
@@ -532,7 +532,7 @@ func TestOutputLimit(t *testing.T) {
 			runtime.ReadMemStats(&before)
 			res := mustRun(t, m, tc.lang, tc.code, 60*time.Second)
 			runtime.ReadMemStats(&after)
-			if res.Status != agent.ReplSuccess || !res.Truncated {
+			if res.Status != wire.ReplSuccess || !res.Truncated {
 				t.Fatalf("status %q error %q truncated %v", res.Status, res.Error, res.Truncated)
 			}
 			if n := keptBytes(res); n > limit+1 || n < limit/2 {
@@ -553,7 +553,7 @@ func TestResultTruncated(t *testing.T) {
 	requireLang(t, Python)
 	m := newTestManager(t, Options{})
 	res := mustRun(t, m, Python, "'a' * (3 << 20)", 0)
-	if res.Status != agent.ReplSuccess || !res.Truncated || res.Result == nil || len(*res.Result) > 1<<20 {
+	if res.Status != wire.ReplSuccess || !res.Truncated || res.Result == nil || len(*res.Result) > 1<<20 {
 		t.Fatalf("status %q truncated %v result len %d", res.Status, res.Truncated, len(resultOf(res)))
 	}
 }
@@ -594,11 +594,11 @@ func TestConcurrentRuns(t *testing.T) {
 					code = fmt.Sprintf("console.log(%q); console.error(%q); %d", tag, tag+"e", g*100+j)
 				}
 				res, err := m.Run(context.Background(), lang, code, 10*time.Second)
-				want := []agent.OutputLine{{Stream: agent.Stdout, Text: tag}, {Stream: agent.Stderr, Text: tag + "e"}}
+				want := []wire.OutputLine{{Stream: wire.Stdout, Text: tag}, {Stream: wire.Stderr, Text: tag + "e"}}
 				switch {
 				case err != nil:
 					errs <- err
-				case res.Status != agent.ReplSuccess || resultOf(res) != strconv.Itoa(g*100+j):
+				case res.Status != wire.ReplSuccess || resultOf(res) != strconv.Itoa(g*100+j):
 					errs <- fmt.Errorf("%s %s: status %q result %q", lang, tag, res.Status, resultOf(res))
 				case fmt.Sprint(res.Output) != fmt.Sprint(want):
 					errs <- fmt.Errorf("%s %s: output %q", lang, tag, res.Output)
@@ -630,7 +630,7 @@ func TestContextCancel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.Status != agent.ReplTimeout || !strings.Contains(res.Error, "context canceled") || time.Since(start) > 3*time.Second {
+			if res.Status != wire.ReplTimeout || !strings.Contains(res.Error, "context canceled") || time.Since(start) > 3*time.Second {
 				t.Fatalf("status %q error %q after %v; want an interrupt", res.Status, res.Error, time.Since(start))
 			}
 			wantSuccess(t, mustRun(t, m, tc.lang, "x", 0), "1")
@@ -647,7 +647,7 @@ func TestCloseKillsInterpreters(t *testing.T) {
 	m := NewManager(Options{})
 	res := mustRun(t, m, Python, "import os, subprocess\np = subprocess.Popen(['sleep', '1000'])\nprint(os.getpid(), p.pid)", 0)
 	var pyPid, childPid int
-	if _, err := fmt.Sscan(joined(res, agent.Stdout), &pyPid, &childPid); err != nil {
+	if _, err := fmt.Sscan(joined(res, wire.Stdout), &pyPid, &childPid); err != nil {
 		t.Fatalf("output %q: %v", res.Output, err)
 	}
 	nodePid := interpreterPid(t, m, Node)
@@ -688,7 +688,7 @@ func TestHostileControlFrames(t *testing.T) {
 	res := mustRun(t, m, Python, find+"os.write(w, b'z\\x00\\x00\\x00\\x03abc')\nos.write(w, b'r\\x00\\x00\\x00\\x0b{\"id\": 999}')\nx + 1", 0)
 	wantSuccess(t, res, "2")
 	res = mustRun(t, m, Python, find+"os.write(w, b'r\\x7f\\xff\\xff\\xff')\nimport time; time.sleep(5)", 0)
-	if res.Status != agent.ReplRestarted || !strings.Contains(res.Error, "protocol error") {
+	if res.Status != wire.ReplRestarted || !strings.Contains(res.Error, "protocol error") {
 		t.Fatalf("status %q error %q; want restarted after a protocol error", res.Status, res.Error)
 	}
 	wantSuccess(t, mustRun(t, m, Python, "1+1", 0), "2")
@@ -748,15 +748,15 @@ func TestCollector(t *testing.T) {
 	c.write(srcFrame, 1, []byte("\n"))
 	c.write(srcFrame, 0, []byte("0123456789012345"))
 	got, trunc := c.finish()
-	want := []agent.OutputLine{
-		{Stream: agent.Stdout, Text: "ab\uFFFDc"},
-		{Stream: agent.Stderr, Text: "err"},
-		{Stream: agent.Stdout, Text: "d01234567"},
+	want := []wire.OutputLine{
+		{Stream: wire.Stdout, Text: "ab\uFFFDc"},
+		{Stream: wire.Stderr, Text: "err"},
+		{Stream: wire.Stdout, Text: "d01234567"},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) || !trunc {
 		t.Fatalf("got %q truncated %v; want %q truncated", got, trunc, want)
 	}
-	if n := keptBytes(agent.ReplResult{Output: got}); n > 20+1 {
+	if n := keptBytes(wire.ReplResult{Output: got}); n > 20+1 {
 		t.Fatalf("kept %d bytes", n)
 	}
 }

@@ -1,11 +1,12 @@
-// Package agent defines the wire protocol between the host and the in-sandbox
-// agent (warren-agent), and the host-side client that speaks it.
+// Package wire defines the protocol between the host and the in-sandbox
+// agent (warren-agent): the requests, answers, limits and error kinds both
+// sides share. It has no dependencies, so the agent stays small.
 //
 // The transport is HTTP/1.1 over a unix socket that the host creates and hands
 // to the agent as an inherited listener. Streams are newline-delimited JSON.
 // Byte payloads ([]byte fields) are base64 in JSON so binary output and invalid
 // UTF-8 survive unchanged. The schema is pinned by testdata/protocol.golden.
-package agent
+package wire
 
 import "time"
 

@@ -1,4 +1,4 @@
-package agent
+package wire
 
 import (
 	"flag"
@@ -26,14 +26,16 @@ func schema() string {
 		fmt.Fprintf(&b, "\n%s\n", t.Name())
 		for i := range t.NumField() {
 			f := t.Field(i)
-			fmt.Fprintf(&b, "  %-12s %-18s %s\n", f.Name, f.Type, f.Tag.Get("json"))
+			// The Go package's name is not part of the protocol.
+			typ := strings.ReplaceAll(f.Type.String(), t.PkgPath()[strings.LastIndex(t.PkgPath(), "/")+1:]+".", "")
+			fmt.Fprintf(&b, "  %-12s %-18s %s\n", f.Name, typ, f.Tag.Get("json"))
 		}
 	}
 	return b.String()
 }
 
 // TestProtocolGolden pins the wire schema: changing a type without bumping
-// Version and regenerating (go test ./internal/agent -update) fails here.
+// Version and regenerating (go test ./internal/wire -update) fails here.
 func TestProtocolGolden(t *testing.T) {
 	got := schema()
 	if *update {
