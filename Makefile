@@ -41,7 +41,7 @@ lint: setup
 		go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	$(GOBIN)/golangci-lint run ./...
 
-test: build vet fmt-check
+test: build vet fmt-check lint
 	go test -count=1 -timeout 30m $(GO_PACKAGES)
 
 bench: build
