@@ -239,13 +239,19 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 			return nil, err
 		}
 	}
+	sb := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID)}
 	if b.opts.ExitWithHost {
-		if err := os.WriteFile(filepath.Join(dir, "ephemeral"), nil, 0o600); err != nil {
+		// The owner of an ephemeral sandbox holds this lock for the
+		// sandbox's life; the kernel drops it when the owner dies, which
+		// is how ReapOrphans tells leftovers from sandboxes in use.
+		lock, err := lockFile(filepath.Join(dir, ephemeralMarker), true)
+		if err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
+		sb.lock = lock
 	}
-	return &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID)}, nil
+	return sb, nil
 }
 
 // Sandbox is one native sandbox.
@@ -261,6 +267,7 @@ type Sandbox struct {
 	client   *agent.Client
 	lifeline *os.File
 	done     chan struct{}
+	lock     *os.File // held while this process owns an ephemeral sandbox
 }
 
 // ID implements backend.Sandbox.
@@ -486,5 +493,11 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 	if err := os.RemoveAll(s.dir); err != nil {
 		return fmt.Errorf("remove sandbox %s: %w", s.cfg.ID, err)
 	}
+	s.mu.Lock()
+	if s.lock != nil {
+		s.lock.Close()
+		s.lock = nil
+	}
+	s.mu.Unlock()
 	return nil
 }

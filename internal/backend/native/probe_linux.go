@@ -51,7 +51,10 @@ func checkTraversable(dir string) error {
 }
 
 // procStartTime is a process's start time in clock ticks since boot (field
-// 22 of /proc/PID/stat): with the pid it identifies a process across pid reuse.
+// 22 of /proc/PID/stat): with the pid it identifies a process across pid
+// reuse. A zombie has exited, whether or not anyone reaped it (a sandbox
+// orphaned by a killed warren is reparented to an init that may never reap
+// it), and counts as gone: 0.
 func procStartTime(pid int) uint64 {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
@@ -64,7 +67,7 @@ func procStartTime(pid int) uint64 {
 		return 0
 	}
 	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
 		return 0
 	}
 	n, _ := strconv.ParseUint(f[19], 10, 64)
@@ -83,5 +86,5 @@ func alive(runDir string) bool {
 	}
 	pid, err1 := strconv.Atoi(f[0])
 	start, err2 := strconv.ParseUint(f[1], 10, 64)
-	return err1 == nil && err2 == nil && pid > 0 && procStartTime(pid) == start
+	return err1 == nil && err2 == nil && pid > 0 && start > 0 && procStartTime(pid) == start
 }

@@ -6,53 +6,81 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// ReapOrphans removes what sandboxes whose agent is gone left behind after a
-// crash of the process that ran them: runtime directories, cgroups, and the
-// whole state of ephemeral (`warren run`) sandboxes. Sandboxes for which
-// keep returns true keep their persistent state. Anything younger than the
-// start timeout is left alone: another process may be starting it.
+// ephemeralMarker marks an ephemeral sandbox's state directory; its owner
+// holds an exclusive flock on it.
+const ephemeralMarker = "ephemeral"
+
+// lockFile opens (creating) p and takes an exclusive flock on it, waiting
+// when wait is set; without wait it fails with EWOULDBLOCK if it is held.
+func lockFile(p string, wait bool) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	how := unix.LOCK_EX
+	if !wait {
+		how |= unix.LOCK_NB
+	}
+	if err := unix.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// markerState reports whether an ephemeral marker exists and whether its
+// owner still holds it. It never creates one.
+func markerState(p string) (exists, held bool) {
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		return false, false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return true, errors.Is(err, unix.EWOULDBLOCK)
+	}
+	return true, false
+}
+
+// ReapOrphans removes what sandboxes left behind when the process that ran
+// them died: runtime directories and cgroups of sandboxes whose agent is
+// gone, and the whole state of ephemeral (`warren run`) sandboxes whose
+// owner is gone. A sandbox is in use while its owner holds the lock on its
+// marker (ephemeral) or its agent runs; keep names sandboxes the caller
+// still owns, whose persistent state stays.
 func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err error) {
 	if keep == nil {
 		keep = func(string) bool { return false }
 	}
+	ids := map[string]bool{}
 	var errs []error
-	young := func(p string) bool {
-		fi, err := os.Stat(p)
-		return err == nil && time.Since(fi.ModTime()) < b.opts.StartTimeout
-	}
-	seen := map[string]bool{}
-	ents, err := os.ReadDir(b.opts.RunDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	for _, e := range ents {
-		id, run := e.Name(), filepath.Join(b.opts.RunDir, e.Name())
-		if strings.HasPrefix(id, ".") {
-			continue // the warm pool's, managed by the pool
+	for _, d := range []string{b.opts.RunDir, filepath.Join(b.opts.DataDir, "sandboxes")} {
+		ents, err := os.ReadDir(d)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
 		}
-		seen[id] = true
-		if alive(run) || (young(run) && !fileExists(filepath.Join(run, "agent.pid"))) {
-			continue
-		}
-		if cg, err := b.cgroups.Open(id); err == nil {
-			if err := cg.Destroy(); err != nil {
-				errs = append(errs, err)
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), ".") { // .pool belongs to the warm pool
+				ids[e.Name()] = true
 			}
 		}
-		if err := os.RemoveAll(run); err != nil {
-			errs = append(errs, err)
-		}
-		removed = append(removed, id)
 	}
-	names, err := b.cgroups.List()
+	cgs, err := b.cgroups.List()
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for _, id := range names {
-		if seen[id] {
+	for _, id := range cgs {
+		ids[id] = true
+	}
+	for id := range ids {
+		dir := filepath.Join(b.opts.DataDir, "sandboxes", id)
+		run := filepath.Join(b.opts.RunDir, id)
+		ephemeral, held := markerState(filepath.Join(dir, ephemeralMarker))
+		if held || alive(run) {
 			continue
 		}
 		if cg, err := b.cgroups.Open(id); err == nil {
@@ -60,32 +88,18 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 				errs = append(errs, err)
 				continue
 			}
-			removed = append(removed, id)
 		}
-	}
-	sbs, err := os.ReadDir(filepath.Join(b.opts.DataDir, "sandboxes"))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	for _, e := range sbs {
-		id := e.Name()
-		dir := filepath.Join(b.opts.DataDir, "sandboxes", id)
-		if keep(id) || !fileExists(filepath.Join(dir, "ephemeral")) || young(dir) {
-			continue
-		}
-		if alive(filepath.Join(b.opts.RunDir, id)) {
-			continue
-		}
-		if err := os.RemoveAll(dir); err != nil {
+		if err := os.RemoveAll(run); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if ephemeral && !keep(id) {
+			if err := os.RemoveAll(dir); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 		}
 		removed = append(removed, id)
 	}
 	return removed, errors.Join(errs...)
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

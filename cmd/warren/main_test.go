@@ -1,0 +1,219 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	warrenBin string
+	buildErr  error
+)
+
+// warren builds the CLI once and returns a command running it with a
+// private data and run directory (dir) and the test's agent binary.
+func warren(t *testing.T, dir string, args ...string) *exec.Cmd {
+	t.Helper()
+	agentPath := testenv.AgentBinary(t)
+	buildOnce.Do(func() {
+		out, err := os.MkdirTemp("", "warren-cli-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		warrenBin = filepath.Join(out, "warren")
+		b, err := exec.Command("go", "build", "-o", warrenBin, ".").CombinedOutput()
+		if err != nil {
+			buildErr = errors.New(string(b))
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("build warren: %v", buildErr)
+	}
+	cmd := exec.Command(warrenBin, args...)
+	cmd.Env = append(os.Environ(), "WARREN_AGENT="+agentPath,
+		"WARREN_DATA_DIR="+filepath.Join(dir, "data"), "WARREN_RUN_DIR="+filepath.Join(dir, "run"))
+	return cmd
+}
+
+// stateDir returns a directory the sandbox's unprivileged root can reach.
+func stateDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "warren-cli-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := os.Chmod(d, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func run(t *testing.T, cmd *exec.Cmd, stdin string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{code, out.String(), errb.String()}
+}
+
+func TestRunPassesOutputAndExitCodes(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		stdin      string
+		code       int
+		stdout     string
+		stderrHas  string
+		stdoutHas  string
+		stderrNone bool
+	}{
+		{name: "output and success", args: []string{"run", "--", "/bin/sh", "-c", "echo out; echo err >&2"}, stdout: "out\n", stderrHas: "err"},
+		{name: "exit code", args: []string{"run", "--", "/bin/sh", "-c", "exit 7"}, code: 7},
+		{name: "signal", args: []string{"run", "--", "/bin/sh", "-c", "kill -TERM $$"}, code: 143},
+		{name: "not found", args: []string{"run", "--", "no-such-command"}, code: 127, stderrHas: "not found"},
+		{name: "timeout", args: []string{"run", "--timeout", "300ms", "--", "/bin/sleep", "30"}, code: 124, stderrHas: "timeout"},
+		{name: "out of memory", args: []string{"run", "--memory", "48M", "--", "/usr/bin/python3", "-c", "b = bytearray(400 << 20)"}, code: 137, stderrHas: "out of memory"},
+		{name: "stdin", args: []string{"run", "-i", "--", "/usr/bin/wc", "-c"}, stdin: "12345", stdout: "5\n"},
+		{name: "env and workdir", args: []string{"run", "--env", "A=b c", "--workdir", "/tmp", "--", "/bin/sh", "-c", `echo "$A"; pwd`}, stdout: "b c\n/tmp\n"},
+		{name: "python", args: []string{"run", "--", "/usr/bin/python3", "-c", "print(6*7)"}, stdout: "42\n"},
+		{name: "node", args: []string{"run", "--", "/usr/bin/node", "-e", "console.log(6*7)"}, stdout: "42\n"},
+		{name: "no command", args: []string{"run"}, code: 2, stderrHas: "Usage: warren run"},
+		{name: "bad memory", args: []string{"run", "--memory", "lots", "--", "true"}, code: 1, stderrHas: "size \"lots\""},
+		{name: "bad env", args: []string{"run", "--env", "NOEQUALS", "--", "true"}, code: 1, stderrHas: "want K=V"},
+		{name: "bad network", args: []string{"run", "--net", "host", "--", "true"}, code: 1, stderrHas: "only \"none\""},
+		{name: "unknown image", args: []string{"run", "--image", "alpine", "--", "true"}, code: 1, stderrHas: "only the host image"},
+		{name: "help", args: []string{"run", "--help"}, code: 0, stderrHas: "--memory"},
+		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderrHas: "unknown command"},
+		{name: "top help", args: []string{"help"}, code: 0, stderrHas: "doctor"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, warren(t, dir, tc.args...), tc.stdin)
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d (stdout %q, stderr %q)", r.code, tc.code, r.stdout, r.stderr)
+			}
+			if tc.stdout != "" && r.stdout != tc.stdout {
+				t.Errorf("stdout %q, want %q", r.stdout, tc.stdout)
+			}
+			if !strings.Contains(r.stderr, tc.stderrHas) {
+				t.Errorf("stderr %q lacks %q", r.stderr, tc.stderrHas)
+			}
+		})
+	}
+	assertNoSandboxState(t, dir)
+}
+
+func TestDoctor(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := run(t, warren(t, stateDir(t), "doctor"), "")
+	if r.code != 0 {
+		t.Fatalf("doctor failed (%d):\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"ok    pid namespace", "ok    overlayfs", "ok    seccomp", "ok    sandbox start + exec true"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// TestCrashRecovery kills `warren run` with SIGKILL while its sandbox runs:
+// the sandbox must end on its own (nothing of it keeps running) and the next
+// `warren run` must remove what the first one left.
+func TestCrashRecovery(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	marker := "sleep-crash-" + strings.ReplaceAll(t.Name(), "/", "-")
+	cmd := warren(t, dir, "run", "--", "/bin/sh", "-c", "cp /bin/sleep /tmp/"+marker+"; /tmp/"+marker+" 600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return countProcs(marker) == 1 })
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitUntil(t, func() bool { return countProcs(marker) == 0 })
+	// Leftovers exist until the next start clears them.
+	if ents, _ := os.ReadDir(filepath.Join(dir, "data", "sandboxes")); len(ents) == 0 {
+		t.Fatal("expected the killed run's state to be left behind")
+	}
+	if r := run(t, warren(t, dir, "run", "--", "/bin/true"), ""); r.code != 0 {
+		t.Fatalf("next run failed: %+v", r)
+	}
+	assertNoSandboxState(t, dir)
+}
+
+func assertNoSandboxState(t *testing.T, dir string) {
+	t.Helper()
+	for _, d := range []string{filepath.Join(dir, "data", "sandboxes"), filepath.Join(dir, "run")} {
+		ents, err := os.ReadDir(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		if len(names) > 0 {
+			t.Errorf("left in %s: %v", d, names)
+		}
+	}
+	// No sandbox cgroup under any controller's warren prefix.
+	matches, _ := filepath.Glob("/sys/fs/cgroup/pids/warren/run-*")
+	m2, _ := filepath.Glob("/sys/fs/cgroup/memory/*/*/warren/run-*")
+	if len(matches)+len(m2) > 0 {
+		t.Errorf("cgroups left: %v %v", matches, m2)
+	}
+}
+
+func countProcs(name string) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/comm")
+		if err == nil && strings.TrimSpace(string(b)) == name[:min(len(name), 15)] {
+			n++
+		}
+	}
+	return n
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 15s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
