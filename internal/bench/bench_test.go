@@ -12,8 +12,11 @@ import (
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
-// env builds a native backend on a private data dir; benchmarks share it.
-func env(b *testing.B) *bench.Env {
+// env builds a native backend on a private data dir.
+func env(b *testing.B) *bench.Env { return envWith(b, 0) }
+
+// envWith builds a native backend keeping prewarm agents spawned ahead.
+func envWith(b *testing.B, prewarm int) *bench.Env {
 	b.Helper()
 	testenv.RequireRoot(b)
 	agentPath := testenv.AgentBinary(b)
@@ -25,7 +28,7 @@ func env(b *testing.B) *bench.Env {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		b.Fatal(err)
 	}
-	be, err := native.New(native.Options{DataDir: filepath.Join(dir, "data"), RunDir: filepath.Join(dir, "run"), AgentPath: agentPath, CgroupPrefix: "warren-bench", ExitWithHost: true})
+	be, err := native.New(native.Options{DataDir: filepath.Join(dir, "data"), RunDir: filepath.Join(dir, "run"), AgentPath: agentPath, CgroupPrefix: "warren-bench", ExitWithHost: true, Prewarm: prewarm})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,6 +53,11 @@ func BenchmarkForkExec(b *testing.B) { loop(b, bench.ForkExec) }
 
 func BenchmarkColdCycle(b *testing.B) {
 	e := env(b)
+	loop(b, func() error { return e.ColdCycle(context.Background()) })
+}
+
+func BenchmarkColdCycleWarmPool(b *testing.B) {
+	e := envWith(b, 2)
 	loop(b, func() error { return e.ColdCycle(context.Background()) })
 }
 

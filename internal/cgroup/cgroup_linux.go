@@ -459,3 +459,35 @@ func (c *Cgroup) Destroy() error {
 	}
 	return fmt.Errorf("cgroup: destroy %q: %w", c.name, last)
 }
+
+// Rename gives the cgroup a new name under the same prefix, in every
+// hierarchy, processes and limits unchanged. A rename moves no process, so
+// unlike Add it never waits for the kernel's cgroup-migration lock (on v1 a
+// grace period per migration, milliseconds on an idle machine): a process
+// spawned ahead of time into a cgroup of its own can be handed to a sandbox
+// by renaming. An existing cgroup of the new name is an error matching
+// fs.ErrExist; a failed rename leaves the old name in place.
+func (c *Cgroup) Rename(name string) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	to := make([]string, len(c.dirs))
+	for i, d := range c.dirs {
+		to[i] = filepath.Join(filepath.Dir(d), name)
+		if _, err := os.Stat(to[i]); err == nil {
+			return fmt.Errorf("cgroup: rename %q to %q: %w", c.name, name, fs.ErrExist)
+		}
+	}
+	for i, d := range c.dirs {
+		if err := os.Rename(d, to[i]); err != nil {
+			for j := i - 1; j >= 0; j-- {
+				_ = os.Rename(to[j], c.dirs[j])
+			}
+			return fmt.Errorf("cgroup: rename %q to %q: %w", c.name, name, err)
+		}
+	}
+	c.name, c.dirs = name, to
+	return nil
+}

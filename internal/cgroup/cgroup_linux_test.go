@@ -839,3 +839,68 @@ func BenchmarkCreateDestroy(b *testing.B) {
 		}
 	}
 }
+
+// TestRenameKeepsProcessesAndLimits hands a cgroup with a running process
+// to a new name: the process stays in it (now under the new name), limits
+// still apply, and the old name is gone everywhere.
+func TestRenameKeepsProcessesAndLimits(t *testing.T) {
+	m := newTestManager(t)
+	c, err := m.Create("before", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Destroy() })
+	cmd := exec.Command("/bin/sleep", "30")
+	if err := c.Spawn(func(fd int) error {
+		if fd >= 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+		}
+		return cmd.Start()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	old := append([]string(nil), c.dirs...)
+	if err := c.Rename("after"); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range old {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("old cgroup %s still exists (%v)", d, err)
+		}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		for _, ctrl := range []string{":memory:", ":pids:"} {
+			if strings.Contains(l, ctrl) && !strings.HasSuffix(l, "/after") {
+				t.Errorf("process not in the renamed cgroup: %s", l)
+			}
+		}
+	}
+	if m.controllerErr("pids") == nil {
+		if err := c.SetLimits(Limits{PidsMax: 5}); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(c.dirOf("pids"), "pids.max")); strings.TrimSpace(string(got)) != "5" {
+			t.Errorf("pids.max after rename = %q", got)
+		}
+	}
+	// Renaming onto an existing cgroup fails and keeps the name.
+	other, err := m.Create("taken", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Destroy() })
+	if err := c.Rename("taken"); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("rename onto an existing cgroup: %v", err)
+	}
+	if c.Name() != "after" {
+		t.Errorf("name after failed rename = %q", c.Name())
+	}
+	if err := c.Rename("../escape"); err == nil {
+		t.Error("rename to an invalid name succeeded")
+	}
+}

@@ -14,6 +14,10 @@ type Config struct {
 	// Spec describes the sandbox. Spec.Root.Path is where the root filesystem
 	// is assembled; Spec.Mounts are made inside it in order.
 	Spec *specs.Spec `json:"spec"`
+	// SeccompFilter is Spec.Linux.Seccomp compiled to classic BPF
+	// (seccomp.Encode), so the agent installs it without compiling; the
+	// host sends the spec without its seccomp section.
+	SeccompFilter []byte `json:"seccomp_filter,omitempty"`
 	// Rootfs is the overlay that becomes the root filesystem.
 	Rootfs Rootfs `json:"rootfs"`
 	// Python and Node are the interpreter paths the REPL engines use.

@@ -101,7 +101,16 @@ func Setup(cfg *Config) (*Launcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.Linux.Seccomp != nil {
+	switch {
+	case len(cfg.SeccompFilter) > 0:
+		prog, err := seccomp.Decode(cfg.SeccompFilter)
+		if err != nil {
+			return nil, fmt.Errorf("seccomp filter: %w", err)
+		}
+		if err := seccomp.Install(prog); err != nil {
+			return nil, fmt.Errorf("install seccomp filter: %w", err)
+		}
+	case s.Linux.Seccomp != nil:
 		prog, err := seccomp.Compile(s.Linux.Seccomp)
 		if err != nil {
 			return nil, fmt.Errorf("compile seccomp filter: %w", err)
@@ -109,7 +118,7 @@ func Setup(cfg *Config) (*Launcher, error) {
 		if err := seccomp.Install(prog); err != nil {
 			return nil, fmt.Errorf("install seccomp filter: %w", err)
 		}
-	} else if s.Process.NoNewPrivileges {
+	case s.Process.NoNewPrivileges:
 		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
 			return nil, fmt.Errorf("set no_new_privs: %w", e)
 		}
@@ -182,7 +191,7 @@ func remountBind(target string, flags uintptr) error {
 	if err := unix.Statfs(target, &st); err != nil {
 		return err
 	}
-	locked := uintptr(0)
+	have := uintptr(0)
 	for _, f := range []struct{ st, ms uintptr }{
 		{unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV},
 		{unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_RDONLY, unix.MS_RDONLY},
@@ -190,10 +199,13 @@ func remountBind(target string, flags uintptr) error {
 		{unix.ST_RELATIME, unix.MS_RELATIME},
 	} {
 		if uintptr(st.Flags)&f.st != 0 {
-			locked |= f.ms
+			have |= f.ms
 		}
 	}
-	return unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|flags|locked, "")
+	if have&flags == flags {
+		return nil // the source's flags already include them: save a mount
+	}
+	return unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|flags|have, "")
 }
 
 var mountFlags = map[string]struct {

@@ -142,8 +142,10 @@ func standardMounts() []specs.Mount {
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 	}
+	// A bound device node cannot be executed or be setuid, so nosuid and
+	// noexec would only cost a remount each.
 	for _, d := range Devices {
-		ms = append(ms, specs.Mount{Destination: "/dev/" + d, Type: "bind", Source: "/dev/" + d, Options: []string{"bind", "nosuid", "noexec"}})
+		ms = append(ms, specs.Mount{Destination: "/dev/" + d, Type: "bind", Source: "/dev/" + d, Options: []string{"bind"}})
 	}
 	return ms
 }

@@ -15,6 +15,7 @@ package native
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/agent"
@@ -34,6 +36,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/oci"
+	"github.com/warren-sandbox/warren/internal/seccomp"
 )
 
 // User namespace modes.
@@ -81,6 +84,9 @@ type Backend struct {
 
 	pool *pool
 
+	filterMu sync.Mutex
+	filters  map[string][]byte // compiled seccomp programs by profile
+
 	hostOnce sync.Once
 	hostImg  *image.Image
 	hostErr  error
@@ -112,7 +118,7 @@ func New(opts Options) (*Backend, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("native backend: must run as root (namespaces, cgroups and overlay mounts need it)")
 	}
-	b := &Backend{opts: opts, log: opts.Logger}
+	b := &Backend{opts: opts, log: opts.Logger, filters: map[string][]byte{}}
 	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("native backend: %w", err)
@@ -204,6 +210,34 @@ func (b *Backend) RootIDs() (int, int) {
 		return 0, 0
 	}
 	return int(b.userNS.Host), int(b.userNS.Host)
+}
+
+// seccompFilter compiles the spec's seccomp profile, once per distinct
+// profile: every sandbox gets the default one, so agents install a
+// ready program instead of compiling the same profile each start.
+func (b *Backend) seccompFilter(sp *specs.Spec) ([]byte, error) {
+	if sp.Linux.Seccomp == nil {
+		return nil, nil
+	}
+	key, err := json.Marshal(sp.Linux.Seccomp)
+	if err != nil {
+		return nil, err
+	}
+	b.filterMu.Lock()
+	defer b.filterMu.Unlock()
+	if f, ok := b.filters[string(key)]; ok {
+		return f, nil
+	}
+	prog, err := seccomp.Compile(sp.Linux.Seccomp)
+	if err != nil {
+		return nil, fmt.Errorf("compile seccomp profile: %w", err)
+	}
+	f := seccomp.Encode(prog)
+	if len(b.filters) > 64 {
+		clear(b.filters) // bounded: profiles come from configuration
+	}
+	b.filters[string(key)] = f
+	return f, nil
 }
 
 // HostImage returns the host image, owned by the sandbox root ids.
@@ -324,8 +358,17 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	filter, err := s.b.seccompFilter(sp)
+	if err != nil {
+		return nil, err
+	}
+	sent := *sp
+	sent.Linux = new(specs.Linux)
+	*sent.Linux = *sp.Linux
+	sent.Linux.Seccomp = nil // sent compiled, below
 	return &guest.Config{
-		Spec: sp,
+		Spec:          &sent,
+		SeccompFilter: filter,
 		Rootfs: guest.Rootfs{
 			Lower: img.Layers, Upper: filepath.Join(s.dir, "upper"), Work: filepath.Join(s.dir, "work"),
 			UserXattr: s.b.userNS != nil,
@@ -367,46 +410,51 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		return err
 	}
 	limits := cgroup.Limits{MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax}
-	cg, err := s.b.cgroups.Create(s.cfg.ID, limits)
-	if errors.Is(err, fs.ErrExist) {
-		// A stale cgroup of a crashed run of this sandbox: clear it.
-		if old, oerr := s.b.cgroups.Open(s.cfg.ID); oerr == nil {
-			_ = old.Destroy()
-		}
-		cg, err = s.b.cgroups.Create(s.cfg.ID, limits)
-	}
-	if err != nil {
-		return fmt.Errorf("cgroup: %w", err)
-	}
-	undo = append(undo, func() { _ = cg.Destroy() })
 	_ = os.RemoveAll(s.run)
 	undo = append(undo, func() { os.RemoveAll(s.run) })
-	tPrepare := time.Since(t0)
-
-	// A pooled agent has run nothing of any sandbox yet; it joins the
-	// cgroup before it reads its config. Otherwise spawn one, born there.
-	pooled := false
+	// A pooled agent has run nothing of any sandbox yet: its cgroup
+	// becomes the sandbox's (renamed, limits set) before it reads its
+	// config. Otherwise a new cgroup is made and the agent born in it.
+	var cg *cgroup.Cgroup
 	a := s.b.pool.take()
 	if a != nil {
-		if err := cg.Add(a.pid()); err != nil {
-			a.kill()
-			return fmt.Errorf("cgroup: %w", err)
+		cg = a.cg
+		undo = append(undo, a.discard)
+		err := cg.Rename(s.cfg.ID)
+		if errors.Is(err, fs.ErrExist) {
+			s.destroyStaleCgroup()
+			err = cg.Rename(s.cfg.ID)
 		}
-		if err := os.Rename(a.dir, s.run); err != nil {
-			a.kill()
+		if err != nil {
 			return err
 		}
-		a.dir, pooled = s.run, true
+		if err := cg.SetLimits(limits); err != nil {
+			return err
+		}
+		if err := os.Rename(a.dir, s.run); err != nil {
+			return err
+		}
+		a.dir = s.run
 	} else {
+		cg, err = s.b.cgroups.Create(s.cfg.ID, limits)
+		if errors.Is(err, fs.ErrExist) {
+			s.destroyStaleCgroup()
+			cg, err = s.b.cgroups.Create(s.cfg.ID, limits)
+		}
+		if err != nil {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		undo = append(undo, func() { _ = cg.Destroy() })
 		if err := os.Mkdir(s.run, 0o700); err != nil {
 			return err
 		}
 		if a, err = s.b.spawnAgent(s.run, cg); err != nil {
 			return err
 		}
+		undo = append(undo, a.kill)
 	}
-	undo = append(undo, a.kill)
-	tSpawn := time.Since(t0) - tPrepare
+	pooled := a.cg != nil
+	tPrepare := time.Since(t0)
 	if err := a.configure(ctx, gcfg); err != nil {
 		return err
 	}
@@ -418,8 +466,16 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	s.cmd, s.cg, s.done, s.lifeline = a.cmd, cg, a.done, a.lifeW
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
 	s.b.log.Debug("sandbox started", "id", s.cfg.ID, "pid", a.pid(), "pooled", pooled,
-		"prepare_ms", ms(tPrepare), "spawn_ms", ms(tSpawn), "setup_ms", ms(time.Since(t0)-tPrepare-tSpawn))
+		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0)-tPrepare))
 	return nil
+}
+
+// destroyStaleCgroup removes a cgroup of this sandbox's name left by a
+// crashed run.
+func (s *Sandbox) destroyStaleCgroup() {
+	if old, err := s.b.cgroups.Open(s.cfg.ID); err == nil {
+		_ = old.Destroy()
+	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

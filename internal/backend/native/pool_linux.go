@@ -4,14 +4,19 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/cgroup"
 )
 
 // pool keeps agents spawned ahead of time: clone, namespaces, exec and the
 // Go runtime's start are off the path of Start. A pooled agent has run no
-// sandbox code and holds nothing of any sandbox; Start moves it into the
-// sandbox's cgroup before sending it its config.
+// sandbox code and holds nothing of any sandbox. Each is born in a cgroup of
+// its own, which Start renames to the sandbox's and sets the limits of: no
+// process migration (a grace-period wait on cgroup v1) on the start path.
 type pool struct {
 	ready chan *agentProc
 	stop  chan struct{}
@@ -30,6 +35,7 @@ func (b *Backend) startPool(n int) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	b.reapPoolCgroups()
 	p := &pool{ready: make(chan *agentProc, n), stop: make(chan struct{}), dir: dir}
 	b.pool = p
 	p.wg.Add(1)
@@ -38,13 +44,8 @@ func (b *Backend) startPool(n int) error {
 		backoff := 10 * time.Millisecond
 		for seq := 0; ; seq++ {
 			d := filepath.Join(dir, fmt.Sprint(seq))
-			var a *agentProc
-			err := os.Mkdir(d, 0o700)
-			if err == nil {
-				a, err = b.spawnAgent(d, nil)
-			}
+			a, err := b.spawnPooled(d, fmt.Sprintf("%s%d-%d", poolCgroupPrefix, os.Getpid(), seq))
 			if err != nil {
-				os.RemoveAll(d)
 				b.log.Warn("warm pool: spawn agent", "err", err.Error())
 				select {
 				case <-p.stop:
@@ -58,8 +59,7 @@ func (b *Backend) startPool(n int) error {
 			select {
 			case p.ready <- a:
 			case <-p.stop:
-				a.kill()
-				os.RemoveAll(d)
+				a.discard()
 				return
 			}
 		}
@@ -78,8 +78,7 @@ func (p *pool) take() *agentProc {
 			if a.alive() {
 				return a
 			}
-			a.closePipes()
-			os.RemoveAll(a.dir)
+			a.discard()
 		default:
 			return nil
 		}
@@ -96,10 +95,61 @@ func (p *pool) close() {
 	for {
 		select {
 		case a := <-p.ready:
-			a.kill()
+			a.discard()
 		default:
 			os.RemoveAll(p.dir)
 			return
+		}
+	}
+}
+
+// poolCgroupPrefix starts the names of pooled agents' cgroups:
+// .pool-<pid of the owning process>-<sequence>.
+const poolCgroupPrefix = ".pool-"
+
+// spawnPooled spawns an agent for the pool, into a new cgroup of its own.
+func (b *Backend) spawnPooled(dir, cgName string) (*agentProc, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	cg, err := b.cgroups.Create(cgName, cgroup.Limits{})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	a, err := b.spawnAgent(dir, cg)
+	if err != nil {
+		_ = cg.Destroy()
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	a.cg = cg
+	return a, nil
+}
+
+// discard kills a pooled agent and removes its cgroup and directory.
+func (a *agentProc) discard() {
+	a.kill()
+	if a.cg != nil {
+		_ = a.cg.Destroy()
+	}
+	os.RemoveAll(a.dir)
+}
+
+// reapPoolCgroups removes pool cgroups of processes that are gone.
+func (b *Backend) reapPoolCgroups() {
+	names, _ := b.cgroups.List()
+	for _, n := range names {
+		rest, ok := strings.CutPrefix(n, poolCgroupPrefix)
+		if !ok {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		if pid, err := strconv.Atoi(pidStr); err == nil && pid != os.Getpid() && procStartTime(pid) != 0 {
+			continue // another live process's pool
+		}
+		if cg, err := b.cgroups.Open(n); err == nil {
+			_ = cg.Destroy()
 		}
 	}
 }

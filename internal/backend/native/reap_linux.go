@@ -74,7 +74,9 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 		errs = append(errs, err)
 	}
 	for _, id := range cgs {
-		ids[id] = true
+		if !strings.HasPrefix(id, ".") { // the warm pool reaps its own
+			ids[id] = true
+		}
 	}
 	for id := range ids {
 		dir := filepath.Join(b.opts.DataDir, "sandboxes", id)

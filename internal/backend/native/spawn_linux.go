@@ -32,6 +32,8 @@ type agentProc struct {
 	cfgW    *os.File
 	statusR *os.File
 	lifeW   *os.File // the host's end of the lifeline; nil unless ExitWithHost
+	// cg is the pooled agent's own cgroup (nil when spawned for a start).
+	cg *cgroup.Cgroup
 }
 
 func (a *agentProc) pid() int { return a.cmd.Process.Pid }
