@@ -45,7 +45,7 @@ test: build vet fmt-check lint
 	go test -count=1 -timeout 30m $(GO_PACKAGES)
 
 bench: build
-	$(BIN)/warren bench
+	$(BIN)/warren bench -n 300
 
 doctor: build
 	$(BIN)/warren doctor
