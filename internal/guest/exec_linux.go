@@ -180,14 +180,8 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 	}
 	limit = min(limit, wire.MaxOutputLimit)
 	out := &capped{limit: limit, emit: emit}
-	outR, outW, err := os.Pipe()
+	outR, outW, errR, errW, err := stdPipes()
 	if err != nil {
-		return wire.ExitStatus{}, err
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		outR.Close()
-		outW.Close()
 		return wire.ExitStatus{}, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
@@ -246,6 +240,20 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 	st.Truncated = out.truncated
 	st.DurationMs = float64(time.Since(start).Microseconds()) / 1000
 	return st, nil
+}
+
+// stdPipes makes the pipes of a process's stdout and stderr: the read ends
+// are the agent's, the write ends go to the child.
+func stdPipes() (outR, outW, errR, errW *os.File, err error) {
+	if outR, outW, err = os.Pipe(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if errR, errW, err = os.Pipe(); err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, nil, nil, nil, err
+	}
+	return outR, outW, errR, errW, nil
 }
 
 func startFailure(err error) wire.ExitStatus {

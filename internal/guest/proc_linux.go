@@ -180,14 +180,8 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 		closeOnFailure = append(closeOnFailure, master)
 		readers = append(readers, func() { _, _ = io.Copy(p.stdout, master) })
 	} else {
-		outR, outW, err := os.Pipe()
+		outR, outW, errR, errW, err := stdPipes()
 		if err != nil {
-			return wire.ProcessInfo{}, err
-		}
-		errR, errW, err := os.Pipe()
-		if err != nil {
-			outR.Close()
-			outW.Close()
 			return wire.ProcessInfo{}, err
 		}
 		cmd.Stdout, cmd.Stderr = outW, errW
