@@ -36,6 +36,7 @@ func run(status *os.File) error {
 	if cfgFile == nil || lf == nil || status == nil {
 		return fmt.Errorf("started without the host's descriptors; warren-agent is run by warren, not by hand")
 	}
+	go warmUp()
 	var cfg guest.Config
 	if err := json.NewDecoder(io.LimitReader(cfgFile, 4<<20)).Decode(&cfg); err != nil {
 		return fmt.Errorf("read config: %w", err)
