@@ -113,6 +113,7 @@ func Run(t *testing.T, h *Harness) {
 	t.Run("SeccompDenies", h.seccomp)
 	t.Run("MaskedPaths", h.maskedPaths)
 	t.Run("RootIsNotHostRoot", h.rootIsNotHostRoot)
+	t.Run("AgentUnreachable", h.agentUnreachable)
 	t.Run("StopKillsWholeTree", h.stopKillsTree)
 	t.Run("NoLeftoversAfterCycles", h.noLeftovers)
 }
@@ -475,6 +476,31 @@ func (h *Harness) rootIsNotHostRoot(t *testing.T) {
 	r = Exec(t, sb, 10*time.Second, "/bin/sh", "-c", "id -u; touch /owned && stat -c %u /owned")
 	if f := strings.Fields(r.Stdout); len(f) != 2 || f[0] != "0" || f[1] != "0" {
 		t.Errorf("inside, root should be uid 0 and own its files: %q", r.Stdout)
+	}
+}
+
+// agentUnreachable checks sandbox code cannot reach into its init (the
+// agent): not its descriptors (the host's socket among them), memory,
+// environment, binary or root.
+func (h *Harness) agentUnreachable(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	r := Python(t, sb, 30*time.Second, `
+import os
+paths = ['/proc/1/' + p for p in ('exe', 'mem', 'environ', 'root/etc/hostname', 'cwd/.')]
+paths += ['/proc/1/fd/' + n for n in os.listdir('/proc/1/fd')]
+for p in paths:
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+        print('OPENED', p)
+        os.close(fd)
+    except OSError as e:
+        print('denied', p, e.errno)
+`)
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	if strings.Contains(r.Stdout, "OPENED") || !strings.Contains(r.Stdout, "denied /proc/1/fd/") {
+		t.Errorf("sandbox code reached its init:\n%s", r.Stdout)
 	}
 }
 
