@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,4 +217,56 @@ func waitUntil(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestInterruptCleansUp sends SIGINT to `warren run` mid-command: it exits
+// 130 and leaves nothing behind.
+func TestInterruptCleansUp(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	cmd := warren(t, dir, "run", "--", "/bin/sh", "-c", "cp /bin/sleep /tmp/sleep-interrupt; /tmp/sleep-interrupt 600")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return countProcs("sleep-interrupt") == 1 })
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("exit after SIGINT: %v (stderr %q), want 130", err, errb.String())
+	}
+	if n := countProcs("sleep-interrupt"); n != 0 {
+		t.Errorf("%d sandbox processes survived the interrupt", n)
+	}
+	assertNoSandboxState(t, dir)
+}
+
+// TestConcurrentRuns runs several `warren run`s at once on one data
+// directory: each reaps orphans at start, and none may take another's
+// sandbox for an orphan.
+func TestConcurrentRuns(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	const n = 6
+	errs := make(chan string, n)
+	for i := range n {
+		go func() {
+			r := run(t, warren(t, dir, "run", "--", "/bin/sh", "-c", fmt.Sprintf("sleep 0.3; echo %d", i)), "")
+			if r.code != 0 || r.stdout != fmt.Sprintf("%d\n", i) {
+				errs <- fmt.Sprintf("run %d: %+v", i, r)
+				return
+			}
+			errs <- ""
+		}()
+	}
+	for range n {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+	assertNoSandboxState(t, dir)
 }

@@ -127,6 +127,9 @@ func New(opts Options) (*Backend, error) {
 			return nil, fmt.Errorf("native backend: %w", err)
 		}
 	}
+	if err := checkUpperFS(opts.DataDir); err != nil {
+		return nil, fmt.Errorf("native backend: %w", err)
+	}
 	if err := b.openAgent(); err != nil {
 		return nil, err
 	}

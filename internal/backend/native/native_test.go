@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/conformance"
@@ -202,5 +204,28 @@ func TestUpperLayerKeptAcrossRestart(t *testing.T) {
 	}
 	if r := conformance.Exec(t, sb, 0, "/bin/cat", "/root/state"); r.Stdout != "kept\n" {
 		t.Errorf("after restart: %q %+v", r.Stdout, r.ExitStatus)
+	}
+}
+
+// TestDataDirOnOverlayRefused: an overlay upper layer cannot live on
+// overlayfs (a data directory inside a container's root); New says so
+// instead of every start failing with EINVAL.
+func TestDataDirOnOverlayRefused(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := t.TempDir()
+	for _, d := range []string{"l", "u", "w", "m"} {
+		if err := os.Mkdir(filepath.Join(base, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := filepath.Join(base, "m")
+	opts := "lowerdir=" + filepath.Join(base, "l") + ",upperdir=" + filepath.Join(base, "u") + ",workdir=" + filepath.Join(base, "w")
+	if err := unix.Mount("overlay", m, "overlay", 0, opts); err != nil {
+		t.Fatalf("mount overlay: %v", err)
+	}
+	defer unix.Unmount(m, unix.MNT_DETACH)
+	_, err := native.New(native.Options{DataDir: filepath.Join(m, "data"), RunDir: filepath.Join(base, "run"), AgentPath: testenv.AgentBinary(t)})
+	if err == nil || !strings.Contains(err.Error(), "overlayfs") {
+		t.Errorf("New on an overlayfs data dir: %v", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // ProbeUserNS checks that this kernel lets root create a user namespace with
@@ -48,6 +50,24 @@ func checkTraversable(dir string) error {
 			return nil
 		}
 	}
+}
+
+// checkUpperFS refuses a data directory on a filesystem an overlay upper
+// layer cannot live on: overlayfs itself (the data directory inside a
+// container's root) or a network filesystem. Failing here names the
+// directory; the mount would only say "invalid argument".
+func checkUpperFS(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err
+	}
+	switch st.Type {
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return fmt.Errorf("data directory %s is on overlayfs (a container's root?): sandboxes' writable layers cannot live there; use a volume or bind mount (ext4, xfs, btrfs, tmpfs) for --data-dir", dir)
+	case unix.NFS_SUPER_MAGIC, unix.CIFS_SUPER_MAGIC, unix.SMB2_SUPER_MAGIC, unix.FUSE_SUPER_MAGIC:
+		return fmt.Errorf("data directory %s is on a network or FUSE filesystem, which overlayfs does not support as a writable layer; use a local filesystem for --data-dir", dir)
+	}
+	return nil
 }
 
 // procStartTime is a process's start time in clock ticks since boot (field
