@@ -23,6 +23,7 @@ func commands() []command {
 	return []command{
 		{"run", "run one command in a fresh sandbox, no daemon needed", runCmd},
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
+		{"image", "import, list and remove images in the local store", imageCmd},
 		{"bench", "measure sandbox start, exec and REPL latency against baselines", benchCmd},
 	}
 }

@@ -270,3 +270,68 @@ func TestConcurrentRuns(t *testing.T) {
 	}
 	assertNoSandboxState(t, dir)
 }
+
+// TestImageImportAndRun imports a plain rootfs holding one static binary and
+// runs it as a sandbox image: the image's own files, not the host's.
+func TestImageImportAndRun(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module hello\n\ngo 1.26\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	prog := `package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	b, err := os.ReadFile("/etc/message")
+	_, usr := os.Stat("/usr/bin/python3")
+	fmt.Printf("%s %v %v %v\n", b, err, os.IsNotExist(usr), os.Args[1:])
+}
+`
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rootfs := filepath.Join(t.TempDir(), "rootfs")
+	build := exec.Command("go", "build", "-o", filepath.Join(rootfs, "hello"), ".")
+	build.Dir, build.Env = src, append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "message"), []byte("from-the-image"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, warren(t, dir, "image", "import", rootfs, "test/hello"), ""); r.code != 0 {
+		t.Fatalf("import: %+v", r)
+	}
+	r := run(t, warren(t, dir, "image", "ls"), "")
+	if r.code != 0 || !strings.Contains(r.stdout, "test/hello") {
+		t.Fatalf("ls: %+v", r)
+	}
+	// The image's files, and none of the host's /usr.
+	r = run(t, warren(t, dir, "run", "--image", "test/hello", "--", "/hello", "x"), "")
+	if r.code != 0 || r.stdout != "from-the-image <nil> true [x]\n" {
+		t.Errorf("run --image: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "run", "--image", "test/hello"), ""); r.code != 1 || !strings.Contains(r.stderr, "no entrypoint") {
+		t.Errorf("run without a command on an image without one: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "run", "--image", "no/such", "--", "/hello"), ""); r.code != 1 || !strings.Contains(r.stderr, "no/such") {
+		t.Errorf("run with an unknown image: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "image", "rm", "test/hello"), ""); r.code != 0 {
+		t.Fatalf("rm: %+v", r)
+	}
+	r = run(t, warren(t, dir, "image", "prune"), "")
+	if r.code != 0 || !strings.Contains(r.stdout, "freed") {
+		t.Errorf("prune: %+v", r)
+	}
+	assertNoSandboxState(t, dir)
+}

@@ -31,11 +31,21 @@ Examples:
   warren run --memory 256M --cpus 0.5 --timeout 10s -- sh -c 'echo hi'
   echo data | warren run -i -- wc -c`
 
+// storedImage looks name up in the image store.
+func storedImage(hf *hostFlags, name string) (*image.Image, error) {
+	st, db, err := hf.imageStore()
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return st.Get(name)
+}
+
 func runCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren run", "warren run [flags] -- CMD [ARGS...]", runAbout)
 	var hf hostFlags
 	hf.register(fs)
-	img := fs.String("image", "host", "image to run: host (the host's /usr, read-only; no download)")
+	img := fs.String("image", "host", "image to run: host (the host's /usr, read-only; no download) or a name from 'warren image ls'")
 	mem := fs.String("memory", "512M", "memory limit (MiB, or with K/M/G suffix); 0 = unlimited")
 	cpus := fs.Float64("cpus", 1, "CPU limit in cores (fractions allowed); 0 = unlimited")
 	pids := fs.Int64("pids", 1024, "maximum number of processes; 0 = unlimited")
@@ -49,7 +59,7 @@ func runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	argv := fs.Args()
-	if len(argv) == 0 {
+	if len(argv) == 0 && *img == image.HostName {
 		fs.Usage()
 		return exitError{2}
 	}
@@ -61,9 +71,6 @@ func runCmd(ctx context.Context, args []string) error {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return fmt.Errorf("--env %q: want K=V", e)
 		}
-	}
-	if *img != image.HostName {
-		return fmt.Errorf("image %q: only the host image is available so far", *img)
 	}
 	var in []byte
 	if *stdin {
@@ -83,14 +90,26 @@ func runCmd(ctx context.Context, args []string) error {
 	defer be.Close()
 	// Clear what an earlier `warren run` killed with SIGKILL left behind.
 	_, _ = be.ReapOrphans(nil)
-	hostImg, err := be.HostImage()
+	var sbImg *image.Image
+	if *img == image.HostName {
+		sbImg, err = be.HostImage()
+	} else {
+		sbImg, err = storedImage(&hf, *img)
+	}
 	if err != nil {
 		return err
+	}
+	if len(argv) == 0 {
+		// Like docker run: the image's entrypoint and command.
+		argv = append(append([]string(nil), sbImg.Entrypoint...), sbImg.Cmd...)
+		if len(argv) == 0 {
+			return fmt.Errorf("image %q has no entrypoint or command: give CMD after --", *img)
+		}
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	sb, err := be.Create(ctx, backend.Config{
-		ID: "run-" + hex.EncodeToString(rnd[:]), Image: hostImg, Env: envs, Workdir: *workdir,
+		ID: "run-" + hex.EncodeToString(rnd[:]), Image: sbImg, Env: envs, Workdir: *workdir,
 		MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: *netMode,
 	})
 	if err != nil {

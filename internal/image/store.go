@@ -1,0 +1,635 @@
+package image
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/image/layer"
+	"github.com/warren-sandbox/warren/internal/store"
+)
+
+// Default bounds on what an import accepts. Everything an image says about
+// itself is untrusted.
+const (
+	DefaultMaxLayers      = 1000
+	DefaultMaxConfigBytes = 4 << 20
+	DefaultMaxTotalBytes  = 64 << 30 // uncompressed layer bytes per import
+)
+
+// Errors.
+var (
+	ErrNotFound    = errors.New("image not found")
+	ErrInvalidName = errors.New("invalid image name")
+	ErrDigest      = errors.New("layer digest mismatch")
+	ErrLimit       = errors.New("image limit exceeded")
+	ErrFormat      = errors.New("unsupported image source")
+)
+
+// Record describes a named image.
+type Record struct {
+	Name    string
+	ID      string   // "sha256:<hex>" of the image config
+	Layers  []string // diff ids ("sha256:<hex>"), base layer first, as in the image config
+	Size    int64    // bytes of the unpacked layers on disk
+	Created time.Time
+}
+
+// runtimeConfig is the part of the image config a sandbox honours, stored
+// as JSON in images.config.
+type runtimeConfig struct {
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"workingDir,omitempty"`
+	User       string   `json:"user,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
+}
+
+// Store is a content-addressed image store: unpacked layers under
+// <dir>/layers/sha256/<hex>, keyed by diff id and shared between images;
+// images and their names in SQLite.
+//
+// A layer is unpacked into a temporary directory under <dir>/tmp and renamed
+// into place only once complete and verified; the database learns of it in
+// the single transaction that records the image, after every layer is in
+// place. A layer directory no image references (an import that failed
+// after some layers, a removed image) stays until Prune.
+//
+// Layer directories handed out by Get must not be pruned while a sandbox
+// uses them; the caller removes an image's names only once nothing runs
+// on it.
+type Store struct {
+	dir   string
+	db    *sql.DB
+	shift layer.IDMap
+
+	maxLayers      int
+	maxConfigBytes int64
+	maxTotalBytes  int64
+
+	// mu serialises Prune against imports' use of layer directories:
+	// pinned counts the imports using each diff id between finding (or
+	// unpacking) its directory and committing their record.
+	mu     sync.Mutex
+	pinned map[string]int
+
+	unpacked     atomic.Int64        // layers unpacked since OpenStore (tests)
+	beforeUnpack func(diffID string) // test hook, called before each unpack
+}
+
+// OpenStore opens the image store rooted at dir, with records in db. shift
+// is the ownership shift applied to unpacked layers (the host ids sandbox
+// ids map to). Temporary directories left by an interrupted import are
+// removed.
+func OpenStore(dir string, db *store.Store, shift layer.IDMap) (*Store, error) {
+	s := &Store{
+		dir: dir, db: db.DB(), shift: shift,
+		maxLayers:      DefaultMaxLayers,
+		maxConfigBytes: DefaultMaxConfigBytes,
+		maxTotalBytes:  DefaultMaxTotalBytes,
+		pinned:         map[string]int{},
+	}
+	for _, d := range []string{dir, filepath.Join(dir, "layers"), s.layersDir()} {
+		if err := os.MkdirAll(d, 0o711); err != nil {
+			return nil, fmt.Errorf("image store: %w", err)
+		}
+	}
+	if err := os.RemoveAll(s.tmpDir()); err != nil {
+		return nil, fmt.Errorf("image store: clean %s: %w", s.tmpDir(), err)
+	}
+	if err := os.Mkdir(s.tmpDir(), 0o700); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	return s, nil
+}
+
+func (s *Store) layersDir() string { return filepath.Join(s.dir, "layers", "sha256") }
+func (s *Store) tmpDir() string    { return filepath.Join(s.dir, "tmp") }
+
+// layerPath is where the layer with diff id d ("sha256:<hex>") lives.
+func (s *Store) layerPath(d string) string {
+	return filepath.Join(s.layersDir(), strings.TrimPrefix(d, "sha256:"))
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._/:-]*$`)
+
+// ValidateName checks an image name: lower-case letters, digits and
+// ". _ / : -", starting with a letter or digit, at most 255 bytes, no ".."
+// and not the built-in "host".
+func ValidateName(name string) error {
+	switch {
+	case len(name) == 0 || len(name) > 255 || !nameRE.MatchString(name) || strings.Contains(name, ".."):
+		return fmt.Errorf("%w %q: want [a-z0-9][a-z0-9._/:-]*, at most 255 bytes", ErrInvalidName, name)
+	case name == HostName:
+		return fmt.Errorf("%w %q: reserved for the host image", ErrInvalidName, name)
+	}
+	return nil
+}
+
+var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func validDigest(d string) bool {
+	return strings.HasPrefix(d, "sha256:") && hexRE.MatchString(d[len("sha256:"):])
+}
+
+// pin marks diff id d as in use by an import, so Prune leaves it.
+func (s *Store) pin(d string) {
+	s.mu.Lock()
+	s.pinned[d]++
+	s.mu.Unlock()
+}
+
+func (s *Store) unpin(ds []string) {
+	s.mu.Lock()
+	for _, d := range ds {
+		if s.pinned[d]--; s.pinned[d] <= 0 {
+			delete(s.pinned, d)
+		}
+	}
+	s.mu.Unlock()
+}
+
+// layerSource is one layer to import: its declared diff id and a way to
+// read its uncompressed tar.
+type layerSource struct {
+	diffID string
+	open   func() (io.ReadCloser, error)
+}
+
+// source is an image to import, whatever its format.
+type source struct {
+	id     string
+	config runtimeConfig
+	layers []layerSource // base first
+}
+
+// budget is the uncompressed bytes an import may still read.
+type budget struct{ left int64 }
+
+// countingReader enforces the budget and the context on every read.
+type countingReader struct {
+	ctx context.Context
+	r   io.Reader
+	b   *budget
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	if c.b.left <= 0 {
+		// Probe for one more byte: a stream ending exactly at the
+		// budget is fine.
+		var one [1]byte
+		n, err := c.r.Read(one[:])
+		if n > 0 {
+			return 0, fmt.Errorf("%w: more than the total uncompressed size allowed", ErrLimit)
+		}
+		return 0, err
+	}
+	if int64(len(p)) > c.b.left {
+		p = p[:c.b.left]
+	}
+	n, err := c.r.Read(p)
+	c.b.left -= int64(n)
+	return n, err
+}
+
+// ensureLayer makes sure the layer is unpacked under its diff id, which the
+// caller has validated and pinned. It returns the bytes the layer takes on disk.
+func (s *Store) ensureLayer(ctx context.Context, ls layerSource, b *budget) (int64, error) {
+	final := s.layerPath(ls.diffID)
+	if fi, err := os.Lstat(final); err == nil && fi.IsDir() {
+		return s.layerSize(ls.diffID)
+	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	if s.beforeUnpack != nil {
+		s.beforeUnpack(ls.diffID)
+	}
+	tmp, err := os.MkdirTemp(s.tmpDir(), "layer-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(tmp) // a no-op once renamed
+	if err := s.prepareRoot(tmp); err != nil {
+		return 0, err
+	}
+	rc, err := ls.open()
+	if err != nil {
+		return 0, fmt.Errorf("layer %s: %w", ls.diffID, err)
+	}
+	defer rc.Close()
+	h := sha256.New()
+	r := io.TeeReader(&countingReader{ctx: ctx, r: rc, b: b}, h)
+	// Sandboxes with a user namespace mount their overlay with userxattr,
+	// which reads opaque directories from user.overlay.* only.
+	if _, err := layer.Unpack(r, tmp, layer.Options{IDShift: s.shift, MaxBytes: b.left, UserXattr: s.shift.Size > 0}); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return 0, ctxErr
+		}
+		return 0, fmt.Errorf("layer %s: %w", ls.diffID, err)
+	}
+	// The tar's end-of-archive blocks and padding count towards the digest.
+	if _, err := io.Copy(io.Discard, r); err != nil {
+		return 0, fmt.Errorf("layer %s: %w", ls.diffID, err)
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != ls.diffID {
+		return 0, fmt.Errorf("%w: layer declared %s, content is %s", ErrDigest, ls.diffID, got)
+	}
+	s.unpacked.Add(1)
+	if err := os.Rename(tmp, final); err != nil {
+		// Another import placed the same layer meanwhile: same content.
+		if fi, serr := os.Lstat(final); serr != nil || !fi.IsDir() {
+			return 0, err
+		}
+	}
+	return s.layerSize(ls.diffID)
+}
+
+// prepareRoot gives a layer's top directory the metadata of an image's /
+// (a layer tar may set it with a "./" entry).
+func (s *Store) prepareRoot(dir string) error {
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 && s.shift.Size > 0 {
+		return os.Lchown(dir, int(s.shift.HostBase), int(s.shift.HostBase))
+	}
+	return nil
+}
+
+// layerSize is the recorded size of a layer, or its disk usage when it is
+// not recorded yet.
+func (s *Store) layerSize(d string) (int64, error) {
+	var n int64
+	err := s.db.QueryRow(`SELECT size FROM layers WHERE diff_id = ?`, d).Scan(&n)
+	if err == nil {
+		return n, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	return diskUsage(s.layerPath(d))
+}
+
+// diskUsage sums the allocated size of everything under root.
+func diskUsage(root string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total, err
+}
+
+// Import imports the image at src under name, replacing what name pointed
+// at. src is a docker-save tarball, an OCI image layout (directory or
+// tarball), or a root filesystem (directory or tarball, gzip allowed).
+func (s *Store) Import(ctx context.Context, src, name string) (*Record, error) {
+	if err := ValidateName(name); err != nil {
+		return nil, err
+	}
+	var pinned []string
+	defer func() { s.unpin(pinned) }()
+	rec, err := s.importSource(ctx, src, name, &pinned)
+	if err != nil {
+		return nil, fmt.Errorf("import %s: %w", src, err)
+	}
+	return rec, nil
+}
+
+func (s *Store) importSource(ctx context.Context, src, name string, pinned *[]string) (*Record, error) {
+	scratch, err := os.MkdirTemp(s.tmpDir(), "import-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(scratch)
+	srcImg, err := s.open(ctx, src, scratch)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(srcImg.layers); n == 0 || n > s.maxLayers {
+		return nil, fmt.Errorf("%w: %d layers (1 to %d allowed)", ErrLimit, n, s.maxLayers)
+	}
+	b := &budget{left: s.maxTotalBytes}
+	sizes := make([]int64, len(srcImg.layers))
+	unpackedAny := false
+	for i, ls := range srcImg.layers {
+		if !validDigest(ls.diffID) {
+			return nil, fmt.Errorf("%w: diff id %q", ErrFormat, ls.diffID)
+		}
+		// Pinned until the record is committed (Import unpins), so a
+		// concurrent Prune leaves the layer directory alone.
+		s.pin(ls.diffID)
+		*pinned = append(*pinned, ls.diffID)
+		before := s.unpacked.Load()
+		sizes[i], err = s.ensureLayer(ctx, ls, b)
+		if err != nil {
+			return nil, err
+		}
+		unpackedAny = unpackedAny || s.unpacked.Load() != before
+	}
+	if unpackedAny {
+		// The layers must be on disk before the record that names them.
+		if err := syncFS(s.layersDir()); err != nil {
+			return nil, err
+		}
+	}
+	return s.record(ctx, name, srcImg, sizes)
+}
+
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Syncfs(int(f.Fd()))
+}
+
+// record writes the image, its layers and its name in one transaction.
+func (s *Store) record(ctx context.Context, name string, src *source, sizes []int64) (_ *Record, err error) {
+	cfg, err := json.Marshal(src.config)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	for i, ls := range src.layers {
+		if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO layers (diff_id, size, created) VALUES (?, ?, ?)`,
+			ls.diffID, sizes[i], now.UnixNano()); err != nil {
+			return nil, err
+		}
+	}
+	res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO images (id, config, created) VALUES (?, ?, ?)`,
+		src.id, cfg, now.UnixNano())
+	if err != nil {
+		return nil, err
+	}
+	if n, _ := res.RowsAffected(); n == 1 {
+		for i, ls := range src.layers {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO image_layers (image_id, position, diff_id) VALUES (?, ?, ?)`,
+				src.id, i, ls.diffID); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var old string
+	switch err := tx.QueryRowContext(ctx, `SELECT image_id FROM image_names WHERE name = ?`, name).Scan(&old); {
+	case errors.Is(err, sql.ErrNoRows):
+	case err != nil:
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO image_names (name, image_id, created) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET image_id = excluded.image_id, created = excluded.created`,
+		name, src.id, now.UnixNano()); err != nil {
+		return nil, err
+	}
+	if old != "" && old != src.id {
+		if err := deleteIfUnnamed(ctx, tx, old); err != nil {
+			return nil, err
+		}
+	}
+	rec, err := getRecord(ctx, tx, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+func deleteIfUnnamed(ctx context.Context, tx *sql.Tx, id string) error {
+	_, err := tx.ExecContext(ctx, `DELETE FROM images WHERE id = ? AND NOT EXISTS (SELECT 1 FROM image_names WHERE image_id = ?)`, id, id)
+	return err
+}
+
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// getRecord reads the record of name, and its stored config.
+func getRecord(ctx context.Context, q rowQuerier, name string) (*Record, error) {
+	rec := &Record{Name: name}
+	var created int64
+	err := q.QueryRowContext(ctx, `SELECT i.id, i.created FROM image_names n JOIN images i ON i.id = n.image_id WHERE n.name = ?`, name).
+		Scan(&rec.ID, &created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec.Created = time.Unix(0, created)
+	rows, err := q.QueryContext(ctx, `SELECT il.diff_id, l.size FROM image_layers il JOIN layers l ON l.diff_id = il.diff_id
+		WHERE il.image_id = ? ORDER BY il.position`, rec.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var d string
+		var size int64
+		if err := rows.Scan(&d, &size); err != nil {
+			return nil, err
+		}
+		rec.Layers = append(rec.Layers, d)
+		rec.Size += size
+	}
+	return rec, rows.Err()
+}
+
+// Get returns the image named name, ready for a backend: its layer
+// directories top-most first and its runtime defaults.
+func (s *Store) Get(name string) (*Image, error) {
+	ctx := context.Background()
+	rec, err := getRecord(ctx, s.db, name)
+	if err != nil {
+		return nil, err
+	}
+	var raw []byte
+	if err := s.db.QueryRowContext(ctx, `SELECT config FROM images WHERE id = ?`, rec.ID).Scan(&raw); err != nil {
+		return nil, err
+	}
+	var cfg runtimeConfig
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return nil, fmt.Errorf("image %s: stored config: %w", name, err)
+	}
+	img := &Image{
+		Name: name, Env: cfg.Env, WorkingDir: cfg.WorkingDir, User: cfg.User,
+		Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd,
+	}
+	for i := len(rec.Layers) - 1; i >= 0; i-- {
+		p := s.layerPath(rec.Layers[i])
+		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("image %s: layer %s missing from %s", name, rec.Layers[i], p)
+		}
+		img.Layers = append(img.Layers, p)
+	}
+	return img, nil
+}
+
+// List returns a record per image name, sorted by name.
+func (s *Store) List() ([]Record, error) {
+	ctx := context.Background()
+	rows, err := s.db.QueryContext(ctx, `SELECT name FROM image_names ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		names = append(names, n)
+	}
+	_ = rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	recs := make([]Record, 0, len(names))
+	for _, n := range names {
+		rec, err := getRecord(ctx, s.db, n)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, *rec)
+	}
+	return recs, nil
+}
+
+// Remove removes name, and the image it names when no other name is left.
+// The image's layers stay on disk until Prune.
+func (s *Store) Remove(name string) (err error) {
+	ctx := context.Background()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var id string
+	err = tx.QueryRowContext(ctx, `DELETE FROM image_names WHERE name = ? RETURNING image_id`, name).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return err
+	}
+	if err := deleteIfUnnamed(ctx, tx, id); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Prune deletes the layers no image references, on disk and in the
+// database, and returns the bytes freed. Layers an import in progress
+// uses are kept.
+func (s *Store) Prune() (freed int64, err error) {
+	ctx := context.Background()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keep := map[string]bool{}
+	for d := range s.pinned {
+		keep[d] = true
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT diff_id FROM image_layers`)
+	if err != nil {
+		return 0, err
+	}
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			_ = rows.Close()
+			return 0, err
+		}
+		keep[d] = true
+	}
+	_ = rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	ents, err := os.ReadDir(s.layersDir())
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range ents {
+		d := "sha256:" + e.Name()
+		if keep[d] {
+			continue
+		}
+		p := filepath.Join(s.layersDir(), e.Name())
+		size, err := diskUsage(p)
+		if err != nil {
+			return freed, err
+		}
+		// Rename out of the store first: a crash mid-delete leaves
+		// debris in tmp (cleaned at open), never a partial layer
+		// under a valid name.
+		trash, err := os.MkdirTemp(s.tmpDir(), "prune-")
+		if err != nil {
+			return freed, err
+		}
+		if err := os.Rename(p, filepath.Join(trash, "layer")); err != nil {
+			return freed, err
+		}
+		if err := os.RemoveAll(trash); err != nil {
+			return freed, err
+		}
+		freed += size
+	}
+	// Records of unreferenced layers (on disk or already gone).
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM layers WHERE diff_id NOT IN (SELECT diff_id FROM image_layers)`); err != nil {
+		return freed, err
+	}
+	return freed, nil
+}
+
+// hashWriter is a sha256 that reports its digest in OCI form.
+type hashWriter struct{ hash.Hash }
+
+func newHashWriter() hashWriter { return hashWriter{sha256.New()} }
+
+func (h hashWriter) digest() string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }
