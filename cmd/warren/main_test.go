@@ -112,7 +112,7 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		{name: "bad memory", args: []string{"run", "--memory", "lots", "--", "true"}, code: 1, stderrHas: "size \"lots\""},
 		{name: "bad env", args: []string{"run", "--env", "NOEQUALS", "--", "true"}, code: 1, stderrHas: "want K=V"},
 		{name: "bad network", args: []string{"run", "--net", "host", "--", "true"}, code: 1, stderrHas: "only \"none\""},
-		{name: "unknown image", args: []string{"run", "--image", "alpine", "--", "true"}, code: 1, stderrHas: "only the host image"},
+		{name: "unknown image", args: []string{"run", "--image", "alpine", "--", "true"}, code: 1, stderrHas: "image not found: alpine"},
 		{name: "help", args: []string{"run", "--help"}, code: 0, stderrHas: "--memory"},
 		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderrHas: "unknown command"},
 		{name: "top help", args: []string{"help"}, code: 0, stderrHas: "doctor"},

@@ -162,12 +162,30 @@ func readProcCgroup(t *testing.T, p string) map[string]string {
 }
 
 // assertNoThreadInside checks that no thread of the test process is in c.
+// assertNoThreadInside checks no thread of the test process stays in c.
+// The thread Spawn forked from is discarded, and a thread's exit completes
+// asynchronously, so it is given a moment to go.
 func assertNoThreadInside(t *testing.T, c *Cgroup) {
+	t.Helper()
+	var inside []string
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		inside = threadsInside(t, c)
+		if len(inside) == 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, f := range inside {
+		t.Errorf("thread of the test process stays in the sandbox cgroup: %s", f)
+	}
+}
+
+func threadsInside(t *testing.T, c *Cgroup) []string {
 	t.Helper()
 	tasks, err := filepath.Glob("/proc/self/task/*/cgroup")
 	if err != nil || len(tasks) == 0 {
 		t.Fatalf("glob tasks: %v %v", tasks, err)
 	}
+	var inside []string
 	for _, f := range tasks {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -179,10 +197,11 @@ func assertNoThreadInside(t *testing.T, c *Cgroup) {
 		}
 		for i := range c.m.hiers {
 			if p, in := cg[hierKey(c.m, i)], c.procPath(i); p == in || strings.HasPrefix(p, in+"/") {
-				t.Errorf("thread %s of the test process is in the sandbox cgroup %s", f, p)
+				inside = append(inside, f+": "+p)
 			}
 		}
 	}
+	return inside
 }
 
 func TestCreateDestroyLeavesNothing(t *testing.T) {

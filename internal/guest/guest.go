@@ -32,8 +32,12 @@ type Config struct {
 // before it pivots into the new root.
 type Rootfs struct {
 	Lower []string `json:"lower"` // top-most first
-	Upper string   `json:"upper,omitempty"`
-	Work  string   `json:"work,omitempty"`
+	// Dir, when set, is the directory relative Lower paths are resolved
+	// from: the host links long layer paths there under short names when
+	// the whole list would not fit in one page of mount options.
+	Dir   string `json:"dir,omitempty"`
+	Upper string `json:"upper,omitempty"`
+	Work  string `json:"work,omitempty"`
 	// UserXattr selects overlayfs's "userxattr" mode, required when the
 	// overlay is mounted from inside a user namespace.
 	UserXattr bool `json:"userxattr,omitempty"`

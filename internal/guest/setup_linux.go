@@ -140,6 +140,14 @@ func mountOverlay(target string, r Rootfs) error {
 	if len(opts) >= unix.Getpagesize() {
 		return fmt.Errorf("rootfs: overlay options are %d bytes, more than one page", len(opts))
 	}
+	if r.Dir != "" {
+		// Relative lower paths are resolved from the working directory
+		// at mount time.
+		if err := unix.Chdir(r.Dir); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+		defer func() { _ = unix.Chdir("/") }()
+	}
 	if err := unix.Mount("overlay", target, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay root: %w", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -369,14 +370,18 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 	sent.Linux = new(specs.Linux)
 	*sent.Linux = *sp.Linux
 	sent.Linux.Seccomp = nil // sent compiled, below
+	rootfs := guest.Rootfs{
+		Lower: img.Layers, Upper: filepath.Join(s.dir, "upper"), Work: filepath.Join(s.dir, "work"),
+		UserXattr: s.b.userNS != nil,
+	}
+	if err := s.shortLayerPaths(&rootfs); err != nil {
+		return nil, err
+	}
 	return &guest.Config{
 		Spec:          &sent,
 		SeccompFilter: filter,
-		Rootfs: guest.Rootfs{
-			Lower: img.Layers, Upper: filepath.Join(s.dir, "upper"), Work: filepath.Join(s.dir, "work"),
-			UserXattr: s.b.userNS != nil,
-		},
-		Python: s.b.opts.Python, Node: s.b.opts.Node,
+		Rootfs:        rootfs,
+		Python:        s.b.opts.Python, Node: s.b.opts.Node,
 		Lifeline: s.b.opts.ExitWithHost,
 	}, nil
 }
@@ -470,6 +475,41 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
 	s.b.log.Debug("sandbox started", "id", s.cfg.ID, "pid", a.pid(), "pooled", pooled,
 		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0)-tPrepare))
+	return nil
+}
+
+// maxLowerOpts keeps the overlay's option string, which the kernel takes
+// in one page, clear of the limit with room for upper, work and flags.
+const maxLowerOpts = 3000
+
+// shortLayerPaths makes an image with many layers mountable: when the
+// lower paths would not fit in one page of mount options, it links each
+// layer as <sandbox dir>/l/<n> and has the agent mount with those short
+// relative paths (overlay resolves them at mount time).
+func (s *Sandbox) shortLayerPaths(r *guest.Rootfs) error {
+	n := 0
+	for _, l := range r.Lower {
+		n += len(l) + 1
+	}
+	if n <= maxLowerOpts {
+		return nil
+	}
+	links := filepath.Join(s.dir, "l")
+	if err := os.RemoveAll(links); err != nil {
+		return err
+	}
+	if err := os.Mkdir(links, 0o755); err != nil {
+		return err
+	}
+	short := make([]string, len(r.Lower))
+	for i, l := range r.Lower {
+		name := strconv.Itoa(i)
+		if err := os.Symlink(l, filepath.Join(links, name)); err != nil {
+			return err
+		}
+		short[i] = "l/" + name
+	}
+	r.Lower, r.Dir = short, s.dir
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/conformance"
+	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -227,5 +228,52 @@ func TestDataDirOnOverlayRefused(t *testing.T) {
 	_, err := native.New(native.Options{DataDir: filepath.Join(m, "data"), RunDir: filepath.Join(base, "run"), AgentPath: testenv.AgentBinary(t)})
 	if err == nil || !strings.Contains(err.Error(), "overlayfs") {
 		t.Errorf("New on an overlayfs data dir: %v", err)
+	}
+}
+
+// TestManyLayers starts a sandbox on an image of 200 layers, more than one
+// page of overlay mount options can name with their full paths: every
+// layer's file is visible, and a higher layer's copy wins.
+func TestManyLayers(t *testing.T) {
+	b := newBackend(t)
+	uid, gid := b.RootIDs()
+	base := filepath.Join(sharedDirs.data, "images", "many-layers-test")
+	if err := os.MkdirAll(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	const n = 200
+	var layers []string // top-most first
+	for i := n - 1; i >= 0; i-- {
+		// Long names, as real layer paths (sha256 digests) are.
+		d := filepath.Join(base, fmt.Sprintf("%064d", i))
+		if err := os.MkdirAll(filepath.Join(d, "layers"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{fmt.Sprintf("layers/%d", i), "top"} {
+			if err := os.WriteFile(filepath.Join(d, f), []byte(fmt.Sprint(i)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range []string{d, filepath.Join(d, "layers")} {
+			if err := os.Chown(p, uid, gid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		layers = append(layers, d)
+	}
+	h := harness(t)
+	sb := h.Sandbox(t, backend.Config{Image: &image.Image{Name: "many", Layers: layers}})
+	ctx := context.Background()
+	ents, err := sb.Agent().List(ctx, "/layers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != n {
+		t.Errorf("sandbox sees %d layer files, want %d", len(ents), n)
+	}
+	top, err := sb.Agent().ReadFile(ctx, "/top")
+	if err != nil || string(top) != fmt.Sprint(n-1) {
+		t.Errorf("/top = %q, %v; want the top layer's %d", top, err, n-1)
 	}
 }
