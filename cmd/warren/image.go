@@ -3,10 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/image"
@@ -21,14 +25,18 @@ by every image that uses them.
   warren image import SRC NAME   import a docker-save tarball, an OCI layout
                                  (directory or tarball), or a plain rootfs
                                  (directory or tarball) under NAME
+  warren image pull [--platform OS/ARCH[/VARIANT]] [--insecure] REF [NAME]
+                                 pull REF (host/repo:tag or host/repo@sha256:...)
+                                 from an OCI / Docker v2 registry under NAME
+                                 (default REF); credentials come from the
+                                 Docker config and its credential helpers;
+                                 plain HTTP only to loopback or with --insecure
   warren image ls                list images
   warren image rm NAME           remove a name (the image goes with its last name)
-  warren image prune             delete layers no image uses; reports bytes freed
-
-Pulling from registries is not built yet.`
+  warren image prune             delete layers no image uses; reports bytes freed`
 
 func imageCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren image", "warren image import|ls|rm|prune [flags] [args]", imageAbout)
+	fs := newFlagSet("warren image", "warren image import|pull|ls|rm|prune [flags] [args]", imageAbout)
 	var hf hostFlags
 	hf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -52,6 +60,8 @@ func imageCmd(ctx context.Context, args []string) error {
 			return err
 		}
 		fmt.Printf("imported %s (%s, %d layers, %.1f MiB) in %.1fs\n", rec.Name, short(rec.ID), len(rec.Layers), float64(rec.Size)/(1<<20), time.Since(start).Seconds())
+	case sub == "pull":
+		return pullCmd(ctx, st, a)
 	case sub == "ls" && len(a) == 0:
 		recs, err := st.List()
 		if err != nil {
@@ -106,4 +116,102 @@ func (h *hostFlags) imageStore() (*image.Store, *store.Store, error) {
 		return nil, nil, err
 	}
 	return st, db, nil
+}
+
+// pullCmd runs "warren image pull [--platform P] [--insecure] REF [NAME]",
+// with progress on stderr.
+func pullCmd(ctx context.Context, st *image.Store, args []string) error {
+	fs := newFlagSet("warren image pull", "warren image pull [--platform OS/ARCH[/VARIANT]] [--insecure] REF [NAME]", imageAbout)
+	platform := fs.String("platform", "", "platform to pull from a multi-arch image (default: this host's)")
+	insecure := fs.Bool("insecure", false, "allow plain HTTP to a registry that is not on loopback")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	a := fs.Args()
+	if len(a) != 1 && len(a) != 2 {
+		fs.Usage()
+		return exitError{2}
+	}
+	ref, name := a[0], ""
+	if len(a) == 2 {
+		name = a[1]
+	}
+	start := time.Now()
+	pd := newPullDisplay(os.Stderr, isTerminal(os.Stderr), start)
+	rec, err := st.Pull(ctx, ref, name, image.PullOptions{Platform: *platform, Insecure: *insecure, Progress: pd.update})
+	pd.finish()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("pulled %s (%s, %d layers, %.1f MiB) in %.1fs\n", rec.Name, short(rec.ID), len(rec.Layers), float64(rec.Size)/(1<<20), time.Since(start).Seconds())
+	return nil
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// pullDisplay renders pull progress: on a terminal one line rewritten at
+// most ten times a second; otherwise a line per finished layer.
+type pullDisplay struct {
+	w     io.Writer
+	tty   bool
+	start time.Time
+
+	mu     sync.Mutex
+	layers map[string][2]int64 // done, total
+	last   image.Progress
+	drawn  time.Time
+	any    bool
+}
+
+func newPullDisplay(w io.Writer, tty bool, start time.Time) *pullDisplay {
+	return &pullDisplay{w: w, tty: tty, start: start, layers: map[string][2]int64{}}
+}
+
+func (d *pullDisplay) totals() (done, total int64) {
+	for _, l := range d.layers {
+		done += l[0]
+		total += l[1]
+	}
+	return done, total
+}
+
+func (d *pullDisplay) rate(done int64) float64 {
+	if s := time.Since(d.start).Seconds(); s > 0 {
+		return float64(done) / 1e6 / s
+	}
+	return 0
+}
+
+func (d *pullDisplay) update(p image.Progress) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.layers[p.Layer] = [2]int64{p.Done, p.Total}
+	d.last, d.any = p, true
+	done, total := d.totals()
+	if !d.tty {
+		if p.Finished {
+			fmt.Fprintf(d.w, "layer %s done (%.1f MiB) [%d/%d]\n", short(p.Layer), float64(p.Total)/(1<<20), p.LayersDone, p.LayersTotal)
+		}
+		return
+	}
+	if !p.Finished && time.Since(d.drawn) < 100*time.Millisecond {
+		return
+	}
+	d.drawn = time.Now()
+	fmt.Fprintf(d.w, "\r\033[Klayers %d/%d  %.1f/%.1f MiB  %.1f MB/s", p.LayersDone, p.LayersTotal,
+		float64(done)/(1<<20), float64(total)/(1<<20), d.rate(done))
+}
+
+// finish ends the display with a summary line.
+func (d *pullDisplay) finish() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.tty && d.any {
+		fmt.Fprint(d.w, "\r\033[K")
+	}
+	done, _ := d.totals()
+	fmt.Fprintf(d.w, "fetched %d/%d layers, %.1f MiB at %.1f MB/s\n", d.last.LayersDone, d.last.LayersTotal, float64(done)/(1<<20), d.rate(done))
 }

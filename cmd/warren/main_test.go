@@ -4,14 +4,23 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -334,4 +343,48 @@ func main() {
 		t.Errorf("prune: %+v", r)
 	}
 	assertNoSandboxState(t, dir)
+}
+
+func TestImagePullFromRegistry(t *testing.T) {
+	testenv.RequireRoot(t)
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	img, err := random.Image(4096, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/test/random:v1"
+	parsed, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(parsed, img); err != nil {
+		t.Fatal(err)
+	}
+	dir := stateDir(t)
+	r := run(t, warren(t, dir, "image", "pull", ref, "test/pulled"), "")
+	if r.code != 0 || !strings.Contains(r.stdout, "pulled test/pulled") ||
+		strings.Count(r.stderr, " done (") != 2 || !strings.Contains(r.stderr, "fetched 2/2 layers") {
+		t.Fatalf("pull: %+v", r)
+	}
+	r = run(t, warren(t, dir, "image", "ls"), "")
+	if r.code != 0 || !strings.Contains(r.stdout, "test/pulled") {
+		t.Fatalf("ls: %+v", r)
+	}
+	// Again: nothing to fetch.
+	r = run(t, warren(t, dir, "image", "pull", ref, "test/pulled"), "")
+	if r.code != 0 || !strings.Contains(r.stderr, "fetched 0/0 layers") {
+		t.Errorf("second pull: %+v", r)
+	}
+	r = run(t, warren(t, dir, "image", "pull", "--insecure", "--platform", "linux/"+runtime.GOARCH, ref), "")
+	if r.code != 0 || !strings.Contains(r.stdout, "pulled "+ref) {
+		t.Errorf("pull with flags, default name: %+v", r)
+	}
+	r = run(t, warren(t, dir, "image", "ls"), "")
+	if r.code != 0 || !strings.Contains(r.stdout, ref) {
+		t.Fatalf("ls: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "image", "pull", strings.TrimSuffix(ref, "v1")+"nope"), ""); r.code == 0 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("pull of a missing tag: %+v", r)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -91,6 +92,7 @@ type Store struct {
 
 	unpacked     atomic.Int64        // layers unpacked since OpenStore (tests)
 	beforeUnpack func(diffID string) // test hook, called before each unpack
+	transport    http.RoundTripper   // test hook: Pull's base transport
 }
 
 // OpenStore opens the image store rooted at dir, with records in db. shift
@@ -179,7 +181,8 @@ type source struct {
 	layers []layerSource // base first
 }
 
-// budget is the uncompressed bytes an import may still read.
+// budget is the uncompressed bytes an import may still read, shared by
+// the layers it unpacks concurrently (left is accessed atomically).
 type budget struct{ left int64 }
 
 // countingReader enforces the budget and the context on every read.
@@ -193,7 +196,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	if err := c.ctx.Err(); err != nil {
 		return 0, err
 	}
-	if c.b.left <= 0 {
+	left := atomic.LoadInt64(&c.b.left)
+	if left <= 0 {
 		// Probe for one more byte: a stream ending exactly at the
 		// budget is fine.
 		var one [1]byte
@@ -203,11 +207,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 		}
 		return 0, err
 	}
-	if int64(len(p)) > c.b.left {
-		p = p[:c.b.left]
+	if int64(len(p)) > left {
+		p = p[:left]
 	}
 	n, err := c.r.Read(p)
-	c.b.left -= int64(n)
+	atomic.AddInt64(&c.b.left, -int64(n))
 	return n, err
 }
 
@@ -240,7 +244,7 @@ func (s *Store) ensureLayer(ctx context.Context, ls layerSource, b *budget) (int
 	r := io.TeeReader(&countingReader{ctx: ctx, r: rc, b: b}, h)
 	// Sandboxes with a user namespace mount their overlay with userxattr,
 	// which reads opaque directories from user.overlay.* only.
-	if _, err := layer.Unpack(r, tmp, layer.Options{IDShift: s.shift, MaxBytes: b.left, UserXattr: s.shift.Size > 0}); err != nil {
+	if _, err := layer.Unpack(r, tmp, layer.Options{IDShift: s.shift, MaxBytes: atomic.LoadInt64(&b.left), UserXattr: s.shift.Size > 0}); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return 0, ctxErr
 		}
@@ -332,34 +336,81 @@ func (s *Store) importSource(ctx context.Context, src, name string, pinned *[]st
 	if err != nil {
 		return nil, err
 	}
-	if n := len(srcImg.layers); n == 0 || n > s.maxLayers {
+	return s.storeSource(ctx, srcImg, name, pinned, 1, nil)
+}
+
+// storeSource unpacks the layers of src that are not in the store yet, at
+// most parallel at once, then records src under name. It pins every layer
+// in *pinned (the caller unpins once done). layerDone, when set, is called
+// (from any goroutine) after each distinct layer is in place.
+func (s *Store) storeSource(ctx context.Context, src *source, name string, pinned *[]string, parallel int, layerDone func(diffID string)) (*Record, error) {
+	if n := len(src.layers); n == 0 || n > s.maxLayers {
 		return nil, fmt.Errorf("%w: %d layers (1 to %d allowed)", ErrLimit, n, s.maxLayers)
 	}
-	b := &budget{left: s.maxTotalBytes}
-	sizes := make([]int64, len(srcImg.layers))
-	unpackedAny := false
-	for i, ls := range srcImg.layers {
+	first := map[string]int{} // diff id -> index of its first use
+	var unique []int
+	for i, ls := range src.layers {
 		if !validDigest(ls.diffID) {
 			return nil, fmt.Errorf("%w: diff id %q", ErrFormat, ls.diffID)
 		}
-		// Pinned until the record is committed (Import unpins), so a
-		// concurrent Prune leaves the layer directory alone.
+		// Pinned until the record is committed (the caller unpins), so
+		// a concurrent Prune leaves the layer directory alone.
 		s.pin(ls.diffID)
 		*pinned = append(*pinned, ls.diffID)
-		before := s.unpacked.Load()
-		sizes[i], err = s.ensureLayer(ctx, ls, b)
-		if err != nil {
-			return nil, err
+		if _, ok := first[ls.diffID]; !ok {
+			first[ls.diffID] = i
+			unique = append(unique, i)
 		}
-		unpackedAny = unpackedAny || s.unpacked.Load() != before
 	}
-	if unpackedAny {
+	b := &budget{left: s.maxTotalBytes}
+	sizes := make([]int64, len(src.layers))
+	before := s.unpacked.Load()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		errOnce  sync.Once
+		firstErr error
+		sem      = make(chan struct{}, max(parallel, 1))
+	)
+	for _, i := range unique {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			n, err := s.ensureLayer(ctx, src.layers[i], b)
+			if err != nil {
+				errOnce.Do(func() { firstErr = err; cancel() })
+				return
+			}
+			sizes[i] = n
+			if layerDone != nil {
+				layerDone(src.layers[i].diffID)
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for i, ls := range src.layers {
+		sizes[i] = sizes[first[ls.diffID]]
+	}
+	if s.unpacked.Load() != before {
 		// The layers must be on disk before the record that names them.
 		if err := syncFS(s.layersDir()); err != nil {
 			return nil, err
 		}
 	}
-	return s.record(ctx, name, srcImg, sizes)
+	return s.record(ctx, name, src, sizes)
 }
 
 func syncFS(dir string) error {
