@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -294,56 +293,11 @@ func (s *Store) pickRemote(desc *remote.Descriptor, plat v1.Platform) (v1.Image,
 	if err != nil {
 		return nil, err
 	}
-	var seen []string
-	img, err := s.pickPlatform(idx, plat, 0, &seen)
-	if err != nil {
-		return nil, err
+	img, err := s.selectImage(idx, plat)
+	if errors.Is(err, errNoPlatform) {
+		return nil, fmt.Errorf("%w: %w (choose with --platform)", ErrPull, err)
 	}
-	if img == nil {
-		slices.Sort(seen)
-		return nil, fmt.Errorf("%w: no image for platform %s; available: %s (choose with --platform)",
-			ErrPull, plat.String(), strings.Join(slices.Compact(seen), ", "))
-	}
-	return img, nil
-}
-
-func (s *Store) pickPlatform(idx v1.ImageIndex, plat v1.Platform, depth int, seen *[]string) (v1.Image, error) {
-	if depth > maxIndexDepth {
-		return nil, fmt.Errorf("%w: image indexes nested deeper than %d", ErrLimit, maxIndexDepth)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		return nil, fmt.Errorf("%w: index: %w", ErrFormat, err)
-	}
-	for _, d := range im.Manifests {
-		if d.Size > s.maxConfigBytes {
-			return nil, fmt.Errorf("%w: manifest %s is %d bytes", ErrLimit, d.Digest, d.Size)
-		}
-		switch {
-		case d.MediaType.IsIndex():
-			sub, err := idx.ImageIndex(d.Digest)
-			if err != nil {
-				return nil, err
-			}
-			img, err := s.pickPlatform(sub, plat, depth+1, seen)
-			if img != nil || err != nil {
-				return img, err
-			}
-		case d.MediaType.IsImage():
-			if d.Platform == nil {
-				*seen = append(*seen, "unknown")
-				continue
-			}
-			if d.Platform.OS == "unknown" { // attestations
-				continue
-			}
-			*seen = append(*seen, d.Platform.String())
-			if d.Platform.Satisfies(plat) {
-				return idx.Image(d.Digest)
-			}
-		}
-	}
-	return nil, nil
+	return img, err
 }
 
 // explain adds what to do to registry errors.

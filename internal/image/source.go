@@ -225,7 +225,7 @@ func (s *Store) openLayout(dir string) (*source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: OCI layout: %w", ErrFormat, err)
 	}
-	img, err := s.pickImage(idx, 0)
+	img, err := s.selectImage(idx, hostPlatform)
 	if err != nil {
 		return nil, err
 	}
@@ -243,53 +243,6 @@ func (s *Store) openLayout(dir string) (*source, error) {
 }
 
 var hostPlatform = v1.Platform{OS: "linux", Architecture: runtime.GOARCH}
-
-// pickImage finds the image for this platform in an index: the one
-// manifest whose platform matches, or the only image manifest when none
-// says its platform.
-func (s *Store) pickImage(idx v1.ImageIndex, depth int) (v1.Image, error) {
-	if depth > maxIndexDepth {
-		return nil, fmt.Errorf("%w: image indexes nested deeper than %d", ErrLimit, maxIndexDepth)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		return nil, fmt.Errorf("%w: index: %w", ErrFormat, err)
-	}
-	var unlabelled []v1.Descriptor
-	for _, d := range im.Manifests {
-		if d.Size > s.maxConfigBytes {
-			return nil, fmt.Errorf("%w: manifest %s is %d bytes", ErrLimit, d.Digest, d.Size)
-		}
-		switch {
-		case d.MediaType.IsIndex():
-			sub, err := idx.ImageIndex(d.Digest)
-			if err != nil {
-				return nil, fmt.Errorf("%w: index %s: %w", ErrFormat, d.Digest, err)
-			}
-			img, err := s.pickImage(sub, depth+1)
-			if err == nil {
-				return img, nil
-			}
-			if !errors.Is(err, errNoPlatform) {
-				return nil, err
-			}
-		case d.MediaType.IsImage() || d.MediaType == "":
-			if d.Platform == nil {
-				unlabelled = append(unlabelled, d)
-				continue
-			}
-			if d.Platform.Satisfies(hostPlatform) {
-				return idx.Image(d.Digest)
-			}
-		}
-	}
-	if len(unlabelled) == 1 {
-		return idx.Image(unlabelled[0].Digest)
-	}
-	return nil, fmt.Errorf("%w (%d unlabelled images)", errNoPlatform, len(unlabelled))
-}
-
-var errNoPlatform = fmt.Errorf("%w: no image for %s/%s in the index", ErrFormat, hostPlatform.OS, hostPlatform.Architecture)
 
 // extractLayout unpacks an OCI layout tarball into dir: regular files and
 // directories only, names confined to dir, bytes bounded.
