@@ -79,6 +79,9 @@ type Sandbox interface {
 	Agent() *agent.Client
 	// Stats reads resource usage from the host's view (cgroups).
 	Stats() (Stats, error)
+	// OOMKills is how many processes the memory limit has killed so far
+	// (cheap: Exec reads it around every command).
+	OOMKills() (int64, error)
 	// Done is closed when the sandbox's init has exited.
 	Done() <-chan struct{}
 	// Stop kills every process of the sandbox and releases its mounts,

@@ -27,9 +27,10 @@ var ErrAgentUnresponsive = errors.New("the sandbox's agent did not answer in tim
 
 // Exec runs req in sb through its agent, enforcing the timeout on the host
 // too: if the agent has not answered by the timeout plus a grace period, the
-// whole sandbox is stopped. OOM kills are read from the cgroup.
+// whole sandbox is stopped. An OOM kill is read from the cgroup's counter:
+// a command killed by SIGKILL while the counter rose.
 func Exec(ctx context.Context, sb Sandbox, req *wire.ExecRequest, onOutput func(stream string, data []byte)) (ExecResult, error) {
-	before, _ := sb.Stats()
+	before, _ := sb.OOMKills()
 	callCtx := ctx
 	var hostDeadline bool
 	if req.TimeoutMs > 0 {
@@ -56,8 +57,11 @@ func Exec(ctx context.Context, sb Sandbox, req *wire.ExecRequest, onOutput func(
 		return ExecResult{}, err
 	}
 	res := ExecResult{ExitStatus: st}
-	if after, err := sb.Stats(); err == nil && after.OOMKills > before.OOMKills {
-		res.OOMKilled = true
+	// The OOM killer sends SIGKILL; only then is the counter worth reading.
+	if st.Signal == "SIGKILL" {
+		if after, err := sb.OOMKills(); err == nil && after > before {
+			res.OOMKilled = true
+		}
 	}
 	return res, nil
 }

@@ -491,3 +491,22 @@ func (c *Cgroup) Rename(name string) error {
 	c.name, c.dirs = name, to
 	return nil
 }
+
+// OOMKills is the number of processes the memory limit has killed, read
+// from the one file that counts them: cheap enough for every exec.
+func (c *Cgroup) OOMKills() (int64, error) {
+	f := filepath.Join(c.dirs[0], "memory.events")
+	key := "oom_kill"
+	if c.m.mode == ModeV1 {
+		d := c.dirOf("memory")
+		if d == "" {
+			return 0, nil
+		}
+		f = filepath.Join(d, "memory.oom_control")
+	}
+	m, err := readKeyed(f)
+	if err != nil {
+		return 0, fmt.Errorf("cgroup: oom kills of %q: %w", c.name, err)
+	}
+	return m[key], nil
+}

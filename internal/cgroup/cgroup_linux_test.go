@@ -432,6 +432,9 @@ func TestMemoryLimitOOM(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("stats: %+v", st)
+	if n, err := c.OOMKills(); err != nil || n != st.OOMKills {
+		t.Errorf("OOMKills() = %d, %v; Stats says %d", n, err, st.OOMKills)
+	}
 	if st.OOMKills < 1 {
 		t.Errorf("OOMKills = %d, want >= 1", st.OOMKills)
 	}

@@ -541,6 +541,17 @@ func (s *Sandbox) Stats() (backend.Stats, error) {
 	}, nil
 }
 
+// OOMKills implements backend.Sandbox.
+func (s *Sandbox) OOMKills() (int64, error) {
+	s.mu.Lock()
+	cg := s.cg
+	s.mu.Unlock()
+	if cg == nil {
+		return 0, nil
+	}
+	return cg.OOMKills()
+}
+
 // Stop implements backend.Sandbox. Killing the pid namespace's init makes
 // the kernel kill every process in it, however it was forked; the cgroup is
 // killed too as a second line. Idempotent.
