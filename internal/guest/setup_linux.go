@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -21,7 +22,11 @@ import (
 // from (in the sandbox's cgroup namespace, with the sandbox's capabilities),
 // and installs the seccomp filter on every thread. It runs once, before the
 // agent serves anything.
-func Setup(cfg *Config) (*Launcher, error) {
+//
+// Phases records how long each step took (milliseconds), for the host's
+// start log.
+func Setup(cfg *Config, phases map[string]float64) (*Launcher, error) {
+	mark := phaseTimer(phases)
 	s := cfg.Spec
 	if s == nil || s.Root == nil || s.Linux == nil || s.Process == nil {
 		return nil, errors.New("setup: incomplete spec")
@@ -34,6 +39,7 @@ func Setup(cfg *Config) (*Launcher, error) {
 	if err := mountOverlay(root, cfg.Rootfs); err != nil {
 		return nil, err
 	}
+	mark("overlay")
 	rootFD, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open rootfs: %w", err)
@@ -44,12 +50,14 @@ func Setup(cfg *Config) (*Launcher, error) {
 			return nil, fmt.Errorf("mount %s on %s: %w", m.Type, m.Destination, err)
 		}
 	}
+	mark("mounts")
 	if err := makeDevLinks(rootFD); err != nil {
 		return nil, err
 	}
 	if err := pivotRoot(root); err != nil {
 		return nil, err
 	}
+	mark("pivot")
 	for _, p := range s.Linux.MaskedPaths {
 		if err := maskPath(p); err != nil {
 			return nil, fmt.Errorf("mask %s: %w", p, err)
@@ -93,6 +101,7 @@ func Setup(cfg *Config) (*Launcher, error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("set non-dumpable: %w", err)
 	}
+	mark("mask_and_misc")
 	cgroupNS := false
 	for _, ns := range s.Linux.Namespaces {
 		cgroupNS = cgroupNS || ns.Type == specs.CgroupNamespace
@@ -101,6 +110,7 @@ func Setup(cfg *Config) (*Launcher, error) {
 	if err != nil {
 		return nil, err
 	}
+	mark("launcher")
 	switch {
 	case len(cfg.SeccompFilter) > 0:
 		prog, err := seccomp.Decode(cfg.SeccompFilter)
@@ -123,7 +133,21 @@ func Setup(cfg *Config) (*Launcher, error) {
 			return nil, fmt.Errorf("set no_new_privs: %w", e)
 		}
 	}
+	mark("seccomp")
 	return launcher, nil
+}
+
+// phaseTimer returns a function that records, under each name, the time
+// since the previous call (or since phaseTimer).
+func phaseTimer(phases map[string]float64) func(string) {
+	last := time.Now()
+	return func(name string) {
+		now := time.Now()
+		if phases != nil {
+			phases[name] = float64(now.Sub(last).Microseconds()) / 1000
+		}
+		last = now
+	}
 }
 
 func mountOverlay(target string, r Rootfs) error {

@@ -473,8 +473,12 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	s.cmd, s.cg, s.done, s.lifeline = a.cmd, cg, a.done, a.lifeW
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
-	s.b.log.Debug("sandbox started", "id", s.cfg.ID, "pid", a.pid(), "pooled", pooled,
-		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0)-tPrepare))
+	attrs := []any{"id", s.cfg.ID, "pid", a.pid(), "pooled", pooled,
+		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
+	for _, p := range []string{"overlay", "mounts", "pivot", "mask_and_misc", "launcher", "seccomp"} {
+		attrs = append(attrs, "agent_"+p+"_ms", a.setupPhases[p])
+	}
+	s.b.log.Debug("sandbox started", attrs...)
 	return nil
 }
 

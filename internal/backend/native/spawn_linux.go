@@ -34,6 +34,8 @@ type agentProc struct {
 	lifeW   *os.File // the host's end of the lifeline; nil unless ExitWithHost
 	// cg is the pooled agent's own cgroup (nil when spawned for a start).
 	cg *cgroup.Cgroup
+	// setupPhases are the agent's own setup timings (ms), from its report.
+	setupPhases map[string]float64
 }
 
 func (a *agentProc) pid() int { return a.cmd.Process.Pid }
@@ -212,7 +214,10 @@ func (a *agentProc) configure(ctx context.Context, cfg *guest.Config) error {
 		switch {
 		case err != nil:
 			ready <- err
-		case string(b) == "ok\n":
+		case strings.HasPrefix(string(b), "ok"):
+			// The agent's setup timings; informational, so a malformed
+			// report is ignored.
+			_ = json.Unmarshal([]byte(strings.TrimSpace(strings.TrimPrefix(string(b), "ok"))), &a.setupPhases)
 			ready <- nil
 		case len(b) == 0:
 			ready <- errors.New("agent exited during setup")
