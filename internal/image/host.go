@@ -16,7 +16,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
+	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -183,14 +183,12 @@ func buildSkeleton(dir, skel string, uid, gid int) error {
 	if err := chownTree(tmp, uid, gid); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, skel); err != nil && !errors.Is(err, fs.ErrExist) && !isNotEmpty(err) {
+	// Another process may have built the same skeleton meanwhile; its
+	// copy is as good as ours.
+	if err := os.Rename(tmp, skel); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY) {
 		return err
 	}
 	return nil
-}
-
-func isNotEmpty(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "directory not empty")
 }
 
 // copyTree copies src to dst: regular files, directories and symlinks (as

@@ -15,7 +15,6 @@ package native
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -85,8 +84,9 @@ type Backend struct {
 
 	pool *pool
 
-	filterMu sync.Mutex
-	filters  map[string][]byte // compiled seccomp programs by profile
+	// seccompFilter is the default seccomp profile (every sandbox's),
+	// compiled once: agents install it without compiling.
+	seccompFilter []byte
 
 	hostOnce sync.Once
 	hostImg  *image.Image
@@ -119,7 +119,11 @@ func New(opts Options) (*Backend, error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("native backend: must run as root (namespaces, cgroups and overlay mounts need it)")
 	}
-	b := &Backend{opts: opts, log: opts.Logger, filters: map[string][]byte{}}
+	prog, err := seccomp.Compile(seccomp.DefaultProfile())
+	if err != nil {
+		return nil, fmt.Errorf("native backend: seccomp profile: %w", err)
+	}
+	b := &Backend{opts: opts, log: opts.Logger, seccompFilter: seccomp.Encode(prog)}
 	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return nil, fmt.Errorf("native backend: %w", err)
@@ -214,34 +218,6 @@ func (b *Backend) RootIDs() (int, int) {
 		return 0, 0
 	}
 	return int(b.userNS.Host), int(b.userNS.Host)
-}
-
-// seccompFilter compiles the spec's seccomp profile, once per distinct
-// profile: every sandbox gets the default one, so agents install a
-// ready program instead of compiling the same profile each start.
-func (b *Backend) seccompFilter(sp *specs.Spec) ([]byte, error) {
-	if sp.Linux.Seccomp == nil {
-		return nil, nil
-	}
-	key, err := json.Marshal(sp.Linux.Seccomp)
-	if err != nil {
-		return nil, err
-	}
-	b.filterMu.Lock()
-	defer b.filterMu.Unlock()
-	if f, ok := b.filters[string(key)]; ok {
-		return f, nil
-	}
-	prog, err := seccomp.Compile(sp.Linux.Seccomp)
-	if err != nil {
-		return nil, fmt.Errorf("compile seccomp profile: %w", err)
-	}
-	f := seccomp.Encode(prog)
-	if len(b.filters) > 64 {
-		clear(b.filters) // bounded: profiles come from configuration
-	}
-	b.filters[string(key)] = f
-	return f, nil
 }
 
 // HostImage returns the host image, owned by the sandbox root ids.
@@ -362,10 +338,8 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	filter, err := s.b.seccompFilter(sp)
-	if err != nil {
-		return nil, err
-	}
+	// oci.Build puts the default profile in the spec; it travels compiled.
+	filter := s.b.seccompFilter
 	sent := *sp
 	sent.Linux = new(specs.Linux)
 	*sent.Linux = *sp.Linux
