@@ -20,7 +20,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -276,7 +275,7 @@ type Sandbox struct {
 	run string // runtime state
 
 	mu       sync.Mutex
-	cmd      *exec.Cmd
+	proc     *os.Process // the agent; nil when stopped
 	cg       *cgroup.Cgroup
 	client   *agent.Client
 	lifeline *os.File
@@ -310,10 +309,10 @@ func (s *Sandbox) Done() <-chan struct{} {
 func (s *Sandbox) Pid() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil || s.cmd.Process == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.Pid
 }
 
 func (s *Sandbox) spec() (*guest.Config, error) {
@@ -445,7 +444,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if err := os.WriteFile(filepath.Join(s.run, "agent.pid"), []byte(pidInfo), 0o600); err != nil {
 		return err
 	}
-	s.cmd, s.cg, s.done, s.lifeline = a.cmd, cg, a.done, a.lifeW
+	s.proc, s.cg, s.done, s.lifeline = a.cmd.Process, cg, a.done, a.lifeW
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
 	attrs := []any{"id", s.cfg.ID, "pid", a.pid(), "pooled", pooled,
 		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
@@ -540,7 +539,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 		return nil
 	}
 	t0 := time.Now()
-	_ = s.cmd.Process.Signal(syscall.SIGKILL)
+	_ = s.proc.Signal(syscall.SIGKILL)
 	select {
 	case <-s.done:
 	case <-ctx.Done():
@@ -569,7 +568,7 @@ func (s *Sandbox) releaseLocked() error {
 	if err := os.RemoveAll(s.run); err != nil {
 		errs = append(errs, err)
 	}
-	s.cmd, s.cg, s.client, s.done, s.lifeline = nil, nil, nil, nil, nil
+	s.proc, s.cg, s.client, s.done, s.lifeline = nil, nil, nil, nil, nil
 	return errors.Join(errs...)
 }
 

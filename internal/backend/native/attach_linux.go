@@ -1,0 +1,120 @@
+package native
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/backend"
+)
+
+// Open returns the sandbox cfg.ID that Create made earlier, possibly in an
+// earlier process (a daemon that restarted). When its agent still runs, the
+// handle is attached to it: exec, stop and stats work as if this process had
+// started it. Otherwise the handle is stopped and Start starts it again with
+// its files kept.
+func (b *Backend) Open(ctx context.Context, cfg backend.Config) (backend.Sandbox, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid sandbox config: %w", err)
+	}
+	if b.opts.ExitWithHost {
+		return nil, errors.New("open sandbox: sandboxes of this backend end with their creator (ExitWithHost)")
+	}
+	dir := filepath.Join(b.opts.DataDir, "sandboxes", cfg.ID)
+	if _, err := os.Stat(filepath.Join(dir, "upper")); err != nil {
+		return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrNotExist)
+	}
+	s := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID)}
+	if err := s.attach(); err != nil {
+		b.log.Warn("sandbox agent not reattached", "id", cfg.ID, "err", err)
+		// What the dead agent left (cgroup, runtime dir) goes now, so a
+		// later Start begins clean.
+		s.destroyStaleCgroup()
+		_ = os.RemoveAll(s.run)
+	}
+	return s, nil
+}
+
+// attach connects s to its running agent, identified by the pid and start
+// time the agent's starter recorded.
+func (s *Sandbox) attach() error {
+	pid, ok := recordedPid(s.run)
+	if !ok {
+		return errors.New("no live agent recorded")
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return fmt.Errorf("pidfd_open: %w", err)
+	}
+	// The pid could have been reused between reading the record and
+	// opening the pidfd: check again now that the pidfd pins the process.
+	if !alive(s.run) {
+		unix.Close(pidfd)
+		return errors.New("agent exited")
+	}
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		unix.Close(pidfd)
+		return err
+	}
+	cg, err := s.b.cgroups.Open(s.cfg.ID)
+	if err != nil {
+		unix.Close(pidfd)
+		return fmt.Errorf("cgroup: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		// A pidfd polls readable once the process has exited; it need
+		// not be our child.
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		unix.Close(pidfd)
+		close(done)
+	}()
+	s.proc, s.cg, s.done = proc, cg, done
+	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
+	return nil
+}
+
+// recordedPid reads runDir/agent.pid if the agent it names still runs.
+func recordedPid(runDir string) (int, bool) {
+	if !alive(runDir) {
+		return 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(runDir, "agent.pid"))
+	if err != nil {
+		return 0, false
+	}
+	var pid int
+	if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &pid); err != nil {
+		return 0, false
+	}
+	return pid, true
+}
+
+// IDs lists every sandbox that has state on this host, running or not
+// (the daemon compares it with its database to find orphans).
+func (b *Backend) IDs() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(b.opts.DataDir, "sandboxes"))
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
