@@ -70,6 +70,28 @@ CREATE TABLE image_names (
 ) STRICT;
 CREATE INDEX image_names_image_id ON image_names(image_id);
 `},
+	{2, "sandboxes and api keys", `
+CREATE TABLE sandboxes (
+	id         TEXT PRIMARY KEY,        -- the backend's id ("sb-<hex>")
+	namespace  TEXT NOT NULL,
+	name       TEXT NOT NULL,
+	state      TEXT NOT NULL,           -- starting, running, stopping, stopped, error
+	error      TEXT NOT NULL DEFAULT '',
+	spec       BLOB NOT NULL,           -- JSON: image, limits, env, labels, timeouts
+	created    INTEGER NOT NULL,        -- unix nanoseconds
+	started    INTEGER NOT NULL DEFAULT 0,
+	stopped    INTEGER NOT NULL DEFAULT 0,
+	UNIQUE (namespace, name)
+) STRICT;
+CREATE TABLE api_keys (
+	id          TEXT PRIMARY KEY,       -- the key's jti claim
+	namespace   TEXT NOT NULL,
+	description TEXT NOT NULL DEFAULT '',
+	created     INTEGER NOT NULL,
+	expires     INTEGER NOT NULL,
+	revoked     INTEGER NOT NULL DEFAULT 0   -- unix nanoseconds; 0 = valid
+) STRICT;
+`},
 }
 
 // Store is an open database.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -117,4 +118,51 @@ func (b *Backend) IDs() ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// SetConfig replaces the configuration a stopped sandbox starts with next
+// (its id stays). A running sandbox keeps the one it started with until it
+// is stopped.
+func (s *Sandbox) SetConfig(cfg backend.Config) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg.ID = s.cfg.ID
+	s.cfg = cfg
+}
+
+// maxDiskWalk bounds the files DiskUsage visits, so a sandbox that made
+// millions of files cannot make a metrics call expensive.
+const maxDiskWalk = 200000
+
+// DiskUsage is the space the sandbox's writable layer takes on the host,
+// in bytes (allocated blocks; hard links counted once).
+func (s *Sandbox) DiskUsage() (int64, error) {
+	var total int64
+	seen := map[uint64]bool{}
+	n := 0
+	err := filepath.WalkDir(filepath.Join(s.dir, "upper"), func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if n++; n > maxDiskWalk {
+			return filepath.SkipAll
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		if st.Nlink > 1 && !fi.IsDir() {
+			if seen[st.Ino] {
+				return nil
+			}
+			seen[st.Ino] = true
+		}
+		total += st.Blocks * 512
+		return nil
+	})
+	return total, err
 }

@@ -1,0 +1,71 @@
+// Package errdefs is the closed set of error kinds the server reports.
+// Packages wrap one of these sentinels with %w; the RPC layer maps the kind
+// to an HTTP status and a JSON-RPC code in one place.
+package errdefs
+
+import (
+	"context"
+	"errors"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/wire"
+)
+
+// The kinds. Their text is the wire name (error.data.kind).
+var (
+	ErrInvalid      = errors.New("invalid_params")
+	ErrUnauthorized = errors.New("unauthorized")
+	ErrForbidden    = errors.New("forbidden")
+	ErrNotFound     = errors.New("not_found")
+	ErrConflict     = errors.New("conflict")
+	ErrTooLarge     = errors.New("too_large")
+	ErrLimit        = errors.New("limit")
+	ErrTimeout      = errors.New("timeout")
+	ErrExecFailed   = errors.New("exec_failed")
+	ErrUnavailable  = errors.New("unavailable")
+)
+
+// Internal is the kind of everything not wrapped with a sentinel.
+const Internal = "internal"
+
+var all = []error{ErrInvalid, ErrUnauthorized, ErrForbidden, ErrNotFound, ErrConflict,
+	ErrTooLarge, ErrLimit, ErrTimeout, ErrExecFailed, ErrUnavailable}
+
+// agentKinds maps the agent's error kinds onto the server's.
+var agentKinds = map[string]error{
+	wire.ErrInvalid:    ErrInvalid,
+	wire.ErrNotFound:   ErrNotFound,
+	wire.ErrExists:     ErrConflict,
+	wire.ErrPermission: ErrForbidden,
+	wire.ErrTooLarge:   ErrTooLarge,
+	wire.ErrLimit:      ErrLimit,
+}
+
+// Kind names err's kind: the sentinel it wraps, the kind of an agent error
+// it wraps, timeout for a deadline, or Internal.
+func Kind(err error) string {
+	for _, k := range all {
+		if errors.Is(err, k) {
+			return k.Error()
+		}
+	}
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		if k, ok := agentKinds[ae.Kind]; ok {
+			return k.Error()
+		}
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return ErrTimeout.Error()
+	}
+	return Internal
+}
+
+// Kinds lists every kind, Internal last.
+func Kinds() []string {
+	out := make([]string, 0, len(all)+1)
+	for _, k := range all {
+		out = append(out, k.Error())
+	}
+	return append(out, Internal)
+}

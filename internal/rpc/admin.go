@@ -1,0 +1,151 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/image"
+)
+
+type imageInfo struct {
+	Name      string    `json:"name"`
+	ID        string    `json:"id"`
+	Size      int64     `json:"size"`
+	Layers    int       `json:"layers"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+func toImageInfo(r *image.Record) imageInfo {
+	return imageInfo{Name: r.Name, ID: r.ID, Size: r.Size, Layers: len(r.Layers), CreatedAt: r.Created.UTC()}
+}
+
+func (s *Server) images() (*image.Store, error) {
+	if s.opts.Images == nil {
+		return nil, fmt.Errorf("%w: this server has no image store", errdefs.ErrUnavailable)
+	}
+	return s.opts.Images, nil
+}
+
+func (s *Server) imageList(_ context.Context, c *call) (any, error) {
+	if err := c.decode(&struct{}{}, true); err != nil {
+		return nil, err
+	}
+	st, err := s.images()
+	if err != nil {
+		return nil, err
+	}
+	recs, err := st.List()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]imageInfo, len(recs))
+	for i := range recs {
+		out[i] = toImageInfo(&recs[i])
+	}
+	return map[string]any{"images": out}, nil
+}
+
+func (s *Server) imagePull(ctx context.Context, c *call) (any, error) {
+	var p struct {
+		Ref      string `json:"ref"`
+		Name     string `json:"name"`
+		Platform string `json:"platform"`
+		Insecure bool   `json:"insecure"`
+	}
+	if err := c.decode(&p, true); err != nil {
+		return nil, err
+	}
+	if err := c.requireAdmin(); err != nil {
+		return nil, err
+	}
+	if p.Ref == "" {
+		return nil, fmt.Errorf("%w: \"ref\" is missing", errInvalidParams)
+	}
+	st, err := s.images()
+	if err != nil {
+		return nil, err
+	}
+	// A pull outlives a client that gave up: others may be waiting on it.
+	rec, err := st.Pull(context.WithoutCancel(ctx), p.Ref, p.Name, image.PullOptions{Platform: p.Platform, Insecure: p.Insecure})
+	if err != nil {
+		return nil, err
+	}
+	return toImageInfo(rec), nil
+}
+
+func (s *Server) keys() (*Keys, error) {
+	if s.opts.Keys == nil {
+		return nil, fmt.Errorf("%w: this server runs in dev mode without API keys", errdefs.ErrUnavailable)
+	}
+	return s.opts.Keys, nil
+}
+
+func (s *Server) keyCreate(ctx context.Context, c *call) (any, error) {
+	var p struct {
+		Namespace   string  `json:"namespace"`
+		Expire      float64 `json:"expire"`
+		Description string  `json:"description"`
+	}
+	if err := c.decode(&p, true); err != nil {
+		return nil, err
+	}
+	if err := c.requireAdmin(); err != nil {
+		return nil, err
+	}
+	ks, err := s.keys()
+	if err != nil {
+		return nil, err
+	}
+	ttl, err := seconds("expire", p.Expire, 10*365*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	if ttl == 0 {
+		ttl = DefaultKeyTTL
+	}
+	k, rec, err := ks.Create(ctx, p.Namespace, ttl, p.Description)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"id": rec.ID, "key": k, "namespace": rec.Namespace, "expires_at": rec.Expires.UTC()}, nil
+}
+
+func (s *Server) keyList(ctx context.Context, c *call) (any, error) {
+	if err := c.decode(&struct{}{}, true); err != nil {
+		return nil, err
+	}
+	if err := c.requireAdmin(); err != nil {
+		return nil, err
+	}
+	ks, err := s.keys()
+	if err != nil {
+		return nil, err
+	}
+	recs, err := ks.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"keys": recs}, nil
+}
+
+func (s *Server) keyRevoke(ctx context.Context, c *call) (any, error) {
+	var p struct {
+		ID string `json:"id"`
+	}
+	if err := c.decode(&p, true); err != nil {
+		return nil, err
+	}
+	if err := c.requireAdmin(); err != nil {
+		return nil, err
+	}
+	ks, err := s.keys()
+	if err != nil {
+		return nil, err
+	}
+	if err := ks.Revoke(ctx, p.ID); err != nil {
+		return nil, err
+	}
+	return map[string]bool{"revoked": true}, nil
+}

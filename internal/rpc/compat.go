@@ -1,0 +1,493 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/wire"
+)
+
+type method func(ctx context.Context, c *call) (any, error)
+
+// call is one method invocation.
+type call struct {
+	s      *Server
+	claims auth.Claims
+	params json.RawMessage
+	method string
+}
+
+// decode reads params into v. Strict decoding (Warren's own methods and
+// every policy-bearing object) refuses unknown fields; the microsandbox
+// methods accept what clients of any version send.
+func (c *call) decode(v any, strict bool) error {
+	d := json.NewDecoder(bytes.NewReader(c.params))
+	if strict {
+		d.DisallowUnknownFields()
+	}
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%w: %s params: %s", errInvalidParams, c.method, jsonMessage(err))
+	}
+	return nil
+}
+
+// namespace resolves a request's namespace (default when absent) and checks
+// the caller may touch it.
+func (c *call) namespace(ns string) (string, error) {
+	if ns == "" {
+		ns = DefaultNamespace
+	}
+	if !sandbox.ValidName(ns) {
+		return "", fmt.Errorf("%w: namespace %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errInvalidParams, ns)
+	}
+	if !c.claims.Allows(ns) {
+		return "", fmt.Errorf("%w: this API key is for namespace %q, not %q", errdefs.ErrForbidden, c.claims.Namespace, ns)
+	}
+	return ns, nil
+}
+
+// namespaces resolves a namespace filter that may be "*": nil means all.
+func (c *call) namespaces(ns string) ([]string, error) {
+	if ns == "*" {
+		if c.claims.Namespace != "*" {
+			return nil, fmt.Errorf("%w: this API key is for namespace %q and cannot list all namespaces", errdefs.ErrForbidden, c.claims.Namespace)
+		}
+		return nil, nil
+	}
+	ns, err := c.namespace(ns)
+	if err != nil {
+		return nil, err
+	}
+	return []string{ns}, nil
+}
+
+// requireAdmin checks the caller holds a key for every namespace.
+func (c *call) requireAdmin() error {
+	if c.claims.Namespace != "*" {
+		return fmt.Errorf("%w: %s needs an API key with namespace \"*\"", errdefs.ErrForbidden, c.method)
+	}
+	return nil
+}
+
+func sandboxName(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: \"sandbox\" (the sandbox's name) is missing", errInvalidParams)
+	}
+	if !sandbox.ValidName(name) {
+		return fmt.Errorf("%w: sandbox name %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errInvalidParams, name)
+	}
+	return nil
+}
+
+// seconds converts a timeout in seconds, bounded.
+func seconds(what string, v float64, max time.Duration) (time.Duration, error) {
+	if v < 0 || v != v || time.Duration(v*float64(time.Second)) > max {
+		return 0, fmt.Errorf("%w: %s %v: want 0 (none) up to %v seconds", errInvalidParams, what, v, max.Seconds())
+	}
+	return time.Duration(v * float64(time.Second)), nil
+}
+
+// maxTimeout bounds every command and code timeout.
+const maxTimeout = 24 * time.Hour
+
+type startParams struct {
+	Sandbox   string `json:"sandbox"`
+	Namespace string `json:"namespace"`
+	Config    struct {
+		Image     string            `json:"image"`
+		Memory    float64           `json:"memory"`
+		CPUs      float64           `json:"cpus"`
+		Volumes   []string          `json:"volumes"`
+		Ports     []string          `json:"ports"`
+		Envs      []string          `json:"envs"`
+		DependsOn []string          `json:"depends_on"`
+		Workdir   string            `json:"workdir"`
+		Shell     string            `json:"shell"`
+		Scripts   map[string]string `json:"scripts"`
+		Exec      string            `json:"exec"`
+	} `json:"config"`
+}
+
+func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
+	var p startParams
+	if err := c.decode(&p, false); err != nil {
+		return nil, err
+	}
+	if err := sandboxName(p.Sandbox); err != nil {
+		return nil, err
+	}
+	ns, err := c.namespace(p.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	cfg := p.Config
+	if len(cfg.Volumes) > 0 {
+		return nil, fmt.Errorf("%w: volumes: host mounts are not allowed by this server's policy", errInvalidParams)
+	}
+	if len(cfg.Ports) > 0 {
+		return nil, fmt.Errorf("%w: ports: sandboxes have no network but loopback; publishing ports is not supported", errInvalidParams)
+	}
+	if cfg.Memory == 0 {
+		cfg.Memory = 512
+	}
+	if cfg.CPUs == 0 {
+		cfg.CPUs = 1
+	}
+	if cfg.Memory != float64(int64(cfg.Memory)) {
+		return nil, fmt.Errorf("%w: memory %v: want a whole number of MiB", errInvalidParams, cfg.Memory)
+	}
+	img := cfg.Image
+	if img == "" {
+		img = "python"
+	}
+	spec := sandbox.Spec{Image: img, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir}
+	t0 := time.Now()
+	if _, err := s.mgr.Start(ctx, ns, p.Sandbox, spec, false); err != nil {
+		return nil, err
+	}
+	s.m.startLatency(ns, time.Since(t0))
+	if cfg.Exec != "" {
+		if err := s.startExec(ctx, ns, p.Sandbox, cfg.Exec); err != nil {
+			return nil, err
+		}
+	}
+	return fmt.Sprintf("Sandbox %s started successfully", p.Sandbox), nil
+}
+
+// startExec runs a start config's exec command as a background process.
+func (s *Server) startExec(ctx context.Context, ns, name, cmd string) error {
+	sb, release, err := s.mgr.Use(ns, name)
+	if err != nil {
+		return err
+	}
+	defer release()
+	pi, err := sb.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}})
+	if err != nil {
+		return fmt.Errorf("start config.exec: %w", err)
+	}
+	s.mgr.Logf(ns, name, "config.exec started as process %s", pi.ID)
+	return nil
+}
+
+type nameParams struct {
+	Sandbox   string `json:"sandbox"`
+	Namespace string `json:"namespace"`
+}
+
+func (c *call) target(strict bool) (ns, name string, err error) {
+	var p nameParams
+	if err := c.decode(&p, strict); err != nil {
+		return "", "", err
+	}
+	return c.resolve(p.Namespace, p.Sandbox)
+}
+
+func (c *call) resolve(ns, name string) (string, string, error) {
+	if err := sandboxName(name); err != nil {
+		return "", "", err
+	}
+	ns, err := c.namespace(ns)
+	return ns, name, err
+}
+
+func (s *Server) sandboxStop(ctx context.Context, c *call) (any, error) {
+	ns, name, err := c.target(false)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.mgr.Stop(ctx, ns, name); err != nil {
+		return nil, err
+	}
+	return fmt.Sprintf("Sandbox %s stopped successfully", name), nil
+}
+
+type replParams struct {
+	Sandbox   string  `json:"sandbox"`
+	Namespace string  `json:"namespace"`
+	Language  string  `json:"language"`
+	Code      *string `json:"code"`
+	Timeout   float64 `json:"timeout"`
+}
+
+// replResult is sandbox.repl.run's answer: microsandbox's shape plus
+// Warren's fields.
+type replResult struct {
+	Status     string            `json:"status"`
+	Language   string            `json:"language"`
+	Output     []wire.OutputLine `json:"output"`
+	HasError   bool              `json:"has_error"`
+	Result     *string           `json:"result,omitempty"`
+	Error      string            `json:"error,omitempty"`
+	Truncated  bool              `json:"truncated,omitempty"`
+	DurationMs float64           `json:"duration_ms"`
+}
+
+// maxCode bounds the code of one REPL run.
+const maxCode = 16 << 20
+
+func (s *Server) sandboxRepl(ctx context.Context, c *call) (any, error) {
+	var p replParams
+	if err := c.decode(&p, false); err != nil {
+		return nil, err
+	}
+	ns, name, err := c.resolve(p.Namespace, p.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	switch p.Language {
+	case "python", "nodejs", "node", "javascript":
+	case "":
+		return nil, fmt.Errorf("%w: \"language\" is missing: want python, nodejs, node or javascript", errInvalidParams)
+	default:
+		return nil, fmt.Errorf("%w: language %.40q: want python, nodejs, node or javascript", errInvalidParams, p.Language)
+	}
+	if p.Code == nil {
+		return nil, fmt.Errorf("%w: \"code\" is missing", errInvalidParams)
+	}
+	if len(*p.Code) > maxCode {
+		return nil, fmt.Errorf("%w: code is larger than %d MiB", errdefs.ErrTooLarge, maxCode>>20)
+	}
+	timeout, err := seconds("timeout", p.Timeout, maxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	sb, release, err := s.mgr.Use(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	t0 := time.Now()
+	res, err := replRun(ctx, sb, wire.ReplRequest{Language: p.Language, Code: *p.Code, TimeoutMs: timeout.Milliseconds()}, timeout)
+	s.m.execLatency(ns, "repl", time.Since(t0))
+	if err != nil {
+		s.mgr.Logf(ns, name, "repl %s: %v", p.Language, err)
+		return nil, err
+	}
+	s.mgr.Logf(ns, name, "repl %s: %s (%d bytes of code, %.1f ms)", p.Language, res.Status, len(*p.Code), res.DurationMs)
+	out := replResult{Status: "success", Language: p.Language, Output: res.Output, Result: res.Result,
+		Error: res.Error, Truncated: res.Truncated, DurationMs: res.DurationMs}
+	if out.Output == nil {
+		out.Output = []wire.OutputLine{}
+	}
+	if res.Status != wire.ReplSuccess {
+		out.Status = "error"
+		out.HasError = true
+	}
+	for _, l := range out.Output {
+		if l.Stream == wire.Stderr {
+			out.HasError = true
+		}
+	}
+	return out, nil
+}
+
+// replRun runs code with the host's deadline on top of the agent's.
+func replRun(ctx context.Context, sb backend.Sandbox, req wire.ReplRequest, timeout time.Duration) (wire.ReplResult, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout+30*time.Second)
+		defer cancel()
+	}
+	return sb.Agent().Repl(ctx, req)
+}
+
+type commandParams struct {
+	Sandbox   string   `json:"sandbox"`
+	Namespace string   `json:"namespace"`
+	Command   string   `json:"command"`
+	Args      []string `json:"args"`
+	Timeout   float64  `json:"timeout"`
+}
+
+type commandResult struct {
+	Command    string            `json:"command"`
+	Args       []string          `json:"args"`
+	ExitCode   int               `json:"exit_code"`
+	Success    bool              `json:"success"`
+	Output     []wire.OutputLine `json:"output"`
+	Truncated  bool              `json:"truncated,omitempty"`
+	DurationMs float64           `json:"duration_ms"`
+}
+
+func (s *Server) sandboxCommand(ctx context.Context, c *call) (any, error) {
+	var p commandParams
+	if err := c.decode(&p, false); err != nil {
+		return nil, err
+	}
+	ns, name, err := c.resolve(p.Namespace, p.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	if p.Command == "" {
+		return nil, fmt.Errorf("%w: \"command\" is missing", errInvalidParams)
+	}
+	timeout, err := seconds("timeout", p.Timeout, maxTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if p.Args == nil {
+		p.Args = []string{}
+	}
+	argv := append([]string{p.Command}, p.Args...)
+	var lines lineSplitter
+	res, err := s.exec(ctx, ns, name, "command", &wire.ExecRequest{Argv: argv, TimeoutMs: timeout.Milliseconds()}, lines.add)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case res.Error != "":
+		return nil, fmt.Errorf("%w: command %.100q could not be started: %s", errdefs.ErrExecFailed, p.Command, res.Error)
+	case res.TimedOut:
+		return nil, fmt.Errorf("%w: command %.100q did not finish within its %v timeout and was killed", errdefs.ErrTimeout, p.Command, timeout)
+	}
+	out := lines.done()
+	if res.OOMKilled {
+		out = append(out, wire.OutputLine{Stream: wire.Stderr, Text: "warren: the command was killed: the sandbox ran out of memory"})
+	}
+	return commandResult{Command: p.Command, Args: p.Args, ExitCode: res.Code, Success: res.Code == 0,
+		Output: out, Truncated: res.Truncated, DurationMs: res.DurationMs}, nil
+}
+
+// exec runs one command in a running sandbox, with metrics and the
+// sandbox's log.
+func (s *Server) exec(ctx context.Context, ns, name, kind string, req *wire.ExecRequest, onOutput func(string, []byte)) (backend.ExecResult, error) {
+	sb, release, err := s.mgr.Use(ns, name)
+	if err != nil {
+		return backend.ExecResult{}, err
+	}
+	defer release()
+	t0 := time.Now()
+	res, err := backend.Exec(ctx, sb, req, onOutput)
+	s.m.execLatency(ns, kind, time.Since(t0))
+	argv := strings.Join(req.Argv, " ")
+	if err != nil {
+		s.mgr.Logf(ns, name, "%s %.200s: %v", kind, argv, err)
+		if errors.Is(err, backend.ErrAgentUnresponsive) {
+			return res, fmt.Errorf("%w: %w", errdefs.ErrTimeout, err)
+		}
+		return res, err
+	}
+	what := fmt.Sprintf("exit %d", res.Code)
+	switch {
+	case res.Error != "":
+		what = "could not start: " + res.Error
+	case res.TimedOut:
+		what = "timed out"
+	case res.OOMKilled:
+		what = "killed: out of memory"
+	}
+	s.mgr.Logf(ns, name, "%s %.200s: %s (%.1f ms)", kind, argv, what, res.DurationMs)
+	return res, nil
+}
+
+// lineSplitter turns output chunks into lines per stream, in the order
+// lines were completed.
+type lineSplitter struct {
+	lines   []wire.OutputLine
+	partial [2][]byte
+}
+
+const maxLines = 100000
+
+func (l *lineSplitter) add(stream string, data []byte) {
+	i := 0
+	if stream == wire.Stderr {
+		i = 1
+	}
+	buf := append(l.partial[i], data...)
+	for {
+		j := bytes.IndexByte(buf, '\n')
+		if j < 0 {
+			break
+		}
+		l.emit(stream, buf[:j])
+		buf = buf[j+1:]
+	}
+	l.partial[i] = append([]byte(nil), buf...)
+}
+
+func (l *lineSplitter) emit(stream string, b []byte) {
+	if len(l.lines) >= maxLines {
+		return
+	}
+	l.lines = append(l.lines, wire.OutputLine{Stream: stream, Text: text(b)})
+}
+
+func (l *lineSplitter) done() []wire.OutputLine {
+	for i, stream := range []string{wire.Stdout, wire.Stderr} {
+		if len(l.partial[i]) > 0 {
+			l.emit(stream, l.partial[i])
+		}
+	}
+	if l.lines == nil {
+		return []wire.OutputLine{}
+	}
+	return l.lines
+}
+
+// text makes output valid UTF-8 for JSON (invalid bytes become U+FFFD).
+func text(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+type metricsParams struct {
+	Sandbox   string `json:"sandbox"`
+	Namespace string `json:"namespace"`
+}
+
+type sandboxMetrics struct {
+	Namespace   string   `json:"namespace"`
+	Name        string   `json:"name"`
+	Running     bool     `json:"running"`
+	CPUUsage    *float64 `json:"cpu_usage"`
+	MemoryUsage *float64 `json:"memory_usage"`
+	DiskUsage   *int64   `json:"disk_usage"`
+}
+
+func (s *Server) sandboxMetrics(_ context.Context, c *call) (any, error) {
+	var p metricsParams
+	if err := c.decode(&p, false); err != nil {
+		return nil, err
+	}
+	var infos []sandbox.Info
+	if p.Sandbox != "" {
+		ns, name, err := c.resolve(p.Namespace, p.Sandbox)
+		if err != nil {
+			return nil, err
+		}
+		info, err := s.mgr.Get(ns, name)
+		if err != nil {
+			return nil, err
+		}
+		infos = []sandbox.Info{info}
+	} else {
+		nss, err := c.namespaces(p.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		infos = s.mgr.List(sandbox.Filter{Namespaces: nss})
+	}
+	out := make([]sandboxMetrics, 0, len(infos))
+	for _, in := range infos {
+		u, err := s.mgr.Usage(in.Namespace, in.Name)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		out = append(out, sandboxMetrics{Namespace: u.Namespace, Name: u.Name, Running: u.Running,
+			CPUUsage: u.CPUPercent, MemoryUsage: u.MemoryMiB, DiskUsage: u.DiskBytes})
+	}
+	return map[string]any{"sandboxes": out}, nil
+}

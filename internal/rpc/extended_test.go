@@ -1,0 +1,466 @@
+package rpc_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// TestExtendedMethods drives Warren's own methods end to end.
+func TestExtendedMethods(t *testing.T) {
+	e := newEnv(t, true, nil)
+	var info struct {
+		Namespace string            `json:"namespace"`
+		Name      string            `json:"name"`
+		State     string            `json:"state"`
+		Labels    map[string]string `json:"labels"`
+		MemoryMiB int64             `json:"memory_mib"`
+	}
+	e.must("sandbox.create", map[string]any{"name": "ext", "labels": map[string]string{"team": "x"}, "memory_mib": 256, "env": []string{"GREETING=hi"}}, &info)
+	if info.State != "running" || info.Labels["team"] != "x" || info.MemoryMiB != 256 || info.Namespace != "default" {
+		t.Fatalf("create: %+v", info)
+	}
+	if r := e.call("sandbox.create", map[string]any{"name": "ext"}); r.Status != 409 || r.kind() != "conflict" {
+		t.Fatalf("create twice: %s", r.Raw)
+	}
+	if r := e.call("sandbox.create", map[string]any{"name": "pol", "secrets": []string{"db"}}); r.Status != 400 || !strings.Contains(r.Error.Message, "secret") {
+		t.Fatalf("secrets: %s", r.Raw)
+	}
+	e.must("sandbox.create", map[string]any{"name": "other", "labels": map[string]string{"team": "y"}}, nil)
+
+	var list struct {
+		Sandboxes []struct {
+			Name string `json:"name"`
+		} `json:"sandboxes"`
+	}
+	e.must("sandbox.list", map[string]any{"labels": map[string]string{"team": "x"}}, &list)
+	if len(list.Sandboxes) != 1 || list.Sandboxes[0].Name != "ext" {
+		t.Fatalf("label filter: %+v", list)
+	}
+	e.must("sandbox.list", map[string]any{"state": "stopped"}, &list)
+	if len(list.Sandboxes) != 0 {
+		t.Fatalf("state filter: %+v", list)
+	}
+
+	type execResult struct {
+		ExitCode  int    `json:"exit_code"`
+		Stdout    string `json:"stdout"`
+		Stderr    string `json:"stderr"`
+		TimedOut  bool   `json:"timed_out"`
+		Truncated bool   `json:"truncated"`
+	}
+	var res execResult
+	e.must("sandbox.exec", map[string]any{"sandbox": "ext", "argv": []string{"sh", "-c", "cat; echo $GREETING $EXTRA; pwd"}, "stdin": "in:", "env": []string{"EXTRA=there"}, "cwd": "/tmp"}, &res)
+	if res.Stdout != "in:hi there\n/tmp\n" || res.ExitCode != 0 {
+		t.Fatalf("exec: %+v", res)
+	}
+	e.must("sandbox.shell", map[string]any{"sandbox": "ext", "script": "echo out; echo err >&2; exit 7"}, &res)
+	if res.Stdout != "out\n" || res.Stderr != "err\n" || res.ExitCode != 7 {
+		t.Fatalf("shell: %+v", res)
+	}
+	e.must("sandbox.shell", map[string]any{"sandbox": "ext", "script": "sleep 10", "timeout": 0.2}, &res)
+	if !res.TimedOut {
+		t.Fatalf("shell timeout: %+v", res)
+	}
+	e.must("sandbox.exec", map[string]any{"sandbox": "ext", "argv": []string{"head", "-c", "100000", "/dev/zero"}, "output_limit": 1000, "binary": true}, &res)
+	if b, _ := base64.StdEncoding.DecodeString(res.Stdout); len(b) != 1000 || !res.Truncated {
+		t.Fatalf("output limit: %d bytes, truncated %v", len(b), res.Truncated)
+	}
+	if r := e.call("sandbox.exec", map[string]any{"sandbox": "ext", "argv": []string{"/nope"}}); r.kind() != "exec_failed" {
+		t.Fatalf("exec not found: %s", r.Raw)
+	}
+
+	// Files.
+	e.must("sandbox.file.mkdir", map[string]any{"sandbox": "ext", "path": "/work/sub", "parents": true}, nil)
+	e.must("sandbox.file.write", map[string]any{"sandbox": "ext", "path": "/work/sub/a.bin", "data": base64.StdEncoding.EncodeToString([]byte{0, 1, 0xff})}, nil)
+	var rd struct {
+		Data string `json:"data"`
+		Size int    `json:"size"`
+	}
+	e.must("sandbox.file.read", map[string]any{"sandbox": "ext", "path": "/work/sub/a.bin"}, &rd)
+	if b, _ := base64.StdEncoding.DecodeString(rd.Data); !bytes.Equal(b, []byte{0, 1, 0xff}) || rd.Size != 3 {
+		t.Fatalf("read: %+v", rd)
+	}
+	var ents struct {
+		Entries []struct {
+			Name string `json:"name"`
+			Type string `json:"type"`
+		} `json:"entries"`
+	}
+	e.must("sandbox.file.list", map[string]any{"sandbox": "ext", "path": "/work/sub"}, &ents)
+	if len(ents.Entries) != 1 || ents.Entries[0].Name != "a.bin" {
+		t.Fatalf("list: %+v", ents)
+	}
+	e.must("sandbox.file.move", map[string]any{"sandbox": "ext", "from": "/work/sub/a.bin", "to": "/work/b.bin"}, nil)
+	var st struct {
+		Size int64  `json:"size"`
+		Type string `json:"type"`
+	}
+	e.must("sandbox.file.stat", map[string]any{"sandbox": "ext", "path": "/work/b.bin"}, &st)
+	if st.Size != 3 || st.Type != "file" {
+		t.Fatalf("stat: %+v", st)
+	}
+	for _, p := range []string{"../../etc/passwd", "/proc/../../../etc/shadow"} {
+		if r := e.call("sandbox.file.read", map[string]any{"sandbox": "ext", "path": p}); r.Status == 200 && strings.Contains(string(r.Result), "root:") {
+			t.Fatalf("read %s escaped", p)
+		}
+	}
+	if r := e.call("sandbox.file.read", map[string]any{"sandbox": "ext", "path": "/x", "recursive": true}); r.kind() != "invalid_params" {
+		t.Fatalf("field of another method accepted: %s", r.Raw)
+	}
+	e.must("sandbox.file.remove", map[string]any{"sandbox": "ext", "path": "/work", "recursive": true}, nil)
+	if r := e.call("sandbox.file.stat", map[string]any{"sandbox": "ext", "path": "/work"}); r.Status != 404 {
+		t.Fatalf("removed dir: %s", r.Raw)
+	}
+
+	// Tar up and down over HTTP.
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	_ = tw.WriteHeader(&tar.Header{Name: "dir/hello.txt", Mode: 0o644, Size: 5, Typeflag: tar.TypeReg})
+	_, _ = tw.Write([]byte("hello"))
+	_ = tw.Close()
+	req, _ := http.NewRequest("PUT", e.url+"/api/v1/sandboxes/default/ext/tar?path=/up", &tb)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("upload: %d %s", resp.StatusCode, b)
+	}
+	e.must("sandbox.shell", map[string]any{"sandbox": "ext", "script": "cat /up/dir/hello.txt"}, &res)
+	if res.Stdout != "hello" {
+		t.Fatalf("uploaded file: %+v", res)
+	}
+	resp, err = http.Get(e.url + "/api/v1/sandboxes/default/ext/tar?path=/up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(resp.Body)
+	found := false
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if strings.HasSuffix(h.Name, "hello.txt") {
+			found = true
+		}
+	}
+	resp.Body.Close()
+	if !found {
+		t.Fatal("download tar lacks hello.txt")
+	}
+
+	// Background processes outlive the request that started them.
+	var pi struct {
+		ID      string `json:"id"`
+		Running bool   `json:"running"`
+		Exit    *struct {
+			Code int `json:"code"`
+		} `json:"exit"`
+	}
+	e.must("sandbox.process.start", map[string]any{"sandbox": "ext", "argv": []string{"sh", "-c", "echo first; read x; echo got $x; exit 4"}}, &pi)
+	var out struct {
+		Data       string `json:"data"`
+		NextOffset int64  `json:"next_offset"`
+		EOF        bool   `json:"eof"`
+	}
+	e.must("sandbox.process.output", map[string]any{"sandbox": "ext", "id": pi.ID, "wait": 5}, &out)
+	if out.Data != "first\n" {
+		t.Fatalf("output: %+v", out)
+	}
+	e.must("sandbox.process.stdin", map[string]any{"sandbox": "ext", "id": pi.ID, "data": "line\n"}, nil)
+	e.must("sandbox.process.wait", map[string]any{"sandbox": "ext", "id": pi.ID, "timeout": 10}, &pi)
+	if pi.Running || pi.Exit == nil || pi.Exit.Code != 4 {
+		t.Fatalf("wait: %+v", pi)
+	}
+	e.must("sandbox.process.output", map[string]any{"sandbox": "ext", "id": pi.ID, "offset": out.NextOffset}, &out)
+	if out.Data != "got line\n" || !out.EOF {
+		t.Fatalf("output from offset: %+v", out)
+	}
+	e.must("sandbox.process.start", map[string]any{"sandbox": "ext", "argv": []string{"sleep", "60"}}, &pi)
+	var procs struct {
+		Processes []struct {
+			ID string `json:"id"`
+		} `json:"processes"`
+	}
+	e.must("sandbox.process.list", map[string]any{"sandbox": "ext"}, &procs)
+	if len(procs.Processes) != 2 {
+		t.Fatalf("process list: %+v", procs)
+	}
+	e.must("sandbox.process.signal", map[string]any{"sandbox": "ext", "id": pi.ID, "signal": "SIGTERM"}, nil)
+	e.must("sandbox.process.wait", map[string]any{"sandbox": "ext", "id": pi.ID, "timeout": 10}, &pi)
+	if pi.Running {
+		t.Fatal("signalled process still runs")
+	}
+
+	// Logs record what happened.
+	var logs struct {
+		Lines []string `json:"lines"`
+	}
+	e.must("sandbox.logs", map[string]any{"sandbox": "ext"}, &logs)
+	joined := strings.Join(logs.Lines, "\n")
+	for _, want := range []string{"started", "exec sh -c", "process"} {
+		if !strings.Contains(joined, want) {
+			t.Fatalf("logs lack %q:\n%s", want, joined)
+		}
+	}
+	e.must("sandbox.logs", map[string]any{"sandbox": "ext", "tail": 2}, &logs)
+	if len(logs.Lines) != 2 {
+		t.Fatalf("tail 2: %d lines", len(logs.Lines))
+	}
+
+	// Remove is idempotent and takes the files.
+	var rm struct {
+		Removed bool `json:"removed"`
+	}
+	e.must("sandbox.remove", map[string]any{"sandbox": "ext"}, &rm)
+	if !rm.Removed {
+		t.Fatal("remove said nothing was removed")
+	}
+	e.must("sandbox.remove", map[string]any{"sandbox": "ext"}, &rm)
+	if rm.Removed {
+		t.Fatal("second remove removed something")
+	}
+	if r := e.call("sandbox.get", map[string]any{"sandbox": "ext"}); r.Status != 404 {
+		t.Fatalf("get after remove: %s", r.Raw)
+	}
+}
+
+// TestWebSocket streams a process's output as it is produced and drives a
+// terminal.
+func TestWebSocket(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "ws"}, nil)
+	dial := func(t *testing.T) *websocket.Conn {
+		cfg, err := websocket.NewConfig(strings.Replace(e.url, "http", "ws", 1)+"/api/v1/ws?sandbox=ws", e.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := websocket.DialConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	type msg struct {
+		Type string `json:"type"`
+		Data []byte `json:"data"`
+		Exit *struct {
+			Code int `json:"code"`
+		} `json:"exit"`
+		Message string `json:"message"`
+	}
+	recv := func(t *testing.T, c *websocket.Conn) msg {
+		var m msg
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := websocket.JSON.Receive(c, &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	t.Run("stream", func(t *testing.T) {
+		c := dial(t)
+		defer c.Close()
+		// The second line is printed only after the client saw the first:
+		// output must arrive while the process runs.
+		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", "echo one; read x; echo two $x >&2"}})
+		if m := recv(t, c); m.Type != "started" {
+			t.Fatalf("first message %+v", m)
+		}
+		if m := recv(t, c); m.Type != "stdout" || string(m.Data) != "one\n" {
+			t.Fatalf("%+v", m)
+		}
+		_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("go\n")})
+		if m := recv(t, c); m.Type != "stderr" || string(m.Data) != "two go\n" {
+			t.Fatalf("%+v", m)
+		}
+		if m := recv(t, c); m.Type != "exit" || m.Exit == nil || m.Exit.Code != 0 {
+			t.Fatalf("%+v", m)
+		}
+	})
+	t.Run("terminal", func(t *testing.T) {
+		c := dial(t)
+		defer c.Close()
+		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; echo got $x"}, "tty": true, "rows": 33, "cols": 101})
+		if m := recv(t, c); m.Type != "started" {
+			t.Fatalf("%+v", m)
+		}
+		var got strings.Builder
+		sent := false
+		for {
+			m := recv(t, c)
+			if m.Type == "exit" {
+				break
+			}
+			if m.Type == "error" {
+				t.Fatal(m.Message)
+			}
+			got.Write(m.Data)
+			if !sent && strings.Contains(got.String(), "33 101") {
+				_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("abc\n")})
+				sent = true
+			}
+		}
+		if !strings.Contains(got.String(), "33 101") || !strings.Contains(got.String(), "got abc") {
+			t.Fatalf("terminal output %q", got.String())
+		}
+	})
+	t.Run("bad first message", func(t *testing.T) {
+		c := dial(t)
+		defer c.Close()
+		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{}})
+		if m := recv(t, c); m.Type != "error" || !strings.Contains(m.Message, "argv") {
+			t.Fatalf("%+v", m)
+		}
+	})
+	t.Run("disconnect kills", func(t *testing.T) {
+		c := dial(t)
+		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sleep", "300"}})
+		recv(t, c)
+		c.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			var procs struct {
+				Processes []struct {
+					Argv    []string `json:"argv"`
+					Running bool     `json:"running"`
+				} `json:"processes"`
+			}
+			e.must("sandbox.process.list", map[string]any{"sandbox": "ws"}, &procs)
+			alive := false
+			for _, p := range procs.Processes {
+				if p.Running && len(p.Argv) > 0 && p.Argv[0] == "sleep" {
+					alive = true
+				}
+			}
+			if !alive {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("process outlived its WebSocket")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+}
+
+// TestRestartReattaches: a daemon restart keeps running sandboxes working,
+// their processes and REPL state included, and removes orphans.
+func TestRestartReattaches(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "keep", "namespace": "n1"}, nil)
+	e.must("sandbox.repl.run", map[string]any{"sandbox": "keep", "namespace": "n1", "language": "python", "code": "v = 'survived'"}, nil)
+	var pi struct {
+		ID string `json:"id"`
+	}
+	e.must("sandbox.process.start", map[string]any{"sandbox": "keep", "namespace": "n1", "argv": []string{"sleep", "300"}}, &pi)
+	e.must("sandbox.start", map[string]any{"sandbox": "stopped", "namespace": "n1"}, nil)
+	e.must("sandbox.stop", map[string]any{"sandbox": "stopped", "namespace": "n1"}, nil)
+	// An orphan: on the host, unknown to the database.
+	img, _ := e.be.HostImage()
+	orphan, err := e.be.Create(t.Context(), backendConfig("sb-orphan", img))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := orphan.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	e.restart()
+
+	var info struct {
+		State string `json:"state"`
+	}
+	e.must("sandbox.get", map[string]any{"sandbox": "keep", "namespace": "n1"}, &info)
+	if info.State != "running" {
+		t.Fatalf("after restart: %s", info.State)
+	}
+	var repl struct {
+		Result *string `json:"result"`
+	}
+	e.must("sandbox.repl.run", map[string]any{"sandbox": "keep", "namespace": "n1", "language": "python", "code": "v"}, &repl)
+	if repl.Result == nil || *repl.Result != "'survived'" {
+		t.Fatalf("REPL state after restart: %+v", repl)
+	}
+	var p2 struct {
+		Running bool `json:"running"`
+	}
+	e.must("sandbox.process.get", map[string]any{"sandbox": "keep", "namespace": "n1", "id": pi.ID}, &p2)
+	if !p2.Running {
+		t.Fatal("background process lost in the restart")
+	}
+	e.must("sandbox.get", map[string]any{"sandbox": "stopped", "namespace": "n1"}, &info)
+	if info.State != "stopped" {
+		t.Fatalf("stopped sandbox after restart: %s", info.State)
+	}
+	e.must("sandbox.start", map[string]any{"sandbox": "stopped", "namespace": "n1"}, nil)
+	select {
+	case <-orphan.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("orphan still runs after the restart")
+	}
+	ids, _ := e.be.IDs()
+	for _, id := range ids {
+		if id == "sb-orphan" {
+			t.Fatal("orphan's files survived the restart")
+		}
+	}
+	e.must("sandbox.stop", map[string]any{"sandbox": "keep", "namespace": "n1"}, nil)
+}
+
+// TestIdleAndLifetime: idle sandboxes stop, old ones stop, stopped ones are
+// removed after the retention.
+func TestIdleAndLifetime(t *testing.T) {
+	e := newEnv(t, true, func(o *sandbox.Options) { o.StoppedRetention = 1500 * time.Millisecond })
+	e.must("sandbox.create", map[string]any{"name": "idle", "idle_timeout": 0.5}, nil)
+	e.must("sandbox.create", map[string]any{"name": "short", "max_lifetime": 1}, nil)
+	e.must("sandbox.create", map[string]any{"name": "busy", "idle_timeout": 0.5}, nil)
+	// A command running longer than the idle timeout keeps its sandbox.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.must("sandbox.command.run", map[string]any{"sandbox": "busy", "command": "sleep", "args": []string{"1.5"}}, nil)
+	}()
+	state := func(name string) string {
+		r := e.call("sandbox.get", map[string]any{"sandbox": name})
+		if r.Status == 404 {
+			return "gone"
+		}
+		var info struct {
+			State string `json:"state"`
+		}
+		_ = json.Unmarshal(r.Result, &info)
+		return info.State
+	}
+	waitState := func(name, want string, within time.Duration) {
+		t.Helper()
+		deadline := time.Now().Add(within)
+		for state(name) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: state %s, want %s", name, state(name), want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitState("idle", "stopped", 5*time.Second)
+	<-done
+	waitState("short", "stopped", 5*time.Second)
+	waitState("idle", "gone", 5*time.Second)
+	if _, err := os.Stat(e.dir); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,199 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/wire"
+)
+
+type fileParams struct {
+	Sandbox   string `json:"sandbox"`
+	Namespace string `json:"namespace"`
+	Path      string `json:"path"`
+	Data      string `json:"data"`
+	Mode      uint32 `json:"mode"`
+	Parents   bool   `json:"parents"`
+	Recursive bool   `json:"recursive"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+}
+
+// checkFields refuses params a method does not take: one params struct
+// serves several methods, and a field meant for another one is a mistake
+// the caller should hear about.
+func checkFields(c *call, allowed map[string]bool) error {
+	var raw map[string]any
+	if err := c.decode(&raw, false); err != nil {
+		return err
+	}
+	for k := range raw {
+		if !allowed[k] {
+			return fmt.Errorf("%w: %s params: unknown field %.40q", errInvalidParams, c.method, k)
+		}
+	}
+	return nil
+}
+
+func (s *Server) fileCall(ctx context.Context, c *call, allowed map[string]bool, f func(ctx context.Context, a *agent.Client, p *fileParams) (any, error)) (any, error) {
+	if err := checkFields(c, allowed); err != nil {
+		return nil, err
+	}
+	var p fileParams
+	if err := c.decode(&p, true); err != nil {
+		return nil, err
+	}
+	ns, name, err := c.resolve(p.Namespace, p.Sandbox)
+	if err != nil {
+		return nil, err
+	}
+	if allowed["path"] && p.Path == "" {
+		return nil, fmt.Errorf("%w: \"path\" is missing", errInvalidParams)
+	}
+	return s.agentCall(c, ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
+}
+
+func (s *Server) fileRead(ctx context.Context, c *call) (any, error) {
+	return s.fileCall(ctx, c, fields("path"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+		b, err := a.ReadFile(ctx, p.Path)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"data": base64.StdEncoding.EncodeToString(b), "size": len(b)}, nil
+	})
+}
+
+func (s *Server) fileWrite(ctx context.Context, c *call) (any, error) {
+	return s.fileCall(ctx, c, fields("path", "data", "mode"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+		if base64.StdEncoding.DecodedLen(len(p.Data)) > wire.MaxFileWrite {
+			return nil, fmt.Errorf("%w: data is larger than %d MiB", errdefs.ErrTooLarge, wire.MaxFileWrite>>20)
+		}
+		b, err := base64.StdEncoding.DecodeString(p.Data)
+		if err != nil {
+			return nil, fmt.Errorf("%w: \"data\" must be base64: %v", errInvalidParams, err)
+		}
+		mode := p.Mode
+		if mode == 0 {
+			mode = 0o644
+		}
+		if mode > 0o7777 {
+			return nil, fmt.Errorf("%w: mode %o: want permission bits (at most 07777)", errInvalidParams, mode)
+		}
+		if err := a.WriteFile(ctx, p.Path, bytes.NewReader(b), mode); err != nil {
+			return nil, err
+		}
+		return map[string]any{"size": len(b)}, nil
+	})
+}
+
+func (s *Server) fileList(ctx context.Context, c *call) (any, error) {
+	return s.fileCall(ctx, c, fields("path"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+		ents, err := a.List(ctx, p.Path)
+		if err != nil {
+			return nil, err
+		}
+		if ents == nil {
+			ents = []wire.FileInfo{}
+		}
+		return map[string]any{"entries": ents}, nil
+	})
+}
+
+func (s *Server) fileStat(ctx context.Context, c *call) (any, error) {
+	return s.fileCall(ctx, c, fields("path"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+		return a.Stat(ctx, p.Path)
+	})
+}
+
+func (s *Server) fileMkdir(ctx context.Context, c *call) (any, error) {
+	return s.fileCall(ctx, c, fields("path", "parents", "mode"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+		return struct{}{}, a.Mkdir(ctx, wire.MkdirRequest{Path: p.Path, Parents: p.Parents, Mode: p.Mode})
+	})
+}
+
+func (s *Server) fileRemove(ctx context.Context, c *call) (any, error) {
+	return s.fileCall(ctx, c, fields("path", "recursive"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+		return struct{}{}, a.Remove(ctx, wire.RemoveRequest{Path: p.Path, Recursive: p.Recursive})
+	})
+}
+
+func (s *Server) fileMove(ctx context.Context, c *call) (any, error) {
+	return s.fileCall(ctx, c, fields("from", "to"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+		if p.From == "" || p.To == "" {
+			return nil, fmt.Errorf("%w: \"from\" and \"to\" are both needed", errInvalidParams)
+		}
+		return struct{}{}, a.Move(ctx, p.From, p.To)
+	})
+}
+
+// transfer resolves a tar route's sandbox and the caller's right to it.
+func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client, func(), string, bool) {
+	ctx := r.Context()
+	claims, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, ctx, nil, err, 0)
+		return nil, nil, "", false
+	}
+	c := &call{s: s, claims: claims, method: "tar"}
+	ns, name, err := c.resolve(r.PathValue("namespace"), r.PathValue("name"))
+	if err != nil {
+		s.writeError(w, ctx, nil, err, 0)
+		return nil, nil, "", false
+	}
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		s.writeError(w, ctx, nil, fmt.Errorf("%w: query parameter \"path\" is missing", errInvalidParams), 0)
+		return nil, nil, "", false
+	}
+	sb, release, err := s.mgr.Use(ns, name)
+	if err != nil {
+		s.writeError(w, ctx, nil, err, 0)
+		return nil, nil, "", false
+	}
+	return sb.Agent(), release, p, true
+}
+
+func (s *Server) serveTarDownload(w http.ResponseWriter, r *http.Request) {
+	a, release, p, ok := s.transfer(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	rc, err := a.DownloadTar(r.Context(), p)
+	if err != nil {
+		s.writeError(w, r.Context(), nil, err, 0)
+		return
+	}
+	defer rc.Close()
+	w.Header().Set("Content-Type", "application/x-tar")
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, rc); err != nil && !errors.Is(err, os.ErrClosed) {
+		s.log.Info("tar download cut short", "request_id", requestID(r.Context()), "err", err)
+	}
+}
+
+func (s *Server) serveTarUpload(w http.ResponseWriter, r *http.Request) {
+	a, release, p, ok := s.transfer(w, r)
+	if !ok {
+		return
+	}
+	defer release()
+	body := http.MaxBytesReader(w, r.Body, wire.MaxTarUpload)
+	if err := a.UploadTar(r.Context(), p, body); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = fmt.Errorf("%w: tar body is larger than %d MiB", errdefs.ErrTooLarge, wire.MaxTarUpload>>20)
+		}
+		s.writeError(w, r.Context(), nil, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+}

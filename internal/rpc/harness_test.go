@@ -1,0 +1,235 @@
+package rpc_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/metrics"
+	"github.com/warren-sandbox/warren/internal/rpc"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/store"
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
+
+var envSeq atomic.Int64
+
+// env is a real server: native backend, SQLite, manager, HTTP on loopback.
+type env struct {
+	t       testing.TB
+	dir     string
+	be      *native.Backend
+	db      *store.Store
+	mgr     *sandbox.Manager
+	srv     *rpc.Server
+	http    *httptest.Server
+	url     string
+	keys    *rpc.Keys
+	signer  *auth.Signer
+	admin   string // a key for namespace "*"
+	dev     bool
+	options sandbox.Options
+}
+
+// newEnv starts a server. Privileged: fails under WARREN_TEST_PRIVILEGED=1
+// without root.
+func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireFile(t, "/usr/bin/python3")
+	agentPath := testenv.AgentBinary(t)
+	base, err := os.MkdirTemp("", "warren-rpc-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, dir: base, dev: dev}
+	e.be, err = native.New(native.Options{
+		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"), AgentPath: agentPath,
+		CgroupPrefix: fmt.Sprintf("warren-rpctest-%d-%d", os.Getpid(), envSeq.Add(1)), Prewarm: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.db, err = store.Open(filepath.Join(base, "data", "warren.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret)
+	e.signer, err = auth.NewSigner(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.keys = rpc.NewKeys(e.signer, e.db.DB())
+	e.admin, _, err = e.keys.Create(context.Background(), "*", time.Hour, "test admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.options = sandbox.Options{Backend: e.be, DB: e.db.DB(), LogDir: filepath.Join(base, "data", "logs"),
+		Images: func(context.Context, string) (*image.Image, error) { return e.be.HostImage() },
+		Tick:   100 * time.Millisecond}
+	if tweak != nil {
+		tweak(&e.options)
+	}
+	e.start()
+	t.Cleanup(e.close)
+	return e
+}
+
+// start (re)starts the manager and HTTP server on the env's state.
+func (e *env) start() {
+	e.t.Helper()
+	var err error
+	e.mgr, err = sandbox.New(context.Background(), e.options)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	opts := rpc.Options{Manager: e.mgr, Dev: e.dev, Metrics: metrics.NewRegistry()}
+	if !e.dev {
+		opts.Keys = e.keys
+	}
+	e.srv, err = rpc.New(opts)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.http = httptest.NewServer(e.srv.Handler())
+	e.url = e.http.URL
+}
+
+// restart is a daemon restart: everything but the sandboxes goes away.
+func (e *env) restart() {
+	e.http.Close()
+	e.mgr.Close()
+	e.start()
+}
+
+func (e *env) close() {
+	e.http.Close()
+	for _, in := range e.mgr.List(sandbox.Filter{}) {
+		_, _ = e.mgr.Remove(context.Background(), in.Namespace, in.Name)
+	}
+	e.mgr.Close()
+	_, _ = e.be.ReapOrphans(nil)
+	e.be.Close()
+	e.db.Close()
+	os.RemoveAll(e.dir)
+}
+
+// rpcReply is a decoded answer.
+type rpcReply struct {
+	Status int
+	Result json.RawMessage
+	Error  *struct {
+		Code    int            `json:"code"`
+		Message string         `json:"message"`
+		Data    map[string]any `json:"data"`
+	}
+	ID  json.RawMessage
+	Raw []byte
+}
+
+func (r *rpcReply) kind() string {
+	if r.Error == nil {
+		return ""
+	}
+	k, _ := r.Error.Data["kind"].(string)
+	return k
+}
+
+// post sends body to the RPC endpoint with key (none when empty).
+func (e *env) post(key string, body []byte) *rpcReply {
+	e.t.Helper()
+	req, err := http.NewRequest("POST", e.url+"/api/v1/rpc", bytes.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	var out struct {
+		Result json.RawMessage `json:"result"`
+		Error  json.RawMessage `json:"error"`
+		ID     json.RawMessage `json:"id"`
+	}
+	r := &rpcReply{Status: resp.StatusCode, Raw: raw}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		e.t.Fatalf("answer is not JSON (status %d): %q", resp.StatusCode, raw)
+	}
+	r.Result, r.ID = out.Result, out.ID
+	if len(out.Error) > 0 {
+		if err := json.Unmarshal(out.Error, &r.Error); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// call sends a well-formed request as the admin key.
+func (e *env) call(method string, params any) *rpcReply {
+	e.t.Helper()
+	return e.callAs(e.admin, method, params)
+}
+
+func (e *env) callAs(key, method string, params any) *rpcReply {
+	e.t.Helper()
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": "1"})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.post(key, body)
+}
+
+// must calls and fails the test unless the call succeeded; it decodes the
+// result into out (if not nil).
+func (e *env) must(method string, params any, out any) {
+	e.t.Helper()
+	r := e.call(method, params)
+	if r.Status != 200 || r.Error != nil {
+		e.t.Fatalf("%s %v: status %d: %s", method, params, r.Status, r.Raw)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.Result, out); err != nil {
+			e.t.Fatalf("%s result %s: %v", method, r.Result, err)
+		}
+	}
+}
+
+func backendConfig(id string, img *image.Image) backend.Config {
+	return backend.Config{ID: id, Image: img}
+}
+
+func mustSigner(t testing.TB, secret []byte) *auth.Signer {
+	t.Helper()
+	for i := range secret {
+		secret[i] = byte(i + 7)
+	}
+	s, err := auth.NewSigner(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

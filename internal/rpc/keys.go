@@ -1,0 +1,128 @@
+package rpc
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// DefaultKeyTTL is how long a key lives when its creator says nothing.
+const DefaultKeyTTL = 30 * 24 * time.Hour
+
+// Keys issues API keys and checks them against the api_keys table, where
+// revocation is recorded.
+type Keys struct {
+	signer *auth.Signer
+	db     *sql.DB
+	now    func() time.Time
+}
+
+// NewKeys returns the key store over db, signing with signer.
+func NewKeys(signer *auth.Signer, db *sql.DB) *Keys {
+	return &Keys{signer: signer, db: db, now: time.Now}
+}
+
+// KeyRecord is a key as listed (the key itself is shown only at creation).
+type KeyRecord struct {
+	ID          string     `json:"id"`
+	Namespace   string     `json:"namespace"`
+	Description string     `json:"description"`
+	Created     time.Time  `json:"created_at"`
+	Expires     time.Time  `json:"expires_at"`
+	Revoked     *time.Time `json:"revoked_at,omitempty"`
+}
+
+// Create issues a key for namespace ("*" = all) valid for ttl.
+func (k *Keys) Create(ctx context.Context, namespace string, ttl time.Duration, description string) (string, KeyRecord, error) {
+	if !auth.ValidNamespace(namespace) {
+		return "", KeyRecord{}, fmt.Errorf("%w: namespace %.70q: want \"*\" or 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errdefs.ErrInvalid, namespace)
+	}
+	if len(description) > 256 {
+		return "", KeyRecord{}, fmt.Errorf("%w: description is longer than 256 bytes", errdefs.ErrInvalid)
+	}
+	key, claims, err := k.signer.Issue(namespace, ttl, k.now())
+	if err != nil {
+		return "", KeyRecord{}, fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
+	}
+	rec := KeyRecord{ID: claims.ID, Namespace: namespace, Description: description, Created: claims.IssuedAt, Expires: claims.ExpiresAt}
+	if _, err := k.db.ExecContext(ctx, `INSERT INTO api_keys (id, namespace, description, created, expires) VALUES (?, ?, ?, ?, ?)`,
+		rec.ID, rec.Namespace, rec.Description, rec.Created.UnixNano(), rec.Expires.UnixNano()); err != nil {
+		return "", KeyRecord{}, fmt.Errorf("record key: %w", err)
+	}
+	return key, rec, nil
+}
+
+// List returns every key, newest first.
+func (k *Keys) List(ctx context.Context) ([]KeyRecord, error) {
+	rows, err := k.db.QueryContext(ctx, `SELECT id, namespace, description, created, expires, revoked FROM api_keys ORDER BY created DESC`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []KeyRecord{}
+	for rows.Next() {
+		var r KeyRecord
+		var created, expires, revoked int64
+		if err := rows.Scan(&r.ID, &r.Namespace, &r.Description, &created, &expires, &revoked); err != nil {
+			return nil, err
+		}
+		r.Created, r.Expires = time.Unix(0, created).UTC(), time.Unix(0, expires).UTC()
+		if revoked != 0 {
+			t := time.Unix(0, revoked).UTC()
+			r.Revoked = &t
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// Revoke makes the key id unusable from now on. Revoking twice is fine.
+func (k *Keys) Revoke(ctx context.Context, id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: key id is missing", errdefs.ErrInvalid)
+	}
+	res, err := k.db.ExecContext(ctx, `UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked = 0`, k.now().UnixNano(), id)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		var one int
+		if err := k.db.QueryRowContext(ctx, `SELECT 1 FROM api_keys WHERE id = ?`, id).Scan(&one); errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("key %.40q: %w", id, errdefs.ErrNotFound)
+		}
+	}
+	return nil
+}
+
+// Verify checks a presented key: signature, expiry, and that it was issued
+// by this server and not revoked. Keys without an id (made by microsandbox
+// tooling with the same secret) cannot be revoked and are accepted on
+// their signature.
+func (k *Keys) Verify(ctx context.Context, key string) (auth.Claims, error) {
+	c, err := k.signer.Verify(key, k.now())
+	if err != nil {
+		if errors.Is(err, auth.ErrExpired) {
+			return auth.Claims{}, fmt.Errorf("%w: API key expired; create a new one with 'warren key create'", errdefs.ErrUnauthorized)
+		}
+		return auth.Claims{}, fmt.Errorf("%w: invalid API key (%v)", errdefs.ErrUnauthorized, err)
+	}
+	if c.ID == "" {
+		return c, nil
+	}
+	var revoked int64
+	err = k.db.QueryRowContext(ctx, `SELECT revoked FROM api_keys WHERE id = ?`, c.ID).Scan(&revoked)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return auth.Claims{}, fmt.Errorf("%w: API key is not known to this server", errdefs.ErrUnauthorized)
+	case err != nil:
+		return auth.Claims{}, fmt.Errorf("check API key: %w", err)
+	case revoked != 0:
+		return auth.Claims{}, fmt.Errorf("%w: API key was revoked", errdefs.ErrUnauthorized)
+	}
+	return c, nil
+}

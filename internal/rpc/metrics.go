@@ -1,0 +1,74 @@
+package rpc
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/metrics"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// serverMetrics are the server's Prometheus series.
+type serverMetrics struct {
+	reg      *metrics.Registry
+	start    *metrics.HistogramVec
+	execs    *metrics.HistogramVec
+	calls    *metrics.CounterVec
+	errCount *metrics.CounterVec
+	known    map[string]bool
+}
+
+func newServerMetrics(reg *metrics.Registry, mgr *sandbox.Manager) *serverMetrics {
+	m := &serverMetrics{reg: reg}
+	reg.GaugeFunc("warren_sandboxes", "Sandboxes by namespace and state.", []string{"namespace", "state"},
+		func(emit func(float64, ...string)) {
+			for k, n := range mgr.CountByState() {
+				emit(float64(n), k[0], k[1])
+			}
+		})
+	m.start = reg.Histogram("warren_sandbox_start_seconds", "Time to start a sandbox, as the API saw it.", nil, "namespace")
+	m.execs = reg.Histogram("warren_exec_seconds", "Time to run a command or code in a sandbox (kind: command, exec, shell, repl).", nil, "namespace", "kind")
+	m.calls = reg.Counter("warren_rpc_requests_total", "JSON-RPC calls by method and outcome (ok or the error kind).", "method", "outcome")
+	m.errCount = reg.Counter("warren_errors_total", "Errors answered, by kind.", "kind")
+	return m
+}
+
+func (m *serverMetrics) startLatency(ns string, d time.Duration) {
+	m.start.With(ns).ObserveDuration(d)
+}
+
+func (m *serverMetrics) execLatency(ns, kind string, d time.Duration) {
+	m.execs.With(ns, kind).ObserveDuration(d)
+}
+
+func (m *serverMetrics) errors(kind string) { m.errCount.With(kind).Inc() }
+
+func (m *serverMetrics) observeCall(method string, err error, _ time.Duration) {
+	if m.known == nil {
+		return
+	}
+	if !m.known[method] {
+		method = "unknown"
+	}
+	outcome := "ok"
+	if err != nil {
+		outcome = kindOf(err)
+	}
+	m.calls.With(method, outcome).Inc()
+}
+
+// serveMetrics serves Prometheus text: everything to a key for every
+// namespace, only its own namespace's series to any other key.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	claims, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, r.Context(), nil, err, 0)
+		return
+	}
+	w.Header().Set("Content-Type", metrics.ContentType)
+	if claims.Namespace == "*" {
+		_ = s.opts.Metrics.WriteText(w)
+		return
+	}
+	_ = s.opts.Metrics.WriteTextFiltered(w, metrics.MatchLabel("namespace", claims.Namespace))
+}

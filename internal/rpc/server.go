@@ -1,0 +1,356 @@
+// Package rpc is the server's API layer: the microsandbox-compatible
+// JSON-RPC 2.0 endpoint and Warren's extended methods, the health route,
+// tar transfers, WebSocket streams, authentication with API keys, and the
+// mapping of error kinds to HTTP statuses and JSON-RPC codes (in one place,
+// errors.go).
+package rpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/metrics"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// MaxBody bounds a JSON-RPC request body.
+const MaxBody = 64 << 20
+
+// DefaultNamespace is used when a request names none (client generation B).
+const DefaultNamespace = "default"
+
+// Options wire a Server.
+type Options struct {
+	Manager *sandbox.Manager
+	// Images pulls and lists images (nil: image methods answer unavailable).
+	Images *image.Store
+	// Keys verifies and records API keys; nil only in dev mode.
+	Keys *Keys
+	// Dev disables authentication: every request acts with namespace "*".
+	Dev    bool
+	Logger *slog.Logger
+	// Metrics is the registry the server's metrics are registered in.
+	Metrics *metrics.Registry
+	// MCP, if set, is served at /mcp behind the same authentication.
+	MCP http.Handler
+}
+
+// Server serves the API.
+type Server struct {
+	opts    Options
+	mgr     *sandbox.Manager
+	log     *slog.Logger
+	methods map[string]method
+	m       *serverMetrics
+	closing atomic.Bool
+}
+
+// New builds the server.
+func New(opts Options) (*Server, error) {
+	if opts.Manager == nil {
+		return nil, errors.New("rpc: no sandbox manager")
+	}
+	if !opts.Dev && opts.Keys == nil {
+		return nil, errors.New("rpc: authentication needs a key store (or dev mode)")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.NewRegistry()
+	}
+	s := &Server{opts: opts, mgr: opts.Manager, log: opts.Logger}
+	s.m = newServerMetrics(opts.Metrics, opts.Manager)
+	s.methods = s.methodTable()
+	s.m.known = map[string]bool{}
+	for name := range s.methods {
+		s.m.known[name] = true
+	}
+	return s, nil
+}
+
+// Shutdown makes new requests fail with unavailable.
+func (s *Server) Shutdown() { s.closing.Store(true) }
+
+// Handler routes every endpoint.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/health", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"message":"Service is healthy"}`)
+	})
+	mux.HandleFunc("POST /api/v1/rpc", s.serveRPC)
+	mux.HandleFunc("/api/v1/rpc", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "POST")
+		s.writeError(w, r.Context(), nil, fmt.Errorf("%w: use POST with a JSON-RPC 2.0 body", errInvalidRequest), http.StatusMethodNotAllowed)
+	})
+	mux.HandleFunc("GET /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarDownload)
+	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarUpload)
+	mux.HandleFunc("GET /api/v1/ws", s.serveWS)
+	mux.HandleFunc("GET /metrics", s.serveMetrics)
+	if s.opts.MCP != nil {
+		mux.Handle("/mcp", s.authenticated(s.opts.MCP))
+	}
+	return s.withRequestID(mux)
+}
+
+type ctxKey int
+
+const (
+	requestIDKey ctxKey = iota
+	claimsKey
+)
+
+// withRequestID gives every request an id (or keeps a sane one the client
+// sent), returns it in X-Request-Id and logs the request.
+func (s *Server) withRequestID(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		if len(id) == 0 || len(id) > 64 || strings.ContainsFunc(id, func(c rune) bool { return c < '!' || c > '~' }) {
+			var b [8]byte
+			_, _ = rand.Read(b[:])
+			id = hex.EncodeToString(b[:])
+		}
+		w.Header().Set("X-Request-Id", id)
+		ctx := context.WithValue(r.Context(), requestIDKey, id)
+		rec := &statusRecorder{ResponseWriter: w, status: 200}
+		t0 := time.Now()
+		h.ServeHTTP(rec, r.WithContext(ctx))
+		s.log.Info("http", "request_id", id, "method", r.Method, "path", r.URL.Path,
+			"status", rec.status, "duration_ms", float64(time.Since(t0).Microseconds())/1000)
+	})
+}
+
+func requestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.status = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// Unwrap lets http.ResponseController reach the writer's Flush and Hijack.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// Hijack passes through for WebSocket upgrades.
+func (r *statusRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := r.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("connection cannot be hijacked")
+	}
+	r.status = http.StatusSwitchingProtocols
+	return h.Hijack()
+}
+
+// Flush passes flushes through (streams).
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// authenticate returns the caller's claims: dev mode acts as "*".
+func (s *Server) authenticate(r *http.Request) (auth.Claims, error) {
+	if s.opts.Dev {
+		return auth.Claims{Namespace: "*"}, nil
+	}
+	k, ok := auth.FromHeader(r.Header)
+	if !ok {
+		return auth.Claims{}, fmt.Errorf("%w: no API key: send it as 'Authorization: Bearer msb_...' (create one with 'warren key create')", errdefs.ErrUnauthorized)
+	}
+	return s.opts.Keys.Verify(r.Context(), k)
+}
+
+// authenticated wraps h (MCP) with authentication; its claims ride in the
+// request context.
+func (s *Server) authenticated(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := s.authenticate(r)
+		if err != nil {
+			s.writeError(w, r.Context(), nil, err, 0)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey, c)))
+	})
+}
+
+// ClaimsFrom returns the claims an authenticated request carries.
+func ClaimsFrom(ctx context.Context) (auth.Claims, bool) {
+	c, ok := ctx.Value(claimsKey).(auth.Claims)
+	return c, ok
+}
+
+// request is a JSON-RPC 2.0 request object.
+type request struct {
+	JSONRPC string          `json:"jsonrpc"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params"`
+	ID      json.RawMessage `json:"id"`
+}
+
+type response struct {
+	JSONRPC string          `json:"jsonrpc"`
+	Result  any             `json:"result,omitempty"`
+	Error   *errorObject    `json:"error,omitempty"`
+	ID      json.RawMessage `json:"id"`
+}
+
+var nullID = json.RawMessage("null")
+
+func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	if s.closing.Load() {
+		s.writeError(w, ctx, nil, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable), 0)
+		return
+	}
+	claims, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, ctx, nil, err, 0)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.writeError(w, ctx, nil, fmt.Errorf("%w: request body is larger than %d MiB", errdefs.ErrTooLarge, MaxBody>>20), 0)
+			return
+		}
+		s.writeError(w, ctx, nil, fmt.Errorf("%w: read body: %v", errInvalidRequest, err), 0)
+		return
+	}
+	req, err := decodeRequest(body)
+	if err != nil {
+		s.writeError(w, ctx, req.ID, err, 0)
+		return
+	}
+	t0 := time.Now()
+	result, err := s.Call(ctx, claims, req.Method, req.Params)
+	s.m.observeCall(req.Method, err, time.Since(t0))
+	if err != nil {
+		s.log.Info("rpc error", "request_id", requestID(ctx), "method", req.Method, "kind", kindOf(err), "err", err.Error())
+		s.writeError(w, ctx, req.ID, err, 0)
+		return
+	}
+	writeJSON(w, http.StatusOK, response{JSONRPC: "2.0", Result: result, ID: req.ID})
+}
+
+// decodeRequest parses and checks the envelope. On error the returned
+// request still carries the id when one could be read.
+func decodeRequest(body []byte) (request, error) {
+	var req request
+	trimmed := bytes.TrimLeft(body, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		return request{ID: nullID}, fmt.Errorf("%w: batch requests are not supported; send one request per POST", errInvalidRequest)
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) || len(trimmed) == 0 {
+			return request{ID: nullID}, fmt.Errorf("%w: body is not valid JSON: %v", errParse, err)
+		}
+		// Valid JSON of the wrong shape: try to keep the id.
+		var idOnly struct {
+			ID json.RawMessage `json:"id"`
+		}
+		_ = json.Unmarshal(body, &idOnly)
+		req.ID = idOnly.ID
+		if req.ID == nil {
+			req.ID = nullID
+		}
+		return req, fmt.Errorf("%w: %v", errInvalidRequest, jsonMessage(err))
+	}
+	if req.ID == nil {
+		req.ID = nullID
+	}
+	switch {
+	case req.JSONRPC != "2.0":
+		return req, fmt.Errorf("%w: \"jsonrpc\" must be \"2.0\"", errInvalidRequest)
+	case req.Method == "":
+		return req, fmt.Errorf("%w: \"method\" is missing", errInvalidRequest)
+	case len(req.ID) > 0 && (req.ID[0] == '{' || req.ID[0] == '['):
+		req.ID = nullID
+		return req, fmt.Errorf("%w: \"id\" must be a string, number or null", errInvalidRequest)
+	}
+	if len(req.Params) > 0 && !bytes.Equal(req.Params, []byte("null")) && req.Params[0] != '{' {
+		return req, fmt.Errorf("%w: \"params\" must be an object", errInvalidParams)
+	}
+	return req, nil
+}
+
+// Call runs one method as the caller with claims (the RPC endpoint and MCP
+// both come through here).
+func (s *Server) Call(ctx context.Context, claims auth.Claims, name string, params json.RawMessage) (_ any, err error) {
+	defer func() {
+		// A bug in one method must not take the server down with it.
+		if r := recover(); r != nil {
+			s.log.Error("panic in method", "request_id", requestID(ctx), "method", name, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("internal error in %s (request %s); the server logged the details", name, requestID(ctx))
+		}
+	}()
+	m, ok := s.methods[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: unknown method %q (see docs/api.md for the list)", errMethodNotFound, truncate(name, 64))
+	}
+	if len(params) == 0 || bytes.Equal(params, []byte("null")) {
+		params = json.RawMessage("{}")
+	}
+	return m(ctx, &call{s: s, claims: claims, params: params, method: name})
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(response{JSONRPC: "2.0", ID: nullID,
+			Error: &errorObject{Code: -32603, Message: "encode response: " + err.Error(), Data: map[string]any{"kind": errdefs.Internal}}})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}
+
+// SetMCP serves h at /mcp behind the API's authentication (call before
+// Handler).
+func (s *Server) SetMCP(h http.Handler) { s.opts.MCP = h }
+
+// CallMCP runs a method for an MCP tool call, as the caller whose claims
+// the authenticated /mcp request put in ctx.
+func (s *Server) CallMCP(ctx context.Context, method string, params json.RawMessage) (any, error) {
+	c, ok := ClaimsFrom(ctx)
+	if !ok {
+		return nil, fmt.Errorf("%w: MCP call without an authenticated request", errdefs.ErrUnauthorized)
+	}
+	return s.Call(ctx, c, method, params)
+}

@@ -1,0 +1,194 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/wire"
+)
+
+// wsStart is the first message of a WebSocket session.
+type wsStart struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Cwd  string   `json:"cwd"`
+	User string   `json:"user"`
+	TTY  bool     `json:"tty"`
+	Rows uint16   `json:"rows"`
+	Cols uint16   `json:"cols"`
+}
+
+// wsMsg is every later message, both ways.
+type wsMsg struct {
+	Type    string           `json:"type"`
+	Data    []byte           `json:"data,omitempty"`
+	Rows    uint16           `json:"rows,omitempty"`
+	Cols    uint16           `json:"cols,omitempty"`
+	Signal  string           `json:"signal,omitempty"`
+	ID      string           `json:"id,omitempty"`
+	Pid     int              `json:"pid,omitempty"`
+	Exit    *wire.ExitStatus `json:"exit,omitempty"`
+	Message string           `json:"message,omitempty"`
+	Kind    string           `json:"kind,omitempty"`
+}
+
+// wsMaxMessage bounds one client message (stdin chunks included).
+const wsMaxMessage = 1 << 20
+
+// serveWS streams one process: its output as it is produced, the client's
+// input, resizes and signals. Closing the socket kills the process.
+func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	claims, err := s.authenticate(r)
+	if err != nil {
+		s.writeError(w, ctx, nil, err, 0)
+		return
+	}
+	c := &call{s: s, claims: claims, method: "ws"}
+	q := r.URL.Query()
+	ns, name, err := c.resolve(q.Get("namespace"), q.Get("sandbox"))
+	if err != nil {
+		s.writeError(w, ctx, nil, err, 0)
+		return
+	}
+	sb, release, err := s.mgr.Use(ns, name)
+	if err != nil {
+		s.writeError(w, ctx, nil, err, 0)
+		return
+	}
+	defer release()
+	// Keys travel in headers, which browsers cannot set on a WebSocket, so
+	// a page on another origin cannot ride a user's credentials: no
+	// origin check is needed beyond authentication.
+	srv := websocket.Server{Handshake: func(*websocket.Config, *http.Request) error { return nil },
+		Handler: func(conn *websocket.Conn) {
+			conn.MaxPayloadBytes = wsMaxMessage
+			s.wsSession(conn, sb.Agent(), ns, name)
+		}}
+	srv.ServeHTTP(w, r)
+}
+
+func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name string) {
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(conn.Request().Context())
+	defer cancel()
+	var sendMu sync.Mutex
+	send := func(m wsMsg) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		_ = conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		return websocket.JSON.Send(conn, m)
+	}
+	fail := func(err error) {
+		_ = send(wsMsg{Type: "error", Message: message(err), Kind: kindOf(err)})
+	}
+	var start wsStart
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if err := websocket.JSON.Receive(conn, &start); err != nil {
+		fail(fmt.Errorf("%w: first message must be {\"argv\": [...], ...}: %v", errInvalidParams, err))
+		return
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	if len(start.Argv) == 0 || start.Argv[0] == "" {
+		fail(fmt.Errorf("%w: \"argv\" is missing or empty", errInvalidParams))
+		return
+	}
+	pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: start.Argv, Env: start.Env, Cwd: start.Cwd, User: start.User, TTY: start.TTY})
+	if err != nil {
+		fail(err)
+		return
+	}
+	s.mgr.Logf(ns, name, "process %s started over WebSocket: %.200q", pi.ID, start.Argv)
+	// However the session ends, the process does not outlive it.
+	defer func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer rcancel()
+		_ = a.RemoveProcess(rctx, pi.ID)
+	}()
+	if start.TTY && start.Rows > 0 && start.Cols > 0 {
+		_ = a.Resize(ctx, pi.ID, start.Rows, start.Cols)
+	}
+	if err := send(wsMsg{Type: "started", ID: pi.ID, Pid: pi.Pid}); err != nil {
+		return
+	}
+	// Client → process.
+	go func() {
+		defer cancel()
+		for {
+			var m wsMsg
+			if err := websocket.JSON.Receive(conn, &m); err != nil {
+				return
+			}
+			var err error
+			switch m.Type {
+			case "stdin":
+				err = a.WriteStdin(ctx, pi.ID, m.Data, false)
+			case "eof":
+				err = a.WriteStdin(ctx, pi.ID, nil, true)
+			case "resize":
+				err = a.Resize(ctx, pi.ID, m.Rows, m.Cols)
+			case "signal":
+				err = a.Signal(ctx, pi.ID, m.Signal)
+			default:
+				err = fmt.Errorf("%w: message type %.20q: want stdin, eof, resize or signal", errInvalidParams, m.Type)
+			}
+			if err != nil && ctx.Err() == nil {
+				fail(err)
+			}
+		}
+	}()
+	// Process → client, one pump per stream, long-polling the agent.
+	streams := []string{wire.Stdout}
+	if !start.TTY {
+		streams = append(streams, wire.Stderr)
+	}
+	var wg sync.WaitGroup
+	for _, st := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var off int64
+			for ctx.Err() == nil {
+				ch, err := a.Output(ctx, pi.ID, st, off, 20*time.Second)
+				if err != nil {
+					if ctx.Err() == nil {
+						fail(err)
+						cancel()
+					}
+					return
+				}
+				if len(ch.Data) > 0 {
+					if err := send(wsMsg{Type: st, Data: ch.Data}); err != nil {
+						cancel()
+						return
+					}
+				}
+				off = ch.NextOffset
+				if ch.EOF {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	info, err := a.Wait(ctx, pi.ID, time.Minute)
+	if err != nil || info.Exit == nil {
+		if err == nil {
+			err = fmt.Errorf("%w: process %s did not report its exit", errdefs.ErrTimeout, pi.ID)
+		}
+		fail(err)
+		return
+	}
+	s.mgr.Logf(ns, name, "process %s exited: code %d", pi.ID, info.Exit.Code)
+	_ = send(wsMsg{Type: "exit", Exit: info.Exit})
+}

@@ -1,0 +1,83 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+)
+
+// janitor enforces idle timeouts, maximum lifetimes and the retention of
+// stopped sandboxes, and samples resource usage.
+func (m *Manager) janitor() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.opts.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case now := <-t.C:
+			m.sweep(now)
+		}
+	}
+}
+
+type action struct {
+	ns, name, why string
+	remove        bool
+}
+
+func (m *Manager) sweep(now time.Time) {
+	var todo []action
+	type pair struct {
+		e  *entry
+		sb backend.Sandbox
+	}
+	var sample []pair
+	m.mu.Lock()
+	for k, e := range m.entries {
+		switch e.state {
+		case Running:
+			sample = append(sample, pair{e, e.sb})
+			idle := e.spec.IdleTimeout
+			if idle == 0 {
+				idle = m.opts.IdleTimeout
+			}
+			life := e.spec.MaxLifetime
+			if life == 0 {
+				life = m.opts.MaxLifetime
+			}
+			switch {
+			case life > 0 && now.Sub(e.started) > life:
+				todo = append(todo, action{k.ns, k.name, "stopped: maximum lifetime " + life.String() + " reached", false})
+			case idle > 0 && e.busy.Load() == 0 && now.Sub(time.Unix(0, e.lastActive.Load())) > idle:
+				todo = append(todo, action{k.ns, k.name, "stopped: idle for " + idle.String(), false})
+			}
+		case Stopped, Error:
+			ret := m.opts.StoppedRetention
+			end := e.stopped
+			if end.IsZero() {
+				end = e.created
+			}
+			if ret > 0 && now.Sub(end) > ret {
+				todo = append(todo, action{k.ns, k.name, "removed: stopped for longer than " + ret.String(), true})
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, p := range sample {
+		p.e.usage.sample(p.sb, now)
+	}
+	for _, a := range todo {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var err error
+		if a.remove {
+			_, err = m.Remove(ctx, a.ns, a.name)
+		} else {
+			err = m.stopWhy(ctx, a.ns, a.name, a.why)
+		}
+		cancel()
+		m.log.Info("janitor", "namespace", a.ns, "name", a.name, "action", a.why, "err", err)
+	}
+}

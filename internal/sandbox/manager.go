@@ -1,0 +1,718 @@
+// Package sandbox is the daemon's sandbox manager: named sandboxes per
+// namespace, their state machine (starting → running → stopping → stopped,
+// or error with the reason kept), persistence in SQLite so a restarted
+// daemon reattaches to running sandboxes and removes orphans, idle timeouts
+// and maximum lifetimes, per-sandbox logs and resource sampling.
+//
+// Lifecycle changes of one sandbox are serialized; commands, code runs and
+// file operations run concurrently with each other.
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"regexp"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/image"
+)
+
+// State is where a sandbox is in its life.
+type State string
+
+// The states.
+const (
+	Starting State = "starting"
+	Running  State = "running"
+	Stopping State = "stopping"
+	Stopped  State = "stopped"
+	Error    State = "error"
+)
+
+// ValidState reports whether s names a state.
+func ValidState(s string) bool {
+	switch State(s) {
+	case Starting, Running, Stopping, Stopped, Error:
+		return true
+	}
+	return false
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+
+// ValidName reports whether s is a valid sandbox or namespace name.
+func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// Spec is what a sandbox is asked to be.
+type Spec struct {
+	Image     string            `json:"image"`
+	MemoryMiB int64             `json:"memory_mib"`
+	CPUs      float64           `json:"cpus"`
+	Env       []string          `json:"env,omitempty"`
+	Workdir   string            `json:"workdir,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	// IdleTimeout stops the sandbox after this long without a request;
+	// MaxLifetime stops it this long after it started. 0 = server default.
+	IdleTimeout time.Duration `json:"idle_timeout"`
+	MaxLifetime time.Duration `json:"max_lifetime"`
+}
+
+// Limits on what a Spec may ask for.
+const (
+	MaxLabels        = 64
+	MaxLabelLen      = 256
+	MaxEnv           = 256
+	MaxEnvLen        = 32 << 10
+	MaxMemoryMiB     = 1 << 20
+	MaxCPUs          = 256
+	minMemoryMiB     = 16
+	maxSandboxPeriod = 30 * 24 * time.Hour
+)
+
+// Validate reports every problem with s at once.
+func (s *Spec) Validate() error {
+	var errs []error
+	if s.MemoryMiB < minMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
+		errs = append(errs, fmt.Errorf("memory %d MiB: want %d to %d", s.MemoryMiB, minMemoryMiB, MaxMemoryMiB))
+	}
+	if s.CPUs <= 0 || s.CPUs > MaxCPUs {
+		errs = append(errs, fmt.Errorf("cpus %v: want more than 0, up to %d", s.CPUs, MaxCPUs))
+	}
+	if len(s.Env) > MaxEnv {
+		errs = append(errs, fmt.Errorf("env: %d entries, at most %d", len(s.Env), MaxEnv))
+	}
+	for _, e := range s.Env {
+		if len(e) > MaxEnvLen || !envRE.MatchString(e) {
+			errs = append(errs, fmt.Errorf("env %.40q: want K=V with K of [A-Za-z0-9_.-], at most %d bytes", e, MaxEnvLen))
+			break
+		}
+	}
+	if len(s.Workdir) > 4096 || (s.Workdir != "" && s.Workdir[0] != '/') {
+		errs = append(errs, fmt.Errorf("workdir %.40q: want an absolute path", s.Workdir))
+	}
+	if len(s.Labels) > MaxLabels {
+		errs = append(errs, fmt.Errorf("labels: %d, at most %d", len(s.Labels), MaxLabels))
+	}
+	for k, v := range s.Labels {
+		if k == "" || len(k) > MaxLabelLen || len(v) > MaxLabelLen {
+			errs = append(errs, fmt.Errorf("label %.40q: keys 1-%d bytes, values up to %d", k, MaxLabelLen, MaxLabelLen))
+			break
+		}
+	}
+	for what, d := range map[string]time.Duration{"idle_timeout": s.IdleTimeout, "max_lifetime": s.MaxLifetime} {
+		if d < 0 || d > maxSandboxPeriod {
+			errs = append(errs, fmt.Errorf("%s %v: want 0 (server default) up to 30 days", what, d))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
+	}
+	return nil
+}
+
+var envRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+=`)
+
+// Info is a sandbox as the API shows it.
+type Info struct {
+	ID        string
+	Namespace string
+	Name      string
+	State     State
+	Error     string
+	Spec      Spec
+	Created   time.Time
+	Started   time.Time
+	Stopped   time.Time
+}
+
+// Backend is what the manager needs of an isolation backend.
+type Backend interface {
+	Create(ctx context.Context, cfg backend.Config) (backend.Sandbox, error)
+	// Open returns a sandbox Create made earlier, attached to its agent
+	// if that still runs.
+	Open(ctx context.Context, cfg backend.Config) (backend.Sandbox, error)
+	// IDs lists the sandboxes with state on the host.
+	IDs() ([]string, error)
+	// ReapOrphans removes runtime leftovers of sandboxes whose agent died.
+	ReapOrphans(keep func(id string) bool) ([]string, error)
+}
+
+// ImageResolver turns an image name from a request into an image.
+type ImageResolver func(ctx context.Context, name string) (*image.Image, error)
+
+// Options configure a Manager.
+type Options struct {
+	Backend Backend
+	DB      *sql.DB
+	Images  ImageResolver
+	// LogDir holds each sandbox's log file.
+	LogDir string
+	Logger *slog.Logger
+	// Defaults for sandboxes that ask for none.
+	IdleTimeout time.Duration // default 10m
+	MaxLifetime time.Duration // default 24h
+	// StoppedRetention removes sandboxes this long after they stopped
+	// (default 24h; negative = keep until removed).
+	StoppedRetention time.Duration
+	// MaxSandboxes bounds sandboxes on this server, stopped ones
+	// included (default 1000); MaxRunning bounds those running (default 256).
+	MaxSandboxes int
+	MaxRunning   int
+	// Tick is the janitor's period (default 1s).
+	Tick time.Duration
+	// OnStateChange, if set, is called after every state change.
+	OnStateChange func(ns string, from, to State)
+}
+
+// Manager owns the server's sandboxes.
+type Manager struct {
+	opts Options
+	be   Backend
+	db   *sql.DB
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	entries map[key]*entry
+	closed  bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type key struct{ ns, name string }
+
+// entry is one sandbox. life serializes lifecycle operations; the other
+// fields are guarded by Manager.mu.
+type entry struct {
+	life sync.Mutex
+
+	id, ns, name string
+	state        State
+	err          string
+	spec         Spec
+	created      time.Time
+	started      time.Time
+	stopped      time.Time
+	removed      bool
+	sb           backend.Sandbox
+
+	busy       atomic.Int32
+	lastActive atomic.Int64 // unix nanoseconds
+	usage      usage
+
+	log *logFile
+}
+
+// New opens the manager on its database: sandboxes that were running are
+// reattached (or marked as errored if their agent died meanwhile), and
+// sandboxes the database does not know are removed from the host.
+func New(ctx context.Context, opts Options) (*Manager, error) {
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = 10 * time.Minute
+	}
+	if opts.MaxLifetime == 0 {
+		opts.MaxLifetime = 24 * time.Hour
+	}
+	if opts.StoppedRetention == 0 {
+		opts.StoppedRetention = 24 * time.Hour
+	}
+	if opts.MaxSandboxes == 0 {
+		opts.MaxSandboxes = 1000
+	}
+	if opts.MaxRunning == 0 {
+		opts.MaxRunning = 256
+	}
+	if opts.Tick == 0 {
+		opts.Tick = time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{opts: opts, be: opts.Backend, db: opts.DB, log: opts.Logger,
+		entries: map[key]*entry{}, stop: make(chan struct{})}
+	if err := m.recover(ctx); err != nil {
+		return nil, err
+	}
+	m.wg.Add(1)
+	go m.janitor()
+	return m, nil
+}
+
+// Close stops the janitor. Sandboxes keep running; a new Manager on the
+// same database reattaches to them.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.closed = true
+	m.mu.Unlock()
+	close(m.stop)
+	m.wg.Wait()
+}
+
+func (m *Manager) info(e *entry) Info {
+	spec := e.spec
+	spec.Labels = maps.Clone(e.spec.Labels)
+	spec.Env = slices.Clone(e.spec.Env)
+	return Info{ID: e.id, Namespace: e.ns, Name: e.name, State: e.state, Error: e.err, Spec: spec,
+		Created: e.created, Started: e.started, Stopped: e.stopped}
+}
+
+func notFound(ns, name string) error {
+	return fmt.Errorf("sandbox %q in namespace %q: %w (start it first)", name, ns, errdefs.ErrNotFound)
+}
+
+// Get describes one sandbox.
+func (m *Manager) Get(ns, name string) (Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entries[key{ns, name}]
+	if e == nil {
+		return Info{}, notFound(ns, name)
+	}
+	return m.info(e), nil
+}
+
+// Filter selects sandboxes for List. Zero fields match everything.
+type Filter struct {
+	// Namespaces the caller may see; nil = all.
+	Namespaces []string
+	State      State
+	Labels     map[string]string
+}
+
+// List returns the sandboxes matching f, sorted by namespace and name.
+func (m *Manager) List(f Filter) []Info {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Info
+	for k, e := range m.entries {
+		if f.Namespaces != nil && !slices.Contains(f.Namespaces, k.ns) {
+			continue
+		}
+		if f.State != "" && e.state != f.State {
+			continue
+		}
+		match := true
+		for lk, lv := range f.Labels {
+			if v, ok := e.spec.Labels[lk]; !ok || v != lv {
+				match = false
+				break
+			}
+		}
+		if match {
+			out = append(out, m.info(e))
+		}
+	}
+	slices.SortFunc(out, func(a, b Info) int {
+		if a.Namespace != b.Namespace {
+			if a.Namespace < b.Namespace {
+				return -1
+			}
+			return 1
+		}
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// CountByState counts sandboxes per namespace and state (for metrics).
+func (m *Manager) CountByState() map[[2]string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[[2]string]int{}
+	for k, e := range m.entries {
+		out[[2]string{k.ns, string(e.state)}]++
+	}
+	return out
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+// Start starts the sandbox ns/name with spec, creating it if it does not
+// exist. A running sandbox is left as it is (spec is not applied); a
+// stopped or errored one is started again with its files kept. With
+// create set, an existing sandbox is a conflict instead.
+func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create bool) (Info, error) {
+	if !ValidName(ns) || !ValidName(name) {
+		return Info{}, fmt.Errorf("%w: sandbox and namespace names are 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errdefs.ErrInvalid)
+	}
+	if err := spec.Validate(); err != nil {
+		return Info{}, err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return Info{}, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable)
+	}
+	k := key{ns, name}
+	e := m.entries[k]
+	fresh := e == nil
+	switch {
+	case e == nil:
+		if len(m.entries) >= m.opts.MaxSandboxes {
+			m.mu.Unlock()
+			return Info{}, fmt.Errorf("%w: this server holds %d sandboxes, its maximum; remove some", errdefs.ErrLimit, len(m.entries))
+		}
+		now := time.Now()
+		e = &entry{id: newID(), ns: ns, name: name, state: Starting, spec: spec, created: now}
+		e.lastActive.Store(now.UnixNano())
+		if err := m.insert(ctx, e); err != nil {
+			m.mu.Unlock()
+			return Info{}, err
+		}
+		m.entries[k] = e
+	case create:
+		m.mu.Unlock()
+		return Info{}, fmt.Errorf("sandbox %q in namespace %q: %w: it already exists", name, ns, errdefs.ErrConflict)
+	case e.state == Running:
+		info := m.info(e)
+		m.mu.Unlock()
+		e.touch()
+		return info, nil
+	case e.state == Starting || e.state == Stopping:
+		st := e.state
+		m.mu.Unlock()
+		return Info{}, fmt.Errorf("sandbox %q in namespace %q: %w: it is %s; try again when that has finished", name, ns, errdefs.ErrConflict, st)
+	}
+	if n := m.runningLocked(); n >= m.opts.MaxRunning {
+		if fresh {
+			m.forgetLocked(e)
+		}
+		m.mu.Unlock()
+		return Info{}, fmt.Errorf("%w: %d sandboxes are running, this server's maximum; stop some", errdefs.ErrLimit, n)
+	}
+	from := e.state
+	e.state, e.err = Starting, ""
+	if !fresh {
+		e.spec = spec
+	}
+	m.mu.Unlock()
+	m.changed(ns, from, Starting, fresh)
+
+	e.life.Lock()
+	defer e.life.Unlock()
+	t0 := time.Now()
+	err := m.startLocked(ctx, e)
+	m.mu.Lock()
+	if err != nil {
+		e.state, e.err = Error, err.Error()
+	} else {
+		e.state, e.started, e.stopped = Running, time.Now(), time.Time{}
+		e.touch()
+		e.usage.reset(e.started)
+	}
+	info := m.info(e)
+	m.mu.Unlock()
+	m.persist(e)
+	m.changed(ns, Starting, info.State, false)
+	if err != nil {
+		e.logf("start failed: %v", err)
+		return Info{}, fmt.Errorf("start sandbox %q: %w", name, err)
+	}
+	e.logf("started (image %s, %d MiB, %g cpus) in %.1f ms", spec.Image, spec.MemoryMiB, spec.CPUs, float64(time.Since(t0).Microseconds())/1000)
+	m.watch(e, e.sb)
+	return info, nil
+}
+
+func (m *Manager) runningLocked() int {
+	n := 0
+	for _, e := range m.entries {
+		if e.state == Running || e.state == Starting {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *Manager) forgetLocked(e *entry) {
+	delete(m.entries, key{e.ns, e.name})
+	e.removed = true
+	_, _ = m.db.Exec(`DELETE FROM sandboxes WHERE id = ?`, e.id)
+}
+
+// startLocked creates (first time) or reopens the backend sandbox and
+// starts it. Holds e.life.
+func (m *Manager) startLocked(ctx context.Context, e *entry) error {
+	m.mu.Lock()
+	spec := e.spec
+	m.mu.Unlock()
+	img, err := m.opts.Images(ctx, spec.Image)
+	if err != nil {
+		return err
+	}
+	cfg := backend.Config{ID: e.id, Image: img, Env: spec.Env, Workdir: spec.Workdir,
+		MemoryBytes: spec.MemoryMiB << 20, CPUs: spec.CPUs, PidsMax: 1024, Network: "none"}
+	if e.sb == nil {
+		sb, err := m.be.Open(ctx, cfg)
+		if err != nil {
+			sb, err = m.be.Create(ctx, cfg)
+		}
+		if err != nil {
+			return err
+		}
+		e.sb = sb
+	} else if s, ok := e.sb.(interface{ SetConfig(backend.Config) }); ok {
+		s.SetConfig(cfg)
+	}
+	if e.log == nil {
+		e.log = openLog(m.opts.LogDir, e.id)
+	}
+	// The request's cancellation must not leave a half-started sandbox:
+	// the start runs to its own deadline.
+	return e.sb.Start(context.WithoutCancel(ctx))
+}
+
+// watch marks the sandbox errored if its init ends without a stop.
+func (m *Manager) watch(e *entry, sb backend.Sandbox) {
+	go func() {
+		<-sb.Done()
+		m.mu.Lock()
+		unexpected := e.sb == sb && e.state == Running && !e.removed
+		if unexpected {
+			e.state, e.err, e.stopped = Error, "the sandbox's init exited unexpectedly", time.Now()
+		}
+		m.mu.Unlock()
+		if !unexpected {
+			return
+		}
+		m.persist(e)
+		m.changed(e.ns, Running, Error, false)
+		e.logf("init exited unexpectedly")
+		// Release what it held (cgroup, runtime directory).
+		e.life.Lock()
+		_ = sb.Stop(context.Background())
+		e.life.Unlock()
+	}()
+}
+
+// Stop stops ns/name; stopping a stopped sandbox is not an error.
+func (m *Manager) Stop(ctx context.Context, ns, name string) error {
+	return m.stopWhy(ctx, ns, name, "stopped by request")
+}
+
+func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
+	m.mu.Lock()
+	e := m.entries[key{ns, name}]
+	m.mu.Unlock()
+	if e == nil {
+		return notFound(ns, name)
+	}
+	e.life.Lock()
+	defer e.life.Unlock()
+	m.mu.Lock()
+	if e.removed {
+		m.mu.Unlock()
+		return notFound(ns, name)
+	}
+	from := e.state
+	if from != Running && from != Error {
+		m.mu.Unlock()
+		return nil
+	}
+	e.state = Stopping
+	m.mu.Unlock()
+	m.changed(ns, from, Stopping, false)
+	var err error
+	if e.sb != nil {
+		err = e.sb.Stop(context.WithoutCancel(ctx))
+	}
+	m.mu.Lock()
+	if err != nil {
+		e.state, e.err = Error, "stop: "+err.Error()
+	} else {
+		e.state, e.stopped = Stopped, time.Now()
+		if from == Running {
+			e.err = ""
+		}
+	}
+	to := e.state
+	m.mu.Unlock()
+	m.persist(e)
+	m.changed(ns, Stopping, to, false)
+	if err != nil {
+		return fmt.Errorf("stop sandbox %q: %w", name, err)
+	}
+	e.logf("%s", why)
+	return nil
+}
+
+// Remove stops ns/name and deletes it and its files. It reports whether
+// the sandbox existed.
+func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
+	m.mu.Lock()
+	e := m.entries[key{ns, name}]
+	m.mu.Unlock()
+	if e == nil {
+		return false, nil
+	}
+	e.life.Lock()
+	defer e.life.Unlock()
+	m.mu.Lock()
+	if e.removed {
+		m.mu.Unlock()
+		return false, nil
+	}
+	from := e.state
+	e.state = Stopping
+	m.mu.Unlock()
+	if e.sb != nil {
+		if err := e.sb.Remove(context.WithoutCancel(ctx)); err != nil {
+			m.mu.Lock()
+			e.state, e.err = Error, "remove: "+err.Error()
+			m.mu.Unlock()
+			m.persist(e)
+			return true, fmt.Errorf("remove sandbox %q: %w", name, err)
+		}
+	} else if err := m.removeOnHost(ctx, e.id); err != nil {
+		return true, fmt.Errorf("remove sandbox %q: %w", name, err)
+	}
+	m.mu.Lock()
+	m.forgetLocked(e)
+	m.mu.Unlock()
+	e.log.remove()
+	m.changed(ns, from, "", false)
+	return true, nil
+}
+
+// removeOnHost removes a sandbox the manager holds no handle for.
+func (m *Manager) removeOnHost(ctx context.Context, id string) error {
+	img, err := m.opts.Images(ctx, image.HostName)
+	if err != nil {
+		return err
+	}
+	sb, err := m.be.Open(ctx, backend.Config{ID: id, Image: img})
+	if err != nil {
+		return nil // nothing on the host
+	}
+	return sb.Remove(ctx)
+}
+
+// Use returns the running sandbox ns/name for one operation; release must
+// be called when the operation ends. Idle time is counted from release.
+func (m *Manager) Use(ns, name string) (backend.Sandbox, func(), error) {
+	m.mu.Lock()
+	e := m.entries[key{ns, name}]
+	if e == nil {
+		m.mu.Unlock()
+		return nil, nil, notFound(ns, name)
+	}
+	if e.state != Running {
+		st, why := e.state, e.err
+		m.mu.Unlock()
+		msg := fmt.Sprintf("sandbox %q in namespace %q is %s", name, ns, st)
+		if why != "" {
+			msg += " (" + why + ")"
+		}
+		return nil, nil, fmt.Errorf("%s: %w: start it first", msg, errdefs.ErrConflict)
+	}
+	sb := e.sb
+	e.busy.Add(1)
+	m.mu.Unlock()
+	e.touch()
+	return sb, func() { e.touch(); e.busy.Add(-1) }, nil
+}
+
+func (e *entry) touch() { e.lastActive.Store(time.Now().UnixNano()) }
+
+// Logf appends a line to the log of ns/name (no-op for unknown sandboxes).
+func (m *Manager) Logf(ns, name, format string, args ...any) {
+	m.mu.Lock()
+	e := m.entries[key{ns, name}]
+	m.mu.Unlock()
+	if e != nil {
+		e.logf(format, args...)
+	}
+}
+
+func (e *entry) logf(format string, args ...any) {
+	e.log.printf(format, args...)
+}
+
+// Logs returns the last tail lines of the log of ns/name (tail <= 0: all kept).
+func (m *Manager) Logs(ns, name string, tail int) ([]string, error) {
+	m.mu.Lock()
+	e := m.entries[key{ns, name}]
+	m.mu.Unlock()
+	if e == nil {
+		return nil, notFound(ns, name)
+	}
+	return e.log.tail(tail)
+}
+
+func (m *Manager) changed(ns string, from, to State, created bool) {
+	if m.opts.OnStateChange != nil && (from != to || created) {
+		if created {
+			from = ""
+		}
+		m.opts.OnStateChange(ns, from, to)
+	}
+}
+
+// insert records a new sandbox. Called with m.mu held.
+func (m *Manager) insert(ctx context.Context, e *entry) error {
+	spec, err := json.Marshal(e.spec)
+	if err != nil {
+		return err
+	}
+	_, err = m.db.ExecContext(context.WithoutCancel(ctx), `INSERT INTO sandboxes (id, namespace, name, state, spec, created) VALUES (?, ?, ?, ?, ?, ?)`,
+		e.id, e.ns, e.name, string(e.state), spec, e.created.UnixNano())
+	if err != nil {
+		return fmt.Errorf("record sandbox: %w", err)
+	}
+	return nil
+}
+
+// persist writes e's state; a failure is logged (the in-memory state is
+// the truth while the daemon runs; recovery re-checks the host).
+func (m *Manager) persist(e *entry) {
+	m.mu.Lock()
+	if e.removed {
+		m.mu.Unlock()
+		return
+	}
+	spec, _ := json.Marshal(e.spec)
+	args := []any{string(e.state), e.err, spec, unixNano(e.started), unixNano(e.stopped), e.id}
+	m.mu.Unlock()
+	if _, err := m.db.Exec(`UPDATE sandboxes SET state = ?, error = ?, spec = ?, started = ?, stopped = ? WHERE id = ?`, args...); err != nil {
+		m.log.Error("persist sandbox state", "id", e.id, "err", err)
+	}
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromUnixNano(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}

@@ -1,0 +1,111 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+)
+
+// recover loads the database, reattaches to sandboxes that were running,
+// and removes what the host holds that the database does not know.
+func (m *Manager) recover(ctx context.Context) error {
+	rows, err := m.db.QueryContext(ctx, `SELECT id, namespace, name, state, error, spec, created, started, stopped FROM sandboxes`)
+	if err != nil {
+		return fmt.Errorf("load sandboxes: %w", err)
+	}
+	var loaded []*entry
+	for rows.Next() {
+		var (
+			e                         entry
+			state                     string
+			spec                      []byte
+			created, started, stopped int64
+		)
+		if err := rows.Scan(&e.id, &e.ns, &e.name, &state, &e.err, &spec, &created, &started, &stopped); err != nil {
+			rows.Close()
+			return fmt.Errorf("load sandboxes: %w", err)
+		}
+		if err := json.Unmarshal(spec, &e.spec); err != nil {
+			e.err = "unreadable spec: " + err.Error()
+			state = string(Error)
+		}
+		e.state = State(state)
+		e.created, e.started, e.stopped = fromUnixNano(created), fromUnixNano(started), fromUnixNano(stopped)
+		e.lastActive.Store(time.Now().UnixNano())
+		loaded = append(loaded, &e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("load sandboxes: %w", err)
+	}
+	known := map[string]bool{}
+	for _, e := range loaded {
+		known[e.id] = true
+		e.log = openLog(m.opts.LogDir, e.id)
+		m.entries[key{e.ns, e.name}] = e
+		if e.state == Stopped || e.state == Error {
+			continue
+		}
+		// It was starting, running or stopping when the last daemon
+		// ended: running now only if its agent still is.
+		was := e.state
+		img, err := m.opts.Images(ctx, e.spec.Image)
+		var sb backend.Sandbox
+		if err == nil {
+			sb, err = m.be.Open(ctx, backend.Config{ID: e.id, Image: img, Env: e.spec.Env, Workdir: e.spec.Workdir,
+				MemoryBytes: e.spec.MemoryMiB << 20, CPUs: e.spec.CPUs, PidsMax: 1024, Network: "none"})
+		}
+		switch {
+		case err != nil:
+			e.state, e.err = Error, "reattach after restart: "+err.Error()
+		case !isRunning(sb):
+			e.sb = sb
+			e.state, e.stopped = Error, time.Now()
+			e.err = "the sandbox's agent was not running when the daemon restarted (was " + string(was) + ")"
+		case was == Running:
+			e.sb = sb
+			e.usage.reset(time.Now())
+			e.logf("reattached after a daemon restart")
+			m.watch(e, sb)
+		default:
+			// Half-started or half-stopped: finish the stop.
+			e.sb = sb
+			_ = sb.Stop(ctx)
+			e.state, e.stopped = Stopped, time.Now()
+		}
+		m.persist(e)
+		m.log.Info("sandbox recovered", "namespace", e.ns, "name", e.name, "id", e.id, "state", e.state, "was", was)
+	}
+	ids, err := m.be.IDs()
+	if err != nil {
+		return fmt.Errorf("list sandboxes on the host: %w", err)
+	}
+	for _, id := range ids {
+		if known[id] {
+			continue
+		}
+		if err := m.removeOnHost(ctx, id); err != nil {
+			m.log.Warn("remove orphaned sandbox", "id", id, "err", err)
+			continue
+		}
+		removeLog(m.opts.LogDir, id)
+		m.log.Info("orphaned sandbox removed", "id", id)
+	}
+	if _, err := m.be.ReapOrphans(func(id string) bool { return known[id] }); err != nil {
+		m.log.Warn("reap orphans", "err", err)
+	}
+	return nil
+}
+
+// isRunning reports whether sb's init runs.
+func isRunning(sb backend.Sandbox) bool {
+	select {
+	case <-sb.Done():
+		return false
+	default:
+		return true
+	}
+}

@@ -1,0 +1,114 @@
+package sandbox
+
+import (
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+)
+
+// diskEvery bounds how often a sandbox's disk usage is walked.
+const diskEvery = 10 * time.Second
+
+// usage keeps the samples a CPU percentage is computed from.
+type usage struct {
+	mu      sync.Mutex
+	lastT   time.Time
+	lastCPU time.Duration
+	pct     float64
+	have    bool
+	disk    int64
+	diskAt  time.Time
+}
+
+func (u *usage) reset(t time.Time) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.lastT, u.lastCPU, u.pct, u.have = t, 0, 0, false
+}
+
+// sample records CPU time consumed since the last sample.
+func (u *usage) sample(sb backend.Sandbox, now time.Time) {
+	st, err := sb.Stats()
+	if err != nil {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if dt := now.Sub(u.lastT); dt > 0 && !u.lastT.IsZero() {
+		u.pct = 100 * float64(st.CPUUsage-u.lastCPU) / float64(dt)
+		u.have = true
+	}
+	u.lastT, u.lastCPU = now, st.CPUUsage
+}
+
+// Usage is a sandbox's resource use as sandbox.metrics.get reports it.
+// Nil fields were not measurable (the sandbox is not running).
+type Usage struct {
+	Namespace string
+	Name      string
+	Running   bool
+	// CPUPercent is CPU use over the last sampling interval (up to one
+	// second), 100 = one core.
+	CPUPercent *float64
+	MemoryMiB  *float64
+	DiskBytes  *int64
+}
+
+// diskUser is implemented by backends that can measure a sandbox's own
+// files (its writable layer).
+type diskUser interface {
+	DiskUsage() (int64, error)
+}
+
+// Usage measures one sandbox.
+func (m *Manager) Usage(ns, name string) (Usage, error) {
+	m.mu.Lock()
+	e := m.entries[key{ns, name}]
+	if e == nil {
+		m.mu.Unlock()
+		return Usage{}, notFound(ns, name)
+	}
+	running, sb := e.state == Running, e.sb
+	m.mu.Unlock()
+	u := Usage{Namespace: ns, Name: name, Running: running}
+	now := time.Now()
+	if d, ok := sb.(diskUser); ok {
+		e.usage.mu.Lock()
+		stale := now.Sub(e.usage.diskAt) > diskEvery
+		e.usage.mu.Unlock()
+		if stale {
+			if n, err := d.DiskUsage(); err == nil {
+				e.usage.mu.Lock()
+				e.usage.disk, e.usage.diskAt = n, now
+				e.usage.mu.Unlock()
+			}
+		}
+		e.usage.mu.Lock()
+		if !e.usage.diskAt.IsZero() {
+			disk := e.usage.disk
+			u.DiskBytes = &disk
+		}
+		e.usage.mu.Unlock()
+	}
+	if !running {
+		return u, nil
+	}
+	st, err := sb.Stats()
+	if err != nil {
+		return u, nil
+	}
+	mem := float64(st.MemoryBytes) / (1 << 20)
+	u.MemoryMiB = &mem
+	e.usage.mu.Lock()
+	pct := e.usage.pct
+	if !e.usage.have {
+		// No full interval yet: the average since the sandbox started.
+		if dt := now.Sub(e.usage.lastT); dt > 0 {
+			pct = 100 * float64(st.CPUUsage-e.usage.lastCPU) / float64(dt)
+		}
+	}
+	e.usage.mu.Unlock()
+	u.CPUPercent = &pct
+	return u, nil
+}
