@@ -22,6 +22,8 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "run one command in a fresh sandbox, no daemon needed", runCmd},
+		{"serve", "serve the sandbox API (microsandbox-compatible JSON-RPC, MCP)", serveCmd},
+		{"key", "create, list and revoke API keys", keyCmd},
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
 		{"image", "import, list and remove images in the local store", imageCmd},
 		{"bench", "measure sandbox start, exec and REPL latency against baselines", benchCmd},

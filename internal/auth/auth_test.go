@@ -85,6 +85,13 @@ func TestNewSigner(t *testing.T) {
 	if _, err := NewSigner(make([]byte, 1025)); err == nil {
 		t.Error("1025-byte secret accepted")
 	}
+	var zero Signer
+	if _, _, err := zero.Issue("ns", time.Hour, testNow); err == nil {
+		t.Error("zero Signer issued a key")
+	}
+	if _, err := zero.Verify("msb_a.b.c", testNow); !errors.Is(err, ErrInvalid) {
+		t.Errorf("zero Signer Verify: %v", err)
+	}
 	buf := bytes.Clone(testSecret)
 	s := newSigner(t, buf)
 	key, _, err := s.Issue("ns", time.Hour, testNow)

@@ -157,6 +157,9 @@ type wireClaims struct {
 // random bytes in hex. Times are truncated to whole seconds; exp is rounded
 // up so a key never expires earlier than now+ttl.
 func (s *Signer) Issue(namespace string, ttl time.Duration, now time.Time) (string, Claims, error) {
+	if s == nil || s.k == nil {
+		return "", Claims{}, errors.New("auth: Signer not made by NewSigner")
+	}
 	if !ValidNamespace(namespace) {
 		return "", Claims{}, fmt.Errorf("auth: invalid namespace %q", namespace)
 	}
@@ -197,6 +200,9 @@ func (s *Signer) mac(signingInput string) []byte {
 // key past its exp yields ErrExpired; anything else wrong yields an error
 // wrapping ErrInvalid. Neither the key nor the secret appears in errors.
 func (s *Signer) Verify(key string, now time.Time) (Claims, error) {
+	if s == nil || s.k == nil {
+		return Claims{}, invalid("Signer not made by NewSigner")
+	}
 	if len(key) > MaxKeyLen {
 		return Claims{}, invalid("key too long")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -468,5 +469,15 @@ func TestConcurrentClients(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d sandboxes named race", n)
+	}
+}
+
+// TestPythonClient runs a stdlib-only Python client that sends what the
+// microsandbox Python SDK sends, with a real key.
+func TestPythonClient(t *testing.T) {
+	e := newEnv(t, false, nil)
+	out, err := exec.Command("/usr/bin/python3", "testdata/msb_client.py", e.url, e.admin).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "ok" {
+		t.Fatalf("python client: %v\n%s", err, out)
 	}
 }

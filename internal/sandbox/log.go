@@ -24,6 +24,7 @@ type logFile struct {
 	mu   sync.Mutex
 	path string
 	size int64
+	f    *os.File // open for appending; nil until the first line
 }
 
 func openLog(dir, id string) *logFile {
@@ -55,15 +56,17 @@ func (l *logFile) printf(format string, args ...any) {
 	rec := time.Now().UTC().Format(time.RFC3339Nano) + " " + line + "\n"
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
-		return
+	if l.f == nil {
+		if err := os.MkdirAll(filepath.Dir(l.path), 0o700); err != nil {
+			return
+		}
+		f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return
+		}
+		l.f = f
 	}
-	f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-	if err != nil {
-		return
-	}
-	n, _ := f.WriteString(rec)
-	f.Close()
+	n, _ := l.f.WriteString(rec)
 	l.size += int64(n)
 	if l.size > maxLog {
 		l.truncate()
@@ -83,6 +86,7 @@ func (l *logFile) truncate() {
 	tmp := l.path + ".tmp"
 	if os.WriteFile(tmp, b, 0o600) == nil && os.Rename(tmp, l.path) == nil {
 		l.size = int64(len(b))
+		l.closeLocked() // the next line opens the new file
 	}
 }
 
@@ -118,5 +122,23 @@ func (l *logFile) remove() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.closeLocked()
 	_ = os.Remove(l.path)
+}
+
+// close releases the file (the daemon is closing the manager).
+func (l *logFile) close() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closeLocked()
+}
+
+func (l *logFile) closeLocked() {
+	if l.f != nil {
+		l.f.Close()
+		l.f = nil
+	}
 }

@@ -262,6 +262,11 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	close(m.stop)
 	m.wg.Wait()
+	m.mu.Lock()
+	for _, e := range m.entries {
+		e.log.close()
+	}
+	m.mu.Unlock()
 }
 
 func (m *Manager) info(e *entry) Info {

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/mcp"
+	"github.com/warren-sandbox/warren/internal/metrics"
+	"github.com/warren-sandbox/warren/internal/rpc"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+const serveAbout = `
+Serves the microsandbox-compatible JSON-RPC API (POST /api/v1/rpc), Warren's
+extended methods, WebSocket streams (/api/v1/ws), MCP (/mcp), Prometheus
+metrics (/metrics) and a health route (/api/v1/health).
+
+Every request needs an API key ('warren key create') unless --dev is given.
+The key-signing secret is created on first start in the data directory
+(secret.key, mode 0600).
+
+Sandboxes keep running when the server stops; the next 'warren serve' on
+the same data directory reattaches to them and removes what it does not
+know. Logs are JSON lines on stderr.
+
+Examples:
+  warren serve --dev
+  warren serve --listen 0.0.0.0:5555 --idle-timeout 5m`
+
+// serveConfig is everything serve needs, from flags.
+type serveConfig struct {
+	hf               hostFlags
+	listen           string
+	dev              bool
+	prewarm          int
+	idleTimeout      time.Duration
+	maxLifetime      time.Duration
+	stoppedRetention time.Duration
+	maxSandboxes     int
+	maxRunning       int
+	pythonImage      string
+	nodeImage        string
+	logText          bool
+}
+
+func serveCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren serve", "warren serve [flags]", serveAbout)
+	var c serveConfig
+	c.hf.register(fs)
+	fs.StringVar(&c.listen, "listen", envOr("WARREN_LISTEN", "127.0.0.1:5555"), "address to listen on (env WARREN_LISTEN)")
+	fs.BoolVar(&c.dev, "dev", false, "development mode: no API keys needed, every caller may use every namespace")
+	fs.IntVar(&c.prewarm, "prewarm", 2, "agents kept spawned ahead of time so starts are faster (0 = none)")
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", 10*time.Minute, "stop a sandbox after this long without requests (per-sandbox override: idle_timeout)")
+	fs.DurationVar(&c.maxLifetime, "max-lifetime", 24*time.Hour, "stop a sandbox this long after it started (per-sandbox override: max_lifetime)")
+	fs.DurationVar(&c.stoppedRetention, "stopped-retention", 24*time.Hour, "remove stopped sandboxes (and their files) after this long; negative = keep")
+	fs.IntVar(&c.maxSandboxes, "max-sandboxes", 1000, "sandboxes this server holds at most, stopped ones included")
+	fs.IntVar(&c.maxRunning, "max-running", 256, "sandboxes running at once at most")
+	fs.StringVar(&c.pythonImage, "python-image", envOr("WARREN_PYTHON_IMAGE", image.HostName), "image for the language name python (and microsandbox/python)")
+	fs.StringVar(&c.nodeImage, "node-image", envOr("WARREN_NODE_IMAGE", image.HostName), "image for the language name node (and microsandbox/node)")
+	fs.BoolVar(&c.logText, "log-text", false, "log human-readable text instead of JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
+	}
+	return serve(ctx, &c)
+}
+
+func (c *serveConfig) logger() *slog.Logger {
+	level := slog.LevelInfo
+	if c.hf.verbose {
+		level = slog.LevelDebug
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if c.logText {
+		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}
+
+// imageResolver maps language names to the configured images, "host" to
+// the host image, and anything else to the image store.
+func imageResolver(host func() (*image.Image, error), st *image.Store, python, node string) sandbox.ImageResolver {
+	return func(_ context.Context, name string) (*image.Image, error) {
+		switch name {
+		case "python", "python3", "microsandbox/python":
+			name = python
+		case "node", "nodejs", "javascript", "microsandbox/node":
+			name = node
+		}
+		if name == image.HostName {
+			return host()
+		}
+		img, err := st.Get(name)
+		if errors.Is(err, image.ErrNotFound) {
+			return nil, fmt.Errorf("%w: image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", errdefs.ErrInvalid, name)
+		}
+		return img, err
+	}
+}
+
+func serve(ctx context.Context, c *serveConfig) error {
+	log := c.logger()
+	c.hf.verbose = c.hf.verbose && c.logText // the backend's debug lines only in text mode
+	be, err := c.hf.backend(false, c.prewarm)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	imgs, db, err := c.hf.imageStore()
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	secret, err := auth.LoadOrCreateSecret(filepath.Join(c.hf.dataDir, "secret.key"))
+	if err != nil {
+		return err
+	}
+	signer, err := auth.NewSigner(secret)
+	if err != nil {
+		return err
+	}
+	var keys *rpc.Keys
+	if !c.dev {
+		keys = rpc.NewKeys(signer, db.DB())
+	}
+	reg := metrics.NewRegistry()
+	mgr, err := sandbox.New(ctx, sandbox.Options{
+		Backend: be, DB: db.DB(), Images: imageResolver(be.HostImage, imgs, c.pythonImage, c.nodeImage),
+		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
+		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
+		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning,
+	})
+	if err != nil {
+		return err
+	}
+	defer mgr.Close()
+	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg})
+	if err != nil {
+		return err
+	}
+	api.SetMCP(mcp.Handler(api, log))
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           api.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "dev", c.dev, "data_dir", c.hf.dataDir,
+		"python_image", c.pythonImage, "node_image", c.nodeImage)
+	if c.dev {
+		log.Warn("dev mode: no API key is needed; anyone who can reach " + ln.Addr().String() + " can run code")
+	}
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down; sandboxes keep running and are reattached on the next start")
+	api.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}

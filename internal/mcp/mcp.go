@@ -1,0 +1,119 @@
+// Package mcp serves Warren over the Model Context Protocol (PROTOCOL.md §5).
+//
+// It owns the MCP tool catalogue (names, descriptions, input schemas) and
+// the translation between MCP tool calls and Warren's JSON-RPC methods
+// (docs/api.md). It speaks the Streamable HTTP transport through the
+// official Go SDK (github.com/modelcontextprotocol/go-sdk), and it does no
+// authentication or authorization of its own: the API server authenticates
+// /mcp before [Handler] runs, and every tool call goes back to the API
+// server through [Caller] with a context that carries that request's values
+// (so the server finds the caller's claims in it).
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Caller runs Warren's JSON-RPC methods for MCP tool calls.
+type Caller interface {
+	// CallMCP runs method with params on behalf of the /mcp request whose
+	// context is ctx; the implementation re-reads the caller's identity
+	// (claims) from ctx itself. A non-nil error becomes a tool result with
+	// isError set, carrying err.Error().
+	CallMCP(ctx context.Context, method string, params json.RawMessage) (any, error)
+}
+
+// ServerName is the implementation name reported in the MCP handshake.
+const ServerName = "warren"
+
+// Version is the implementation version reported in the MCP handshake.
+var Version = "dev"
+
+// Handler returns the http.Handler to mount at /mcp (Streamable HTTP).
+// log may be nil.
+//
+// Context propagation (go-sdk v1.8.0): the SDK runs every incoming JSON-RPC
+// message on a jsonrpc2 connection whose base context is the context passed
+// to Server.Connect, and each tool handler's ctx derives from that base
+// (values kept, cancellation detached). In the SDK's default stateful mode
+// the connection — and so its base context — is created by the initialize
+// POST and reused for every later POST of the session, so a tool call would
+// see the initialize request's values, not its own request's (and a
+// session would outlive a revoked or expired key). With
+// StreamableHTTPOptions.Stateless each POST gets a fresh temporary session
+// connected with that POST's req.Context(), so the context handed to
+// CallMCP carries the values (the claims) of the very request that carried
+// the tool call. req.Extra.Header / TokenInfo would not help: Warren's
+// claims are not an SDK TokenInfo, and headers would mean authenticating
+// twice. Stateless costs nothing here: Warren's tools never send
+// server-to-client requests, and sampling/elicitation are not used.
+func Handler(c Caller, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	srv := NewServer(c, log)
+	return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{
+		Stateless: true,
+		// Plain application/json replies: no tool streams progress, and
+		// plain JSON is friendlier to proxies and curl.
+		JSONResponse: true,
+		Logger:       log,
+		// The SDK's DNS-rebinding guard rejects requests that reach a
+		// loopback address with a non-loopback Host, which breaks the usual
+		// reverse proxy on 127.0.0.1. Every /mcp request is authenticated
+		// by a bearer API key (never a cookie) before it gets here, so a
+		// rebound browser page gains nothing.
+		DisableLocalhostProtection: true,
+	})
+}
+
+// NewServer returns an MCP server exposing Warren's tools, each of which
+// calls c. Most callers want [Handler]; this is for other transports.
+func NewServer(c Caller, log *slog.Logger) *sdk.Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := sdk.NewServer(&sdk.Implementation{Name: ServerName, Title: "Warren sandboxes", Version: Version}, &sdk.ServerOptions{
+		Instructions: instructions,
+		Logger:       log,
+	})
+	addTools(s, c, log)
+	return s
+}
+
+const instructions = `Warren runs isolated sandboxes (lightweight Linux environments).
+Start one with sandbox_start (pick any name), then run code (sandbox_run_code),
+commands (sandbox_run_command, sandbox_shell) and work with its files
+(sandbox_read_file, sandbox_write_file, sandbox_list_files). Stop it with
+sandbox_stop when done (its files are kept; sandbox_remove deletes it).
+The namespace argument is optional everywhere; omit it to use the API key's default.`
+
+// textResult is a successful tool result holding text.
+func textResult(text string) *sdk.CallToolResult {
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}
+}
+
+// errorResult is a failed tool result: isError with the message as text,
+// so the model sees what went wrong and can correct itself.
+func errorResult(err error) *sdk.CallToolResult {
+	msg := err.Error()
+	if msg == "" {
+		msg = "error"
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: msg}}, IsError: true}
+}
+
+// jsonResult renders a method's result as JSON text.
+func jsonResult(v any) *sdk.CallToolResult {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return errorResult(errors.New("encode result: " + err.Error()))
+	}
+	return textResult(string(b))
+}

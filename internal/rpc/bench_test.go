@@ -1,0 +1,136 @@
+package rpc_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// benchClient posts JSON-RPC over one keep-alive connection pool, with a
+// key, as an SDK would.
+type benchClient struct {
+	url, key string
+	hc       *http.Client
+}
+
+func (e *env) benchClient() *benchClient {
+	return &benchClient{url: e.url + "/api/v1/rpc", key: e.admin,
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+}
+
+func (c *benchClient) call(b testing.TB, method string, params map[string]any) {
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": "1"})
+	req, _ := http.NewRequest("POST", c.url, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("%s: %d %s", method, resp.StatusCode, out)
+	}
+}
+
+func quietEnv(b *testing.B) *env {
+	e := newEnv(b, false, nil)
+	b.Cleanup(func() {})
+	return e
+}
+
+// BenchmarkHTTPStartRunStop: sandbox.start + command.run true +
+// sandbox.stop, the microsandbox client's whole cycle (one name, as a
+// client reusing its sandbox name does; files are kept between cycles).
+func BenchmarkHTTPStartRunStop(b *testing.B) {
+	e := quietEnv(b)
+	c := e.benchClient()
+	p := map[string]any{"sandbox": "bench"}
+	run := map[string]any{"sandbox": "bench", "command": "true"}
+	var tStart, tRun, tStop time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		c.call(b, "sandbox.start", p)
+		t1 := time.Now()
+		c.call(b, "sandbox.command.run", run)
+		t2 := time.Now()
+		c.call(b, "sandbox.stop", p)
+		tStart, tRun, tStop = tStart+t1.Sub(t0), tRun+t2.Sub(t1), tStop+time.Since(t2)
+	}
+	n := float64(b.N) * float64(time.Millisecond)
+	b.ReportMetric(float64(tStart)/n, "start-ms")
+	b.ReportMetric(float64(tRun)/n, "run-ms")
+	b.ReportMetric(float64(tStop)/n, "stop-ms")
+}
+
+// BenchmarkHTTPCreateRunRemove: a fresh sandbox every time, removed after.
+func BenchmarkHTTPCreateRunRemove(b *testing.B) {
+	e := quietEnv(b)
+	c := e.benchClient()
+	i := 0
+	for b.Loop() {
+		i++
+		name := fmt.Sprintf("b%d", i)
+		c.call(b, "sandbox.start", map[string]any{"sandbox": name})
+		c.call(b, "sandbox.command.run", map[string]any{"sandbox": name, "command": "true"})
+		c.call(b, "sandbox.remove", map[string]any{"sandbox": name})
+	}
+}
+
+// BenchmarkHTTPCommandRun: command.run true in a running sandbox.
+func BenchmarkHTTPCommandRun(b *testing.B) {
+	e := quietEnv(b)
+	c := e.benchClient()
+	c.call(b, "sandbox.start", map[string]any{"sandbox": "cmd"})
+	p := map[string]any{"sandbox": "cmd", "command": "true"}
+	c.call(b, "sandbox.command.run", p)
+	for b.Loop() {
+		c.call(b, "sandbox.command.run", p)
+	}
+}
+
+// BenchmarkHTTPReplRun: repl.run 1+1 in a running sandbox.
+func BenchmarkHTTPReplRun(b *testing.B) {
+	e := quietEnv(b)
+	c := e.benchClient()
+	c.call(b, "sandbox.start", map[string]any{"sandbox": "repl"})
+	p := map[string]any{"sandbox": "repl", "language": "python", "code": "1+1"}
+	c.call(b, "sandbox.repl.run", p)
+	for b.Loop() {
+		c.call(b, "sandbox.repl.run", p)
+	}
+}
+
+// BenchmarkHTTPParallelCycles: 8 clients each running start/run/stop
+// cycles on their own sandbox; reports complete cycles per second.
+func BenchmarkHTTPParallelCycles(b *testing.B) {
+	e := quietEnv(b)
+	const clients = 8
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	t0 := time.Now()
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := e.benchClient()
+			p := map[string]any{"sandbox": fmt.Sprintf("par%d", i)}
+			run := map[string]any{"sandbox": p["sandbox"], "command": "true"}
+			for next.Add(1) <= int64(b.N) {
+				c.call(b, "sandbox.start", p)
+				c.call(b, "sandbox.command.run", run)
+				c.call(b, "sandbox.stop", p)
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/time.Since(t0).Seconds(), "cycles/s")
+}
