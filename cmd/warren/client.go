@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// apiClient is the CLI's JSON-RPC client for a running 'warren serve'.
+type apiClient struct {
+	url string
+	key string
+	hc  *http.Client
+}
+
+// clientFlags are the flags of commands that talk to the server. The key
+// is read from the environment only, so it never shows in ps or history.
+func clientFlags(fs *flag.FlagSet) (*apiClient, *string) {
+	c := &apiClient{key: os.Getenv("MSB_API_KEY"), hc: &http.Client{}}
+	fs.StringVar(&c.url, "server", envOr("MSB_SERVER_URL", "http://127.0.0.1:5555"), "server URL (env MSB_SERVER_URL); the API key is read from MSB_API_KEY")
+	ns := fs.String("namespace", "default", "namespace")
+	return c, ns
+}
+
+type rpcError struct {
+	Code    int            `json:"code"`
+	Message string         `json:"message"`
+	Data    map[string]any `json:"data"`
+}
+
+func (c *apiClient) call(ctx context.Context, method string, params, out any) error {
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": 1})
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", strings.TrimRight(c.url, "/")+"/api/v1/rpc", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the server at %s (is 'warren serve' running?): %w", c.url, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return err
+	}
+	var r struct {
+		Result json.RawMessage `json:"result"`
+		Error  *rpcError       `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return fmt.Errorf("server answered %s: %.200s", resp.Status, raw)
+	}
+	if r.Error != nil {
+		return errors.New(r.Error.Message)
+	}
+	if out != nil {
+		return json.Unmarshal(r.Result, out)
+	}
+	return nil
+}
+
+const psAbout = `
+Lists the sandboxes of a running server ('warren serve'), with their state,
+image and limits. --namespace '*' lists every namespace the key may see.`
+
+func psCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren ps", "warren ps [--namespace NS|'*'] [--state STATE]", psAbout)
+	c, ns := clientFlags(fs)
+	state := fs.String("state", "", "only sandboxes in this state (starting, running, stopping, stopped, error)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var out struct {
+		Sandboxes []struct {
+			Namespace string     `json:"namespace"`
+			Name      string     `json:"name"`
+			State     string     `json:"state"`
+			Error     string     `json:"error"`
+			Image     string     `json:"image"`
+			MemoryMiB int64      `json:"memory_mib"`
+			CPUs      float64    `json:"cpus"`
+			StartedAt *time.Time `json:"started_at"`
+		} `json:"sandboxes"`
+	}
+	if err := c.call(ctx, "sandbox.list", map[string]any{"namespace": *ns, "state": *state}, &out); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tIMAGE\tMEMORY\tCPUS\tUP")
+	for _, s := range out.Sandboxes {
+		up := "-"
+		if s.StartedAt != nil && s.State == "running" {
+			up = time.Since(*s.StartedAt).Round(time.Second).String()
+		}
+		st := s.State
+		if s.Error != "" {
+			st += " (" + s.Error + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%dM\t%g\t%s\n", s.Namespace, s.Name, st, s.Image, s.MemoryMiB, s.CPUs, up)
+	}
+	return tw.Flush()
+}
+
+const logsAbout = `
+Prints a sandbox's log from a running server: its lifecycle and every
+command, code run and process with its outcome, oldest first.`
+
+func logsCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren logs", "warren logs [--tail N] NAME", logsAbout)
+	c, ns := clientFlags(fs)
+	tail := fs.Int("tail", 0, "only the last N lines (0 = all kept)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return exitError{2}
+	}
+	var out struct {
+		Lines []string `json:"lines"`
+	}
+	if err := c.call(ctx, "sandbox.logs", map[string]any{"namespace": *ns, "sandbox": fs.Arg(0), "tail": *tail}, &out); err != nil {
+		return err
+	}
+	for _, l := range out.Lines {
+		fmt.Println(l)
+	}
+	return nil
+}
+
+const execAbout = `
+Runs CMD in a running sandbox of a running server and passes its output and
+exit code through (124 when --timeout killed it).
+
+Example:
+  warren exec mybox -- python3 -c 'print(1)'`
+
+func execCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren exec", "warren exec [flags] NAME -- CMD [ARGS...]", execAbout)
+	c, ns := clientFlags(fs)
+	timeout := fs.Duration("timeout", 0, "kill CMD after this long; 0 = no limit")
+	workdir := fs.String("workdir", "", "working directory in the sandbox")
+	user := fs.String("user", "", "user to run as (name, uid or uid:gid)")
+	var envs stringList
+	fs.Var(&envs, "env", "set an environment variable K=V (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	argv := fs.Args()
+	if len(argv) > 1 && argv[1] == "--" {
+		argv = append(argv[:1:1], argv[2:]...)
+	}
+	if len(argv) < 2 {
+		fs.Usage()
+		return exitError{2}
+	}
+	var out struct {
+		ExitCode int    `json:"exit_code"`
+		TimedOut bool   `json:"timed_out"`
+		OOM      bool   `json:"oom_killed"`
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+	}
+	err := c.call(ctx, "sandbox.exec", map[string]any{"namespace": *ns, "sandbox": argv[0], "argv": argv[1:],
+		"timeout": timeout.Seconds(), "cwd": *workdir, "user": *user, "env": []string(envs), "binary": true}, &out)
+	if err != nil {
+		return err
+	}
+	for _, s := range []struct {
+		data string
+		w    io.Writer
+	}{{out.Stdout, os.Stdout}, {out.Stderr, os.Stderr}} {
+		b, _ := base64.StdEncoding.DecodeString(s.data)
+		_, _ = s.w.Write(b)
+	}
+	switch {
+	case out.TimedOut:
+		fmt.Fprintf(os.Stderr, "warren exec: killed after the %s timeout\n", *timeout)
+		return exitError{124}
+	case out.OOM:
+		fmt.Fprintln(os.Stderr, "warren exec: killed: out of memory")
+	}
+	if out.ExitCode != 0 {
+		return exitError{out.ExitCode}
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startServe runs 'warren serve' on a free loopback port and waits until
+// it answers; it returns the URL and the server's stderr so far.
+func startServe(t *testing.T, dir string, extra ...string) (string, *exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := warren(t, dir, append([]string{"serve", "--listen", addr, "--prewarm", "1"}, extra...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + addr
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url + "/api/v1/health")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			t.Fatalf("server did not come up: %s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return url, cmd, &stderr
+}
+
+func stopServe(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("serve did not stop on SIGTERM")
+	}
+}
+
+// TestServeKeysAndClientCommands: a real 'warren serve' with key auth,
+// keys made by 'warren key', and 'warren ps/exec/logs' against it, across a
+// server restart.
+func TestServeKeysAndClientCommands(t *testing.T) {
+	dir := stateDir(t)
+	create := run(t, warren(t, dir, "key", "create", "--namespace", "*", "--expire", "1d", "--description", "cli test"), "")
+	if create.code != 0 || !strings.HasPrefix(create.stdout, "msb_") {
+		t.Fatalf("key create: %+v", create)
+	}
+	key := strings.TrimSpace(create.stdout)
+	secretPath := filepath.Join(dir, "data", "secret.key")
+	fi, err := os.Stat(secretPath)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("secret file: %v %v", fi, err)
+	}
+	secret, _ := os.ReadFile(secretPath)
+
+	url, srv, stderr := startServe(t, dir)
+	client := func(args ...string) result {
+		cmd := warren(t, dir, args...)
+		cmd.Env = append(cmd.Env, "MSB_SERVER_URL="+url, "MSB_API_KEY="+key)
+		return run(t, cmd, "")
+	}
+	post := func(method string, params map[string]any) int {
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": 1})
+		req, _ := http.NewRequest("POST", url+"/api/v1/rpc", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("sandbox.start", map[string]any{"sandbox": "box"}); code != 200 {
+		t.Fatalf("start: %d", code)
+	}
+	if r := client("exec", "box", "--", "sh", "-c", "echo out; echo err >&2; exit 3"); r.code != 3 || r.stdout != "out\n" || r.stderr != "err\n" {
+		t.Fatalf("exec: %+v", r)
+	}
+	if r := client("ps"); r.code != 0 || !strings.Contains(r.stdout, "box") || !strings.Contains(r.stdout, "running") {
+		t.Fatalf("ps: %+v", r)
+	}
+	if r := client("logs", "box"); r.code != 0 || !strings.Contains(r.stdout, "exec sh -c") {
+		t.Fatalf("logs: %+v", r)
+	}
+	noKey := warren(t, dir, "exec", "box", "--", "true")
+	noKey.Env = append(noKey.Env, "MSB_SERVER_URL="+url, "MSB_API_KEY=")
+	if r := run(t, noKey, ""); r.code == 0 || !strings.Contains(r.stderr, "API key") {
+		t.Fatalf("exec without a key: %+v", r)
+	}
+
+	stopServe(t, srv)
+	url2, srv2, stderr2 := startServe(t, dir)
+	url = url2
+	if r := client("exec", "box", "--", "echo", "still here"); r.code != 0 || r.stdout != "still here\n" {
+		t.Fatalf("exec after restart: %+v\n%s", r, stderr2.String())
+	}
+	// Revocation through the CLI takes effect on the running server.
+	list := run(t, warren(t, dir, "key", "list"), "")
+	sc := bufio.NewScanner(strings.NewReader(list.stdout))
+	var id string
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) > 0 && strings.Contains(sc.Text(), "cli test") {
+			id = f[0]
+		}
+	}
+	if id == "" {
+		t.Fatalf("key list: %+v", list)
+	}
+	if r := run(t, warren(t, dir, "key", "revoke", id), ""); r.code != 0 {
+		t.Fatalf("revoke: %+v", r)
+	}
+	if r := client("ps"); r.code == 0 || !strings.Contains(r.stderr, "revoked") {
+		t.Fatalf("ps with a revoked key: %+v", r)
+	}
+	stopServe(t, srv2)
+	for _, logs := range []string{stderr.String(), stderr2.String()} {
+		if bytes.Contains([]byte(logs), bytes.TrimSpace(secret)) || strings.Contains(logs, key) {
+			t.Fatal("the signing secret or a key reached the server's log")
+		}
+		if !strings.Contains(logs, `"request_id"`) {
+			t.Fatalf("logs are not JSON with request ids:\n%s", logs)
+		}
+	}
+	// Clean up the sandbox the servers left running (they keep running by design).
+	url3, srv3, _ := startServe(t, dir, "--dev")
+	body := `{"jsonrpc":"2.0","method":"sandbox.remove","params":{"sandbox":"box"},"id":1}`
+	resp, err := http.Post(url3+"/api/v1/rpc", "application/json", strings.NewReader(body))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("remove: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	stopServe(t, srv3)
+}
