@@ -5,13 +5,15 @@ export GOFLAGS := -buildvcs=false
 
 BIN := bin
 GO_PACKAGES := ./...
-# What `make run` runs in a sandbox; override: make run CMD="sh -c 'id; hostname'"
+# What `make demo` runs in a sandbox; override: make demo CMD="sh -c 'id; hostname'"
 CMD ?= /usr/bin/python3 -c "import platform; print('hello from a sandbox on', platform.node())"
+# How `make run` serves: loopback, no API keys (dev mode). For keys: make run SERVE_FLAGS=
+SERVE_FLAGS ?= --dev
 
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run test vet fmt-check lint bench doctor clean
+.PHONY: all setup build run demo test test-sdk vet fmt-check lint bench doctor clean
 
 all: build
 
@@ -24,12 +26,19 @@ build: setup
 	cp $(BIN)/warren-agent internal/agentbin/warren-agent
 	go build -trimpath -tags embedagent -o $(BIN)/warren ./cmd/warren
 
+# Checks the kernel, shows one sandboxed command, then serves the API on
+# 127.0.0.1:5555 until Ctrl-C.
 run: build
 	$(BIN)/warren doctor
+	$(BIN)/warren run -- $(CMD)
+	$(BIN)/warren serve $(SERVE_FLAGS)
+
+demo: build
 	$(BIN)/warren run -- $(CMD)
 
 vet:
 	go vet $(GO_PACKAGES)
+	cd sdk && go vet ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -41,8 +50,12 @@ lint: setup
 		go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	$(GOBIN)/golangci-lint run ./...
 
-test: build vet fmt-check lint
+test: build vet fmt-check lint test-sdk
 	go test -count=1 -timeout 30m $(GO_PACKAGES)
+
+# The SDK is its own module (stdlib only).
+test-sdk:
+	cd sdk && go test -count=1 ./...
 
 bench: build
 	$(BIN)/warren bench -n 300
