@@ -311,7 +311,7 @@ func TestVerifyMatrix(t *testing.T) {
 			if !errors.Is(err, c.want) {
 				t.Fatalf("err = %v, want %v", err, c.want)
 			}
-			if c.want == ErrInvalid && errors.Is(err, ErrExpired) {
+			if errors.Is(c.want, ErrInvalid) && errors.Is(err, ErrExpired) {
 				t.Fatalf("err %v is both invalid and expired", err)
 			}
 			if got != (Claims{}) {

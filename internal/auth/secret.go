@@ -112,7 +112,7 @@ func createSecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("auth: installing secret file: %w", err)
 	}
 	if d, err := os.Open(dir); err == nil {
-		d.Sync()
+		_ = d.Sync() // best effort: the file itself was synced
 		d.Close()
 	}
 	return secret, nil

@@ -300,15 +300,15 @@ func (m *meta) writeHeader(b *bufio.Writer) {
 	if m.help != "" {
 		b.WriteString("# HELP ")
 		b.WriteString(m.name)
-		b.WriteByte(' ')
+		_ = b.WriteByte(' ')
 		writeEscaped(b, m.help, false)
-		b.WriteByte('\n')
+		_ = b.WriteByte('\n')
 	}
 	b.WriteString("# TYPE ")
 	b.WriteString(m.name)
-	b.WriteByte(' ')
+	_ = b.WriteByte(' ')
 	b.WriteString(m.typ)
-	b.WriteByte('\n')
+	_ = b.WriteByte('\n')
 }
 
 // writeSample writes one sample line. extraName/extraValue, if extraName is
@@ -316,30 +316,30 @@ func (m *meta) writeHeader(b *bufio.Writer) {
 func (m *meta) writeSample(b *bufio.Writer, name string, values []string, extraName, extraValue, value string) {
 	b.WriteString(name)
 	if len(values) > 0 || extraName != "" {
-		b.WriteByte('{')
+		_ = b.WriteByte('{')
 		for i, v := range values {
 			if i > 0 {
-				b.WriteByte(',')
+				_ = b.WriteByte(',')
 			}
 			b.WriteString(m.labelNames[i])
 			b.WriteString(`="`)
 			writeEscaped(b, v, true)
-			b.WriteByte('"')
+			_ = b.WriteByte('"')
 		}
 		if extraName != "" {
 			if len(values) > 0 {
-				b.WriteByte(',')
+				_ = b.WriteByte(',')
 			}
 			b.WriteString(extraName)
 			b.WriteString(`="`)
 			b.WriteString(extraValue)
-			b.WriteByte('"')
+			_ = b.WriteByte('"')
 		}
-		b.WriteByte('}')
+		_ = b.WriteByte('}')
 	}
-	b.WriteByte(' ')
+	_ = b.WriteByte(' ')
 	b.WriteString(value)
-	b.WriteByte('\n')
+	_ = b.WriteByte('\n')
 }
 
 // series is one label combination of a family.
@@ -641,7 +641,7 @@ func writeEscaped(b *bufio.Writer, s string, quote bool) {
 		case c == '"' && quote:
 			b.WriteString(`\"`)
 		default:
-			b.WriteByte(c)
+			_ = b.WriteByte(c)
 		}
 	}
 }

@@ -78,7 +78,7 @@ func (s *Server) fileWrite(ctx context.Context, c *call) (any, error) {
 		}
 		b, err := base64.StdEncoding.DecodeString(p.Data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: \"data\" must be base64: %v", errInvalidParams, err)
+			return nil, fmt.Errorf("%w: \"data\" must be base64: %w", errInvalidParams, err)
 		}
 		mode := p.Mode
 		if mode == 0 {

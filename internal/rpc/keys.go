@@ -63,7 +63,7 @@ func (k *Keys) List(ctx context.Context) ([]KeyRecord, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
+	defer func() { _ = rows.Close() }()
 	out := []KeyRecord{}
 	for rows.Next() {
 		var r KeyRecord
@@ -109,7 +109,7 @@ func (k *Keys) Verify(ctx context.Context, key string) (auth.Claims, error) {
 		if errors.Is(err, auth.ErrExpired) {
 			return auth.Claims{}, fmt.Errorf("%w: API key expired; create a new one with 'warren key create'", errdefs.ErrUnauthorized)
 		}
-		return auth.Claims{}, fmt.Errorf("%w: invalid API key (%v)", errdefs.ErrUnauthorized, err)
+		return auth.Claims{}, fmt.Errorf("%w: invalid API key (%w)", errdefs.ErrUnauthorized, err)
 	}
 	if c.ID == "" {
 		return c, nil

@@ -240,7 +240,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, ctx, nil, fmt.Errorf("%w: request body is larger than %d MiB", errdefs.ErrTooLarge, MaxBody>>20), 0)
 			return
 		}
-		s.writeError(w, ctx, nil, fmt.Errorf("%w: read body: %v", errInvalidRequest, err), 0)
+		s.writeError(w, ctx, nil, fmt.Errorf("%w: read body: %w", errInvalidRequest, err), 0)
 		return
 	}
 	req, err := decodeRequest(body)
@@ -270,7 +270,7 @@ func decodeRequest(body []byte) (request, error) {
 	if err := json.Unmarshal(body, &req); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) || len(trimmed) == 0 {
-			return request{ID: nullID}, fmt.Errorf("%w: body is not valid JSON: %v", errParse, err)
+			return request{ID: nullID}, fmt.Errorf("%w: body is not valid JSON: %w", errParse, err)
 		}
 		// Valid JSON of the wrong shape: try to keep the id.
 		var idOnly struct {

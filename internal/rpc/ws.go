@@ -76,7 +76,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name string) {
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ctx, cancel := context.WithCancel(conn.Request().Context())
 	defer cancel()
 	var sendMu sync.Mutex
@@ -92,7 +92,7 @@ func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name strin
 	var start wsStart
 	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if err := websocket.JSON.Receive(conn, &start); err != nil {
-		fail(fmt.Errorf("%w: first message must be {\"argv\": [...], ...}: %v", errInvalidParams, err))
+		fail(fmt.Errorf("%w: first message must be {\"argv\": [...], ...}: %w", errInvalidParams, err))
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})

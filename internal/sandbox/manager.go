@@ -612,7 +612,7 @@ func (m *Manager) removeOnHost(ctx context.Context, id string) error {
 	}
 	sb, err := m.be.Open(ctx, backend.Config{ID: id, Image: img})
 	if err != nil {
-		return nil // nothing on the host
+		return nil //nolint:nilerr // Open fails only when nothing is on the host
 	}
 	return sb.Remove(ctx)
 }

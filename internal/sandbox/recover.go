@@ -25,7 +25,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			created, started, stopped int64
 		)
 		if err := rows.Scan(&e.id, &e.ns, &e.name, &state, &e.err, &spec, &created, &started, &stopped); err != nil {
-			rows.Close()
+			_ = rows.Close()
 			return fmt.Errorf("load sandboxes: %w", err)
 		}
 		if err := json.Unmarshal(spec, &e.spec); err != nil {
@@ -37,7 +37,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		e.lastActive.Store(time.Now().UnixNano())
 		loaded = append(loaded, &e)
 	}
-	rows.Close()
+	_ = rows.Close()
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("load sandboxes: %w", err)
 	}

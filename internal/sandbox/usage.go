@@ -96,7 +96,7 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 	}
 	st, err := sb.Stats()
 	if err != nil {
-		return u, nil
+		return u, nil //nolint:nilerr // it stopped meanwhile: report it without usage
 	}
 	mem := float64(st.MemoryBytes) / (1 << 20)
 	u.MemoryMiB = &mem
