@@ -112,10 +112,13 @@ func snapshot(b *native.Backend) (string, error) {
 		}
 		out = append(out, fmt.Sprintf("%s: %v", filepath.Base(d), names))
 	}
+	// Only this test process's children count: every agent is one, and
+	// everything in a sandbox lives in its agent's namespaces. Other test
+	// packages running at the same time have sandboxes of their own.
 	agents, netns := 0, map[string]bool{}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
-		if p.Name()[0] < '0' || p.Name()[0] > '9' {
+		if p.Name()[0] < '0' || p.Name()[0] > '9' || ppid(p.Name()) != os.Getpid() {
 			continue
 		}
 		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasSuffix(exe, "warren-agent") {
