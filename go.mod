@@ -6,6 +6,7 @@ require (
 	github.com/google/go-containerregistry v0.22.1
 	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/opencontainers/runtime-spec v1.3.0
+	github.com/warren-sandbox/warren/sdk v0.0.0
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.49.0
 	modernc.org/sqlite v1.61.1
@@ -34,3 +35,7 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+// The SDK is its own module in this repository; the server's end-to-end
+// tests drive it from here.
+replace github.com/warren-sandbox/warren/sdk => ./sdk

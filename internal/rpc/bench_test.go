@@ -25,19 +25,26 @@ func (e *env) benchClient() *benchClient {
 }
 
 func (c *benchClient) call(b testing.TB, method string, params map[string]any) {
+	if err := c.try(method, params); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func (c *benchClient) try(method string, params map[string]any) error {
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": "1"})
 	req, _ := http.NewRequest("POST", c.url, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+c.key)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
 	out, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
-		b.Fatalf("%s: %d %s", method, resp.StatusCode, out)
+		return fmt.Errorf("%s: %d %s", method, resp.StatusCode, out)
 	}
+	return nil
 }
 
 func quietEnv(b *testing.B) *env {
@@ -125,9 +132,15 @@ func BenchmarkHTTPParallelCycles(b *testing.B) {
 			p := map[string]any{"sandbox": fmt.Sprintf("par%d", i)}
 			run := map[string]any{"sandbox": p["sandbox"], "command": "true"}
 			for next.Add(1) <= int64(b.N) {
-				c.call(b, "sandbox.start", p)
-				c.call(b, "sandbox.command.run", run)
-				c.call(b, "sandbox.stop", p)
+				for _, step := range []struct {
+					m string
+					p map[string]any
+				}{{"sandbox.start", p}, {"sandbox.command.run", run}, {"sandbox.stop", p}} {
+					if err := c.try(step.m, step.p); err != nil {
+						b.Error(err)
+						return
+					}
+				}
 			}
 		}()
 	}

@@ -1,0 +1,3 @@
+module github.com/warren-sandbox/warren/sdk
+
+go 1.26
