@@ -5,8 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/sdk/msb"
+	"github.com/warren-sandbox/warren/sdk/warren"
 )
 
 // TestGoSDK drives a real server through the Go SDK's microsandbox API
@@ -63,5 +65,70 @@ func TestGoSDK(t *testing.T) {
 	bad := msb.NewNodeSandbox(msb.WithName("x"), msb.WithServerUrl(e.url), msb.WithApiKey("msb_wrong"))
 	if err := bad.Start(msb.StartConfig{}); err == nil || !strings.Contains(err.Error(), "API key") {
 		t.Fatalf("bad key: %v", err)
+	}
+}
+
+// TestGoSDKExtended drives the extended API through the SDK's warren
+// client: create, exec, shell, files, processes, logs, one-shot runs that
+// leave nothing behind.
+func TestGoSDKExtended(t *testing.T) {
+	e := newEnv(t, false, nil)
+	ctx := t.Context()
+	c := warren.New(warren.WithServerURL(e.url), warren.WithAPIKey(e.admin), warren.WithNamespace("agents"))
+	sb, err := c.Create(ctx, warren.Spec{Name: "ext", Labels: map[string]string{"run": "1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, warren.Spec{Name: "ext"}); !warren.IsConflict(err) {
+		t.Fatalf("create twice: %v", err)
+	}
+	res, err := sb.Exec(ctx, "cat", nil, warren.ExecStdin("piped"))
+	if err != nil || res.Stdout != "piped" || !res.OK() {
+		t.Fatalf("exec: %+v %v", res, err)
+	}
+	res, err = sb.Shell(ctx, "echo a; echo b >&2; exit 2")
+	if err != nil || res.Output() != "a\nb\n" || res.ExitCode != 2 {
+		t.Fatalf("shell: %+v %v", res, err)
+	}
+	res, err = sb.Shell(ctx, "sleep 5", warren.ExecTimeout(200*time.Millisecond))
+	if err != nil || !res.TimedOut || res.OK() {
+		t.Fatalf("timeout: %+v %v", res, err)
+	}
+	if err := sb.WriteFile(ctx, "/tmp/x", []byte("data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := sb.ReadFile(ctx, "/tmp/x"); err != nil || string(b) != "data" {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	if _, err := sb.ReadFile(ctx, "/nope"); !warren.IsNotFound(err) {
+		t.Fatalf("missing file: %v", err)
+	}
+	p, err := sb.StartProcess(ctx, "sh", []string{"-c", "exit 9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := p.Wait(ctx, 10*time.Second); err != nil || info.Exit == nil || info.Exit.Code != 9 {
+		t.Fatalf("process: %+v %v", info, err)
+	}
+	if logs, err := sb.Logs(ctx, 0); err != nil || !strings.Contains(logs, "exec cat") {
+		t.Fatalf("logs: %q %v", logs, err)
+	}
+	list, err := c.List(ctx, warren.ListOptions{Labels: map[string]string{"run": "1"}})
+	if err != nil || len(list) != 1 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if err := c.Remove(ctx, "ext"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.RunPython(ctx, "print(sum(range(10)))")
+	if err != nil || out.Stdout != "45\n" {
+		t.Fatalf("RunPython: %+v %v", out, err)
+	}
+	out, err = c.RunShell(ctx, "echo $((2+3))")
+	if err != nil || out.Stdout != "5\n" {
+		t.Fatalf("RunShell: %+v %v", out, err)
+	}
+	if list, _ := c.List(ctx, warren.ListOptions{}); len(list) != 0 {
+		t.Fatalf("one-shot runs left sandboxes: %+v", list)
 	}
 }
