@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test test-sdk vet fmt-check lint bench doctor clean
+.PHONY: all setup build run demo test test-sdk vet fmt-check lint bench bench-server doctor clean
 
 all: build
 
@@ -59,6 +59,10 @@ test-sdk:
 
 bench: build
 	$(BIN)/warren bench -n 300
+
+# The server over HTTP on loopback, with API keys (issue #4's targets).
+bench-server: build
+	WARREN_AGENT=$(CURDIR)/$(BIN)/warren-agent go test -count=1 -run XXX -bench HTTP -benchtime 400x ./internal/rpc
 
 doctor: build
 	$(BIN)/warren doctor
