@@ -20,6 +20,8 @@ type hostFlags struct {
 	userNS  string
 	agent   string
 	verbose bool
+	// log, when set, replaces the -v text logger (the server logs JSON).
+	log *slog.Logger
 }
 
 func (h *hostFlags) register(fs *flag.FlagSet) {
@@ -31,6 +33,9 @@ func (h *hostFlags) register(fs *flag.FlagSet) {
 }
 
 func (h *hostFlags) logger() *slog.Logger {
+	if h.log != nil {
+		return h.log
+	}
 	if !h.verbose {
 		return slog.New(slog.DiscardHandler)
 	}

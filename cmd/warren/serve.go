@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
-	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/mcp"
 	"github.com/warren-sandbox/warren/internal/metrics"
@@ -102,17 +100,13 @@ func imageResolver(host func() (*image.Image, error), st *image.Store, python, n
 		if name == image.HostName {
 			return host()
 		}
-		img, err := st.Get(name)
-		if errors.Is(err, image.ErrNotFound) {
-			return nil, fmt.Errorf("%w: image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", errdefs.ErrInvalid, name)
-		}
-		return img, err
+		return st.Get(name)
 	}
 }
 
 func serve(ctx context.Context, c *serveConfig) error {
 	log := c.logger()
-	c.hf.verbose = c.hf.verbose && c.logText // the backend's debug lines only in text mode
+	c.hf.log = log // the backend logs into the server's log
 	be, err := c.hf.backend(false, c.prewarm)
 	if err != nil {
 		return err

@@ -47,17 +47,11 @@ func (c *benchClient) try(method string, params map[string]any) error {
 	return nil
 }
 
-func quietEnv(b *testing.B) *env {
-	e := newEnv(b, false, nil)
-	b.Cleanup(func() {})
-	return e
-}
-
 // BenchmarkHTTPStartRunStop: sandbox.start + command.run true +
 // sandbox.stop, the microsandbox client's whole cycle (one name, as a
 // client reusing its sandbox name does; files are kept between cycles).
 func BenchmarkHTTPStartRunStop(b *testing.B) {
-	e := quietEnv(b)
+	e := newEnv(b, false, nil)
 	c := e.benchClient()
 	p := map[string]any{"sandbox": "bench"}
 	run := map[string]any{"sandbox": "bench", "command": "true"}
@@ -79,7 +73,7 @@ func BenchmarkHTTPStartRunStop(b *testing.B) {
 
 // BenchmarkHTTPCreateRunRemove: a fresh sandbox every time, removed after.
 func BenchmarkHTTPCreateRunRemove(b *testing.B) {
-	e := quietEnv(b)
+	e := newEnv(b, false, nil)
 	c := e.benchClient()
 	i := 0
 	for b.Loop() {
@@ -93,7 +87,7 @@ func BenchmarkHTTPCreateRunRemove(b *testing.B) {
 
 // BenchmarkHTTPCommandRun: command.run true in a running sandbox.
 func BenchmarkHTTPCommandRun(b *testing.B) {
-	e := quietEnv(b)
+	e := newEnv(b, false, nil)
 	c := e.benchClient()
 	c.call(b, "sandbox.start", map[string]any{"sandbox": "cmd"})
 	p := map[string]any{"sandbox": "cmd", "command": "true"}
@@ -105,7 +99,7 @@ func BenchmarkHTTPCommandRun(b *testing.B) {
 
 // BenchmarkHTTPReplRun: repl.run 1+1 in a running sandbox.
 func BenchmarkHTTPReplRun(b *testing.B) {
-	e := quietEnv(b)
+	e := newEnv(b, false, nil)
 	c := e.benchClient()
 	c.call(b, "sandbox.start", map[string]any{"sandbox": "repl"})
 	p := map[string]any{"sandbox": "repl", "language": "python", "code": "1+1"}
@@ -118,7 +112,7 @@ func BenchmarkHTTPReplRun(b *testing.B) {
 // BenchmarkHTTPParallelCycles: 8 clients each running start/run/stop
 // cycles on their own sandbox; reports complete cycles per second.
 func BenchmarkHTTPParallelCycles(b *testing.B) {
-	e := quietEnv(b)
+	e := newEnv(b, false, nil)
 	const clients = 8
 	var next atomic.Int64
 	var wg sync.WaitGroup

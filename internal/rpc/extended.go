@@ -317,7 +317,7 @@ func encode(b []byte, binary bool) string {
 }
 
 // agentCall runs f against the running sandbox's agent.
-func (s *Server) agentCall(c *call, ns, name string, f func(a *agent.Client) (any, error)) (any, error) {
+func (s *Server) agentCall(ns, name string, f func(a *agent.Client) (any, error)) (any, error) {
 	sb, release, err := s.mgr.Use(ns, name)
 	if err != nil {
 		return nil, err
@@ -365,7 +365,8 @@ func (s *Server) processCall(ctx context.Context, c *call, allowed map[string]bo
 	if allowed["id"] && p.ID == "" {
 		return nil, fmt.Errorf("%w: \"id\" (the process id) is missing", errInvalidParams)
 	}
-	return s.agentCall(c, ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
+	p.Namespace, p.Sandbox = ns, name // as resolved
+	return s.agentCall(ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
 }
 
 func fields(names ...string) map[string]bool {
@@ -388,17 +389,9 @@ func (s *Server) processStart(ctx context.Context, c *call) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.mgr.Logf(p.Namespace0(c), p.Sandbox, "process %s started: %.200q", pi.ID, p.Argv)
+		s.mgr.Logf(p.Namespace, p.Sandbox, "process %s started: %.200q", pi.ID, p.Argv)
 		return pi, nil
 	})
-}
-
-// Namespace0 is the namespace as resolved (default when empty).
-func (p *processParams) Namespace0(_ *call) string {
-	if p.Namespace == "" {
-		return DefaultNamespace
-	}
-	return p.Namespace
 }
 
 func (s *Server) processList(ctx context.Context, c *call) (any, error) {

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -427,6 +427,10 @@ func TestRestartReattaches(t *testing.T) {
 func TestIdleAndLifetime(t *testing.T) {
 	e := newEnv(t, true, func(o *sandbox.Options) { o.StoppedRetention = 1500 * time.Millisecond })
 	e.must("sandbox.create", map[string]any{"name": "idle", "idle_timeout": 0.5}, nil)
+	idle, err := e.mgr.Get("default", "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.must("sandbox.create", map[string]any{"name": "short", "max_lifetime": 1}, nil)
 	e.must("sandbox.create", map[string]any{"name": "busy", "idle_timeout": 0.5}, nil)
 	// A command running longer than the idle timeout keeps its sandbox.
@@ -460,7 +464,9 @@ func TestIdleAndLifetime(t *testing.T) {
 	<-done
 	waitState("short", "stopped", 5*time.Second)
 	waitState("idle", "gone", 5*time.Second)
-	if _, err := os.Stat(e.dir); err != nil {
-		t.Fatal(err)
+	// Removal took its files.
+	ids, err := e.be.IDs()
+	if err != nil || slices.Contains(ids, idle.ID) {
+		t.Fatalf("the removed sandbox's files remain: %v %v", ids, err)
 	}
 }

@@ -58,7 +58,7 @@ func (s *Server) fileCall(ctx context.Context, c *call, allowed map[string]bool,
 	if allowed["path"] && p.Path == "" {
 		return nil, fmt.Errorf("%w: \"path\" is missing", errInvalidParams)
 	}
-	return s.agentCall(c, ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
+	return s.agentCall(ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
 }
 
 func (s *Server) fileRead(ctx context.Context, c *call) (any, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/image/layer"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/rpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -43,6 +44,7 @@ type env struct {
 	admin   string // a key for namespace "*"
 	dev     bool
 	options sandbox.Options
+	images  *image.Store
 }
 
 // newEnv starts a server. Privileged: fails under WARREN_TEST_PRIVILEGED=1
@@ -82,9 +84,25 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shift := layer.IDMap{}
+	if m := e.be.UserNS(); m != nil {
+		shift = layer.IDMap{HostBase: m.Host, Size: m.Size}
+	}
+	e.images, err = image.OpenStore(filepath.Join(base, "data", "images", "store"), e.db, shift)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Language names and "host" are the host image; anything else is
+	// looked up in the store, as warren serve does by default.
+	resolve := func(_ context.Context, name string) (*image.Image, error) {
+		switch name {
+		case image.HostName, "python", "node", "microsandbox/python", "microsandbox/node":
+			return e.be.HostImage()
+		}
+		return e.images.Get(name)
+	}
 	e.options = sandbox.Options{Backend: e.be, DB: e.db.DB(), LogDir: filepath.Join(base, "data", "logs"),
-		Images: func(context.Context, string) (*image.Image, error) { return e.be.HostImage() },
-		Tick:   100 * time.Millisecond}
+		Images: resolve, Tick: 100 * time.Millisecond}
 	if tweak != nil {
 		tweak(&e.options)
 	}
@@ -101,7 +119,7 @@ func (e *env) start() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	opts := rpc.Options{Manager: e.mgr, Dev: e.dev, Metrics: metrics.NewRegistry()}
+	opts := rpc.Options{Manager: e.mgr, Dev: e.dev, Metrics: metrics.NewRegistry(), Images: e.images}
 	if !e.dev {
 		opts.Keys = e.keys
 	}

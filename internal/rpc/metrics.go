@@ -18,8 +18,13 @@ type serverMetrics struct {
 	known    map[string]bool
 }
 
-func newServerMetrics(reg *metrics.Registry, mgr *sandbox.Manager) *serverMetrics {
-	m := &serverMetrics{reg: reg}
+// newServerMetrics registers the series; methods names the RPC methods
+// (other method names a client sends are counted as "unknown").
+func newServerMetrics(reg *metrics.Registry, mgr *sandbox.Manager, methods map[string]method) *serverMetrics {
+	m := &serverMetrics{reg: reg, known: map[string]bool{}}
+	for name := range methods {
+		m.known[name] = true
+	}
 	reg.GaugeFunc("warren_sandboxes", "Sandboxes by namespace and state.", []string{"namespace", "state"},
 		func(emit func(float64, ...string)) {
 			for k, n := range mgr.CountByState() {
@@ -43,10 +48,7 @@ func (m *serverMetrics) execLatency(ns, kind string, d time.Duration) {
 
 func (m *serverMetrics) errors(kind string) { m.errCount.With(kind).Inc() }
 
-func (m *serverMetrics) observeCall(method string, err error, _ time.Duration) {
-	if m.known == nil {
-		return
-	}
+func (m *serverMetrics) observeCall(method string, err error) {
 	if !m.known[method] {
 		method = "unknown"
 	}

@@ -78,12 +78,8 @@ func New(opts Options) (*Server, error) {
 		opts.Metrics = metrics.NewRegistry()
 	}
 	s := &Server{opts: opts, mgr: opts.Manager, log: opts.Logger}
-	s.m = newServerMetrics(opts.Metrics, opts.Manager)
 	s.methods = s.methodTable()
-	s.m.known = map[string]bool{}
-	for name := range s.methods {
-		s.m.known[name] = true
-	}
+	s.m = newServerMetrics(opts.Metrics, opts.Manager, s.methods)
 	return s, nil
 }
 
@@ -248,9 +244,8 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, ctx, req.ID, err, 0)
 		return
 	}
-	t0 := time.Now()
 	result, err := s.Call(ctx, claims, req.Method, req.Params)
-	s.m.observeCall(req.Method, err, time.Since(t0))
+	s.m.observeCall(req.Method, err)
 	if err != nil {
 		s.log.Info("rpc error", "request_id", requestID(ctx), "method", req.Method, "kind", kindOf(err), "err", err.Error())
 		s.writeError(w, ctx, req.ID, err, 0)

@@ -122,6 +122,15 @@ func (s *Spec) Validate() error {
 	return nil
 }
 
+// config is the backend's configuration for a sandbox with this spec.
+func (s *Spec) config(id string, img *image.Image) backend.Config {
+	return backend.Config{ID: id, Image: img, Env: s.Env, Workdir: s.Workdir,
+		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: defaultPids, Network: "none"}
+}
+
+// defaultPids bounds the processes of a sandbox (fork bombs stop here).
+const defaultPids = 1024
+
 var envRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+=`)
 
 // Info is a sandbox as the API shows it.
@@ -172,8 +181,6 @@ type Options struct {
 	MaxRunning   int
 	// Tick is the janitor's period (default 1s).
 	Tick time.Duration
-	// OnStateChange, if set, is called after every state change.
-	OnStateChange func(ns string, from, to State)
 }
 
 // Manager owns the server's sandboxes.
@@ -376,21 +383,8 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	}
 	k := key{ns, name}
 	e := m.entries[k]
-	fresh := e == nil
 	switch {
 	case e == nil:
-		if len(m.entries) >= m.opts.MaxSandboxes {
-			m.mu.Unlock()
-			return Info{}, fmt.Errorf("%w: this server holds %d sandboxes, its maximum; remove some", errdefs.ErrLimit, len(m.entries))
-		}
-		now := time.Now()
-		e = &entry{id: newID(), ns: ns, name: name, state: Starting, spec: spec, created: now}
-		e.lastActive.Store(now.UnixNano())
-		if err := m.insert(ctx, e); err != nil {
-			m.mu.Unlock()
-			return Info{}, err
-		}
-		m.entries[k] = e
 	case create:
 		m.mu.Unlock()
 		return Info{}, fmt.Errorf("sandbox %q in namespace %q: %w: it already exists", name, ns, errdefs.ErrConflict)
@@ -405,19 +399,33 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		return Info{}, fmt.Errorf("sandbox %q in namespace %q: %w: it is %s; try again when that has finished", name, ns, errdefs.ErrConflict, st)
 	}
 	if n := m.runningLocked(); n >= m.opts.MaxRunning {
-		if fresh {
-			m.forgetLocked(e)
-		}
 		m.mu.Unlock()
 		return Info{}, fmt.Errorf("%w: %d sandboxes are running, this server's maximum; stop some", errdefs.ErrLimit, n)
 	}
-	from := e.state
-	e.state, e.err = Starting, ""
-	if !fresh {
-		e.spec = spec
+	fresh := e == nil
+	if fresh {
+		if len(m.entries) >= m.opts.MaxSandboxes {
+			m.mu.Unlock()
+			return Info{}, fmt.Errorf("%w: this server holds %d sandboxes, its maximum; remove some", errdefs.ErrLimit, len(m.entries))
+		}
+		now := time.Now()
+		e = &entry{id: newID(), ns: ns, name: name, state: Starting, spec: spec, created: now}
+		e.lastActive.Store(now.UnixNano())
+		m.entries[k] = e // reserves the name; concurrent starts see it starting
+	} else {
+		e.state, e.err, e.spec = Starting, "", spec
 	}
 	m.mu.Unlock()
-	m.changed(ns, from, Starting, fresh)
+	// The database write happens outside m.mu, which every exec takes.
+	if fresh {
+		if err := m.insert(ctx, e); err != nil {
+			m.mu.Lock()
+			delete(m.entries, k)
+			e.removed = true
+			m.mu.Unlock()
+			return Info{}, err
+		}
+	}
 
 	e.life.Lock()
 	defer e.life.Unlock()
@@ -434,7 +442,6 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	info := m.info(e)
 	m.mu.Unlock()
 	m.persist(e)
-	m.changed(ns, Starting, info.State, false)
 	if err != nil {
 		e.logf("start failed: %v", err)
 		return Info{}, fmt.Errorf("start sandbox %q: %w", name, err)
@@ -454,12 +461,6 @@ func (m *Manager) runningLocked() int {
 	return n
 }
 
-func (m *Manager) forgetLocked(e *entry) {
-	delete(m.entries, key{e.ns, e.name})
-	e.removed = true
-	_, _ = m.db.Exec(`DELETE FROM sandboxes WHERE id = ?`, e.id)
-}
-
 // startLocked creates (first time) or reopens the backend sandbox and
 // starts it. Holds e.life.
 func (m *Manager) startLocked(ctx context.Context, e *entry) error {
@@ -467,11 +468,13 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	spec := e.spec
 	m.mu.Unlock()
 	img, err := m.opts.Images(ctx, spec.Image)
+	if errors.Is(err, image.ErrNotFound) {
+		return fmt.Errorf("%w: image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", errdefs.ErrInvalid, spec.Image)
+	}
 	if err != nil {
 		return err
 	}
-	cfg := backend.Config{ID: e.id, Image: img, Env: spec.Env, Workdir: spec.Workdir,
-		MemoryBytes: spec.MemoryMiB << 20, CPUs: spec.CPUs, PidsMax: 1024, Network: "none"}
+	cfg := spec.config(e.id, img)
 	if e.sb == nil {
 		sb, err := m.be.Open(ctx, cfg)
 		if err != nil {
@@ -506,7 +509,6 @@ func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 			return
 		}
 		m.persist(e)
-		m.changed(e.ns, Running, Error, false)
 		e.logf("init exited unexpectedly")
 		// Release what it held (cgroup, runtime directory).
 		e.life.Lock()
@@ -541,7 +543,6 @@ func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 	}
 	e.state = Stopping
 	m.mu.Unlock()
-	m.changed(ns, from, Stopping, false)
 	var err error
 	if e.sb != nil {
 		err = e.sb.Stop(context.WithoutCancel(ctx))
@@ -555,10 +556,8 @@ func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 			e.err = ""
 		}
 	}
-	to := e.state
 	m.mu.Unlock()
 	m.persist(e)
-	m.changed(ns, Stopping, to, false)
 	if err != nil {
 		return fmt.Errorf("stop sandbox %q: %w", name, err)
 	}
@@ -582,7 +581,6 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 		m.mu.Unlock()
 		return false, nil
 	}
-	from := e.state
 	e.state = Stopping
 	m.mu.Unlock()
 	if e.sb != nil {
@@ -597,10 +595,15 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 		return true, fmt.Errorf("remove sandbox %q: %w", name, err)
 	}
 	m.mu.Lock()
-	m.forgetLocked(e)
+	delete(m.entries, key{ns, name})
+	e.removed = true
 	m.mu.Unlock()
+	if _, err := m.db.Exec(`DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
+		// The sandbox is gone from the host; after a restart the row shows
+		// it again, and removing it then deletes the row.
+		m.log.Error("delete sandbox record", "id", e.id, "err", err)
+	}
 	e.log.remove()
-	m.changed(ns, from, "", false)
 	return true, nil
 }
 
@@ -669,16 +672,7 @@ func (m *Manager) Logs(ns, name string, tail int) ([]string, error) {
 	return e.log.tail(tail)
 }
 
-func (m *Manager) changed(ns string, from, to State, created bool) {
-	if m.opts.OnStateChange != nil && (from != to || created) {
-		if created {
-			from = ""
-		}
-		m.opts.OnStateChange(ns, from, to)
-	}
-}
-
-// insert records a new sandbox. Called with m.mu held.
+// insert records a new sandbox.
 func (m *Manager) insert(ctx context.Context, e *entry) error {
 	spec, err := json.Marshal(e.spec)
 	if err != nil {

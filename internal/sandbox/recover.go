@@ -55,8 +55,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		img, err := m.opts.Images(ctx, e.spec.Image)
 		var sb backend.Sandbox
 		if err == nil {
-			sb, err = m.be.Open(ctx, backend.Config{ID: e.id, Image: img, Env: e.spec.Env, Workdir: e.spec.Workdir,
-				MemoryBytes: e.spec.MemoryMiB << 20, CPUs: e.spec.CPUs, PidsMax: 1024, Network: "none"})
+			sb, err = m.be.Open(ctx, e.spec.config(e.id, img))
 		}
 		switch {
 		case err != nil:

@@ -1,0 +1,85 @@
+package rpc_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/base64"
+	"io"
+	"log"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// TestImagePullOverRPC pulls an image from a registry on loopback through
+// image.pull, lists it, and starts a sandbox from it.
+func TestImagePullOverRPC(t *testing.T) {
+	e := newEnv(t, false, nil)
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer reg.Close()
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	for _, d := range []string{"etc/", "tmp/"} {
+		_ = tw.WriteHeader(&tar.Header{Name: d, Mode: 0o755, Typeflag: tar.TypeDir})
+	}
+	_ = tw.WriteHeader(&tar.Header{Name: "etc/greeting", Mode: 0o644, Size: 6, Typeflag: tar.TypeReg})
+	_, _ = tw.Write([]byte("hello\n"))
+	_ = tw.Close()
+	layerBytes := tb.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerBytes)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/test/greeting:1"
+	parsed, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(parsed, img); err != nil {
+		t.Fatal(err)
+	}
+
+	var pulled struct {
+		Name   string `json:"name"`
+		ID     string `json:"id"`
+		Layers int    `json:"layers"`
+	}
+	e.must("image.pull", map[string]any{"ref": ref, "name": "greeting"}, &pulled)
+	if pulled.Name != "greeting" || pulled.Layers != 1 || !strings.HasPrefix(pulled.ID, "sha256:") {
+		t.Fatalf("pull: %+v", pulled)
+	}
+	var list struct {
+		Images []struct {
+			Name string `json:"name"`
+		} `json:"images"`
+	}
+	e.must("image.list", map[string]any{}, &list)
+	if len(list.Images) != 1 || list.Images[0].Name != "greeting" {
+		t.Fatalf("list: %+v", list)
+	}
+	if r := e.call("image.pull", map[string]any{"ref": strings.TrimPrefix(reg.URL, "http://") + "/test/missing:1"}); r.Status == 200 || r.Error == nil {
+		t.Fatalf("pull of a missing image: %s", r.Raw)
+	}
+	e.must("sandbox.create", map[string]any{"name": "fromimg", "image": "greeting"}, nil)
+	var rd struct {
+		Data string `json:"data"`
+	}
+	e.must("sandbox.file.read", map[string]any{"sandbox": "fromimg", "path": "/etc/greeting"}, &rd)
+	if b, _ := base64.StdEncoding.DecodeString(rd.Data); string(b) != "hello\n" {
+		t.Fatalf("file from the image: %q", b)
+	}
+	if r := e.call("sandbox.create", map[string]any{"name": "noimg", "image": "nope"}); r.Status != 400 || !strings.Contains(r.Error.Message, "nope") {
+		t.Fatalf("unknown image: %s", r.Raw)
+	}
+}
