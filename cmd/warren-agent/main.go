@@ -65,6 +65,13 @@ func run(status *os.File) error {
 	go reaper.Run(nil)
 	env := cfg.Spec.Process.Env
 	runner := &guest.Runner{Reaper: reaper, Env: env, Cwd: cfg.Spec.Process.Cwd}
+	if cfg.User != "" {
+		// Like a container runtime, a user the image names but does not
+		// have fails the start rather than silently running as root.
+		if runner.Cred, err = guest.LookupUser(cfg.User); err != nil {
+			return fmt.Errorf("the image's user: %w", err)
+		}
+	}
 	root, err := fs.Open("/")
 	if err != nil {
 		return err
@@ -73,7 +80,14 @@ func run(status *os.File) error {
 		Python: cfg.Python, Node: cfg.Node, Env: env, Dir: runner.Cwd, Starter: reaper,
 		// Own process group, so an interrupt or kill reaches what the code
 		// forked. No Pdeathsig: it fires when the forking thread exits.
-		SysProcAttr: func() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} },
+		SysProcAttr: func() *syscall.SysProcAttr {
+			a := &syscall.SysProcAttr{Setpgid: true}
+			if runner.Cred != nil {
+				c := *runner.Cred
+				a.Credential = &c
+			}
+			return a
+		},
 	})
 	srv := guest.NewServer(runner, root, rm)
 	// "ok" and the setup phases' timings, for the host's start log.

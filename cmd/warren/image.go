@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -32,11 +33,15 @@ by every image that uses them.
                                  Docker config and its credential helpers;
                                  plain HTTP only to loopback or with --insecure
   warren image ls                list images
-  warren image rm NAME           remove a name (the image goes with its last name)
-  warren image prune             delete layers no image uses; reports bytes freed`
+  warren image inspect NAME|ID   print an image's details as JSON: names,
+                                 layers, config, sandboxes started from it
+  warren image rm NAME           remove a name (the image goes with its last
+                                 name); refused while a sandbox uses the image
+  warren image prune             delete images without a name or a sandbox,
+                                 and layers no image uses; reports bytes freed`
 
 func imageCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren image", "warren image import|pull|ls|rm|prune [flags] [args]", imageAbout)
+	fs := newFlagSet("warren image", "warren image import|pull|ls|inspect|rm|prune [flags] [args]", imageAbout)
 	var hf hostFlags
 	hf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -73,6 +78,12 @@ func imageCmd(ctx context.Context, args []string) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f MiB\t%s\n", r.Name, short(r.ID), len(r.Layers), float64(r.Size)/(1<<20), r.Created.Format(time.RFC3339))
 		}
 		return tw.Flush()
+	case sub == "inspect" && len(a) == 1:
+		d, err := st.Inspect(a[0])
+		if err != nil {
+			return err
+		}
+		return printInspect(os.Stdout, d)
 	case sub == "rm" && len(a) == 1:
 		return st.Remove(a[0])
 	case sub == "prune" && len(a) == 0:
@@ -86,6 +97,34 @@ func imageCmd(ctx context.Context, args []string) error {
 		return exitError{2}
 	}
 	return nil
+}
+
+// printInspect writes d as indented JSON.
+func printInspect(w io.Writer, d *image.Details) error {
+	type layer struct {
+		DiffID string `json:"diff_id"`
+		Size   int64  `json:"size"`
+	}
+	out := struct {
+		ID         string    `json:"id"`
+		Names      []string  `json:"names"`
+		Created    time.Time `json:"created"`
+		Size       int64     `json:"size"`
+		Layers     []layer   `json:"layers"`
+		Env        []string  `json:"env"`
+		WorkingDir string    `json:"working_dir"`
+		User       string    `json:"user"`
+		Entrypoint []string  `json:"entrypoint"`
+		Cmd        []string  `json:"cmd"`
+		UsedBy     []string  `json:"used_by"`
+	}{ID: d.ID, Names: d.Names, Created: d.Created.UTC(), Size: d.Size, Env: d.Env, WorkingDir: d.WorkingDir,
+		User: d.User, Entrypoint: d.Entrypoint, Cmd: d.Cmd, UsedBy: d.UsedBy, Layers: []layer{}}
+	for i, l := range d.Layers {
+		out.Layers = append(out.Layers, layer{l, d.LayerSizes[i]})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
 }
 
 func short(id string) string {

@@ -8,6 +8,7 @@ import (
 	"errors"
 
 	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -41,12 +42,26 @@ var agentKinds = map[string]error{
 	wire.ErrLimit:      ErrLimit,
 }
 
-// Kind names err's kind: the sentinel it wraps, the kind of an agent error
-// it wraps, timeout for a deadline, or Internal.
+// imageKinds maps the image store's errors onto the server's kinds.
+var imageKinds = []struct{ err, kind error }{
+	{image.ErrNotFound, ErrNotFound},
+	{image.ErrInvalidName, ErrInvalid},
+	{image.ErrFormat, ErrInvalid},
+	{image.ErrInUse, ErrConflict},
+	{image.ErrLimit, ErrLimit},
+}
+
+// Kind names err's kind: the sentinel it wraps, the kind of an agent or
+// image-store error it wraps, timeout for a deadline, or Internal.
 func Kind(err error) string {
 	for _, k := range all {
 		if errors.Is(err, k) {
 			return k.Error()
+		}
+	}
+	for _, m := range imageKinds {
+		if errors.Is(err, m.err) {
+			return m.kind.Error()
 		}
 	}
 	var ae *agent.Error

@@ -27,6 +27,9 @@ type Runner struct {
 	Reaper *Reaper
 	Env    []string // default environment
 	Cwd    string   // default working directory
+	// Cred is the default credential (the image's user); nil runs a
+	// process that names no user as the agent's (root).
+	Cred *syscall.Credential
 }
 
 // errStart wraps failures to start a process (not found, not executable).
@@ -72,12 +75,16 @@ func (r *Runner) command(req *wire.ExecRequest) (*exec.Cmd, error) {
 	}
 	// Own process group, so a timeout or kill reaches what it forked.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if req.User != "" {
-		cred, err := lookupUser(req.User)
+	switch {
+	case req.User != "":
+		cred, err := LookupUser(req.User)
 		if err != nil {
 			return nil, err
 		}
 		cmd.SysProcAttr.Credential = cred
+	case r.Cred != nil:
+		c := *r.Cred
+		cmd.SysProcAttr.Credential = &c
 	}
 	if len(req.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(req.Stdin)
@@ -133,7 +140,10 @@ func lookPath(name string, env []string) (string, error) {
 	return "", &errStart{code: 127, err: fmt.Errorf("%s: command not found in PATH", name)}
 }
 
-func lookupUser(spec string) (*syscall.Credential, error) {
+// LookupUser resolves "uid", "uid:gid", "name" or "name:group" against
+// the sandbox's /etc/passwd and /etc/group. A bare uid without a passwd
+// entry gets the same gid.
+func LookupUser(spec string) (*syscall.Credential, error) {
 	name, group, hasGroup := strings.Cut(spec, ":")
 	var uid, gid uint64
 	var err error

@@ -23,6 +23,10 @@ type Config struct {
 	// Python and Node are the interpreter paths the REPL engines use.
 	Python string `json:"python,omitempty"`
 	Node   string `json:"node,omitempty"`
+	// User is the image's default user ("uid[:gid]" or a name from the
+	// sandbox's /etc/passwd) for processes and interpreters that do not
+	// name one; empty means root.
+	User string `json:"user,omitempty"`
 	// Lifeline makes the agent exit when the read end of FDLifeline reports
 	// EOF, that is when the host process that started it is gone.
 	Lifeline bool `json:"lifeline,omitempty"`

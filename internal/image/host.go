@@ -24,6 +24,7 @@ import (
 // Image is what a sandbox's root filesystem is assembled from.
 type Image struct {
 	Name       string
+	ID         string        // "sha256:<hex>" of the image config; "" for the host image
 	Layers     []string      // overlay lower directories, top-most first
 	Mounts     []specs.Mount // made inside the root before the standard mounts
 	Env        []string

@@ -41,14 +41,16 @@ var (
 	ErrDigest      = errors.New("layer digest mismatch")
 	ErrLimit       = errors.New("image limit exceeded")
 	ErrFormat      = errors.New("unsupported image source")
+	ErrInUse       = errors.New("image in use")
 )
 
 // Record describes a named image.
 type Record struct {
 	Name    string
 	ID      string   // "sha256:<hex>" of the image config
-	Layers  []string // diff ids ("sha256:<hex>"), base layer first, as in the image config
-	Size    int64    // bytes of the unpacked layers on disk
+	Layers     []string // diff ids ("sha256:<hex>"), base layer first, as in the image config
+	LayerSizes []int64  // bytes of each unpacked layer on disk
+	Size       int64    // bytes of the unpacked layers on disk
 	Created time.Time
 }
 
@@ -140,6 +142,8 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w %q: want [a-z0-9][a-z0-9._/:-]*, at most 255 bytes", ErrInvalidName, name)
 	case name == HostName:
 		return fmt.Errorf("%w %q: reserved for the host image", ErrInvalidName, name)
+	case IsID(name):
+		return fmt.Errorf("%w %q: has the form of an image id", ErrInvalidName, name)
 	}
 	return nil
 }
@@ -483,9 +487,32 @@ func (s *Store) record(ctx context.Context, name string, src *source, sizes []in
 	return rec, nil
 }
 
+// deleteIfUnnamed deletes image id once no name and no sandbox refers to
+// it. A sandbox keeps the image it was started from (sandboxes.image_id)
+// until the sandbox is removed; Prune collects it then.
 func deleteIfUnnamed(ctx context.Context, tx *sql.Tx, id string) error {
-	_, err := tx.ExecContext(ctx, `DELETE FROM images WHERE id = ? AND NOT EXISTS (SELECT 1 FROM image_names WHERE image_id = ?)`, id, id)
+	_, err := tx.ExecContext(ctx, `DELETE FROM images WHERE id = ?
+		AND NOT EXISTS (SELECT 1 FROM image_names WHERE image_id = ?)
+		AND NOT EXISTS (SELECT 1 FROM sandboxes WHERE image_id = ?)`, id, id, id)
 	return err
+}
+
+// usersOf lists the sandboxes ("namespace/name") started from image id.
+func usersOf(ctx context.Context, q rowQuerier, id string) ([]string, error) {
+	rows, err := q.QueryContext(ctx, `SELECT namespace, name FROM sandboxes WHERE image_id = ? ORDER BY namespace, name`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []string
+	for rows.Next() {
+		var ns, name string
+		if err := rows.Scan(&ns, &name); err != nil {
+			return nil, err
+		}
+		out = append(out, ns+"/"+name)
+	}
+	return out, rows.Err()
 }
 
 type rowQuerier interface {
@@ -493,7 +520,7 @@ type rowQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-// getRecord reads the record of name, and its stored config.
+// getRecord reads the record of name.
 func getRecord(ctx context.Context, q rowQuerier, name string) (*Record, error) {
 	rec := &Record{Name: name}
 	var created int64
@@ -506,32 +533,65 @@ func getRecord(ctx context.Context, q rowQuerier, name string) (*Record, error) 
 		return nil, err
 	}
 	rec.Created = time.Unix(0, created)
+	return rec, fillLayers(ctx, q, rec)
+}
+
+// getRecordByID reads the record of image id; its Name is the id.
+func getRecordByID(ctx context.Context, q rowQuerier, id string) (*Record, error) {
+	rec := &Record{Name: id, ID: id}
+	var created int64
+	err := q.QueryRowContext(ctx, `SELECT created FROM images WHERE id = ?`, id).Scan(&created)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec.Created = time.Unix(0, created)
+	return rec, fillLayers(ctx, q, rec)
+}
+
+// fillLayers reads rec's layers and size.
+func fillLayers(ctx context.Context, q rowQuerier, rec *Record) error {
 	rows, err := q.QueryContext(ctx, `SELECT il.diff_id, l.size FROM image_layers il JOIN layers l ON l.diff_id = il.diff_id
 		WHERE il.image_id = ? ORDER BY il.position`, rec.ID)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer func() { _ = rows.Close() }()
 	for rows.Next() {
 		var d string
 		var size int64
 		if err := rows.Scan(&d, &size); err != nil {
-			return nil, err
+			return err
 		}
 		rec.Layers = append(rec.Layers, d)
+		rec.LayerSizes = append(rec.LayerSizes, size)
 		rec.Size += size
 	}
-	return rec, rows.Err()
+	return rows.Err()
 }
 
-// Get returns the image named name, ready for a backend: its layer
-// directories top-most first and its runtime defaults.
-func (s *Store) Get(name string) (*Image, error) {
+// IsID reports whether ref is an image id ("sha256:<hex>") rather than a
+// name. Names cannot take this form.
+func IsID(ref string) bool { return validDigest(ref) }
+
+// Get returns the image named ref, or with id ref, ready for a backend:
+// its layer directories top-most first and its runtime defaults. An image
+// is found by id while a name or a sandbox refers to it.
+func (s *Store) Get(ref string) (*Image, error) {
 	ctx := context.Background()
-	rec, err := getRecord(ctx, s.db, name)
+	var rec *Record
+	var err error
+	if IsID(ref) {
+		rec, err = getRecordByID(ctx, s.db, ref)
+	} else {
+		rec, err = getRecord(ctx, s.db, ref)
+	}
 	if err != nil {
 		return nil, err
 	}
+	name := ref
 	var raw []byte
 	if err := s.db.QueryRowContext(ctx, `SELECT config FROM images WHERE id = ?`, rec.ID).Scan(&raw); err != nil {
 		return nil, err
@@ -541,7 +601,7 @@ func (s *Store) Get(name string) (*Image, error) {
 		return nil, fmt.Errorf("image %s: stored config: %w", name, err)
 	}
 	img := &Image{
-		Name: name, Env: cfg.Env, WorkingDir: cfg.WorkingDir, User: cfg.User,
+		Name: name, ID: rec.ID, Env: cfg.Env, WorkingDir: cfg.WorkingDir, User: cfg.User,
 		Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd,
 	}
 	for i := len(rec.Layers) - 1; i >= 0; i-- {
@@ -589,7 +649,9 @@ func (s *Store) List() ([]Record, error) {
 }
 
 // Remove removes name, and the image it names when no other name is left.
-// The image's layers stay on disk until Prune.
+// It refuses (ErrInUse) to remove the last name of an image a sandbox was
+// started from: remove the sandboxes first. The image's layers stay on
+// disk until Prune.
 func (s *Store) Remove(name string) (err error) {
 	ctx := context.Background()
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -609,19 +671,38 @@ func (s *Store) Remove(name string) (err error) {
 	if err != nil {
 		return err
 	}
+	var others int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM image_names WHERE image_id = ?`, id).Scan(&others); err != nil {
+		return err
+	}
+	if others == 0 {
+		users, err := usersOf(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if len(users) > 0 {
+			return fmt.Errorf("%w: %s (%s) is used by %d sandbox(es): %s; remove them first",
+				ErrInUse, name, id, len(users), strings.Join(users, ", "))
+		}
+	}
 	if err := deleteIfUnnamed(ctx, tx, id); err != nil {
 		return err
 	}
 	return tx.Commit()
 }
 
-// Prune deletes the layers no image references, on disk and in the
-// database, and returns the bytes freed. Layers an import in progress
-// uses are kept.
+// Prune deletes the images neither a name nor a sandbox refers to, then
+// the layers no image references, on disk and in the database, and returns
+// the bytes freed. Layers an import in progress uses are kept.
 func (s *Store) Prune() (freed int64, err error) {
 	ctx := context.Background()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM images
+		WHERE id NOT IN (SELECT image_id FROM image_names)
+		AND id NOT IN (SELECT image_id FROM sandboxes)`); err != nil {
+		return 0, err
+	}
 	keep := map[string]bool{}
 	for d := range s.pinned {
 		keep[d] = true
@@ -684,3 +765,51 @@ type hashWriter struct{ hash.Hash }
 func newHashWriter() hashWriter { return hashWriter{sha256.New()} }
 
 func (h hashWriter) digest() string { return "sha256:" + hex.EncodeToString(h.Sum(nil)) }
+
+// Details is everything the store knows about one image.
+type Details struct {
+	Record
+	Names      []string // every name of the image, sorted
+	Env        []string
+	WorkingDir string
+	User       string
+	Entrypoint []string
+	Cmd        []string
+	UsedBy     []string // sandboxes ("namespace/name") started from it
+}
+
+// Inspect returns the details of the image named (or with id) ref.
+func (s *Store) Inspect(ref string) (*Details, error) {
+	ctx := context.Background()
+	img, err := s.Get(ref)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := getRecordByID(ctx, s.db, img.ID)
+	if err != nil {
+		return nil, err
+	}
+	rec.Name = ref
+	d := &Details{Record: *rec, Env: img.Env, WorkingDir: img.WorkingDir, User: img.User,
+		Entrypoint: img.Entrypoint, Cmd: img.Cmd}
+	rows, err := s.db.QueryContext(ctx, `SELECT name FROM image_names WHERE image_id = ? ORDER BY name`, img.ID)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			_ = rows.Close()
+			return nil, err
+		}
+		d.Names = append(d.Names, n)
+	}
+	_ = rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if d.UsedBy, err = usersOf(ctx, s.db, img.ID); err != nil {
+		return nil, err
+	}
+	return d, nil
+}

@@ -845,3 +845,91 @@ func TestCompressedImageArchiveRefused(t *testing.T) {
 	}
 	assertNoRecords(t, s)
 }
+
+// useImage records a sandbox started from image id, as the server's
+// sandbox manager does, and returns a function that removes it.
+func useImage(t *testing.T, s *Store, ns, name, id string) func() {
+	t.Helper()
+	sbID := "sb-" + ns + "-" + name
+	if _, err := s.db.Exec(`INSERT INTO sandboxes (id, namespace, name, state, spec, image_id, created) VALUES (?, ?, ?, 'running', X'7B7D', ?, 0)`,
+		sbID, ns, name, id); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if _, err := s.db.Exec(`DELETE FROM sandboxes WHERE id = ?`, sbID); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSandboxPinsImage(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := newStore(t)
+	ctx := context.Background()
+	img := twoLayerImage(t)
+	rec, err := s.Import(ctx, dockerTar(t, img), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := useImage(t, s, "team", "box", rec.ID)
+
+	err = s.Remove("x")
+	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "team/box") {
+		t.Fatalf("Remove of an image a sandbox uses: %v, want ErrInUse naming team/box", err)
+	}
+	checkTwoLayer(t, s, "x", img)
+
+	// With a second name, removing one name is fine; the last is refused.
+	if _, err := s.Import(ctx, dockerTar(t, img), "y"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove("x"); err != nil {
+		t.Fatalf("Remove of one of two names: %v", err)
+	}
+	d, err := s.Inspect("y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.ID != rec.ID || !slices.Equal(d.Names, []string{"y"}) || !slices.Equal(d.UsedBy, []string{"team/box"}) ||
+		len(d.LayerSizes) != 2 || d.LayerSizes[0]+d.LayerSizes[1] != d.Size || d.Size <= 0 {
+		t.Errorf("Inspect = %+v", d)
+	}
+
+	// Re-pointing the name leaves the sandbox's image, by id, and its layers.
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "new"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Import(ctx, root, "y"); err != nil {
+		t.Fatal(err)
+	}
+	if freed, err := s.Prune(); err != nil || freed != 0 {
+		t.Fatalf("Prune with the old image in use: freed %d, %v", freed, err)
+	}
+	byID, err := s.Get(rec.ID)
+	if err != nil {
+		t.Fatalf("Get by id of an unnamed image a sandbox uses: %v", err)
+	}
+	if byID.ID != rec.ID || len(byID.Layers) != 2 || readFile(t, filepath.Join(byID.Layers[1], "etc", "a.txt")) != "base" {
+		t.Errorf("Get by id = %+v", byID)
+	}
+	if d, err := s.Inspect(rec.ID); err != nil || len(d.Names) != 0 || len(d.UsedBy) != 1 {
+		t.Errorf("Inspect by id: %+v, %v", d, err)
+	}
+
+	// Once the sandbox is gone, Prune collects the image and its layers.
+	release()
+	freed, err := s.Prune()
+	if err != nil || freed <= 0 {
+		t.Fatalf("Prune after the sandbox went: freed %d, %v", freed, err)
+	}
+	if _, err := s.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get by id after prune: %v, want ErrNotFound", err)
+	}
+	if n := len(layerDirs(t, s)); n != 1 {
+		t.Errorf("layer dirs after prune: %d, want the new image's 1", n)
+	}
+	if err := ValidateName(rec.ID); !errors.Is(err, ErrInvalidName) {
+		t.Errorf("an image id as a name: %v", err)
+	}
+}

@@ -3,10 +3,14 @@ package rpc_test
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/base64"
+	"errors"
 	"io"
 	"log"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/warren-sandbox/warren/internal/image"
 )
 
 // TestImagePullOverRPC pulls an image from a registry on loopback through
@@ -81,5 +87,34 @@ func TestImagePullOverRPC(t *testing.T) {
 	}
 	if r := e.call("sandbox.create", map[string]any{"name": "noimg", "image": "nope"}); r.Status != 400 || !strings.Contains(r.Error.Message, "nope") {
 		t.Fatalf("unknown image: %s", r.Raw)
+	}
+
+	// The sandbox pins its image: the name cannot be removed, and once the
+	// name points to another image the sandbox still restarts on its own.
+	if err := e.images.Remove("greeting"); !errors.Is(err, image.ErrInUse) || !strings.Contains(err.Error(), "fromimg") {
+		t.Fatalf("image rm while a sandbox uses it: %v", err)
+	}
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "greeting"), []byte("replaced\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.images.Import(context.Background(), root, "greeting"); err != nil {
+		t.Fatal(err)
+	}
+	if freed, err := e.images.Prune(); err != nil || freed != 0 {
+		t.Fatalf("prune while the sandbox's image is in use: %d, %v", freed, err)
+	}
+	e.must("sandbox.stop", map[string]any{"sandbox": "fromimg"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "fromimg"}, nil)
+	e.must("sandbox.file.read", map[string]any{"sandbox": "fromimg", "path": "/etc/greeting"}, &rd)
+	if b, _ := base64.StdEncoding.DecodeString(rd.Data); string(b) != "hello\n" {
+		t.Fatalf("restarted sandbox sees %q, want its own image's file", b)
+	}
+	e.must("sandbox.remove", map[string]any{"sandbox": "fromimg"}, nil)
+	if freed, err := e.images.Prune(); err != nil || freed == 0 {
+		t.Fatalf("prune after the sandbox went: %d, %v", freed, err)
 	}
 }

@@ -209,6 +209,7 @@ type entry struct {
 	state        State
 	err          string
 	spec         Spec
+	imageID      string // the image it was first started from; "" = host or not yet
 	created      time.Time
 	started      time.Time
 	stopped      time.Time
@@ -467,10 +468,7 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	m.mu.Lock()
 	spec := e.spec
 	m.mu.Unlock()
-	img, err := m.opts.Images(ctx, spec.Image)
-	if errors.Is(err, image.ErrNotFound) {
-		return fmt.Errorf("%w: image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", errdefs.ErrInvalid, spec.Image)
-	}
+	img, err := m.image(ctx, e, spec.Image)
 	if err != nil {
 		return err
 	}
@@ -493,6 +491,48 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	// The request's cancellation must not leave a half-started sandbox:
 	// the start runs to its own deadline.
 	return e.sb.Start(context.WithoutCancel(ctx))
+}
+
+// image resolves the image e starts from. The first start resolves the
+// requested name and records the image's id, which from then on pins the
+// image in the store (it cannot be removed or pruned while e exists) and
+// is what every later start and restart uses, whatever the name points
+// to by then.
+func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Image, error) {
+	m.mu.Lock()
+	id := e.imageID
+	m.mu.Unlock()
+	if id != "" {
+		img, err := m.opts.Images(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("image %s (%s) of this sandbox: %w", name, id, err)
+		}
+		return img, nil
+	}
+	img, err := m.opts.Images(ctx, name)
+	if errors.Is(err, image.ErrNotFound) {
+		return nil, fmt.Errorf("%w: image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", errdefs.ErrInvalid, name)
+	}
+	if err != nil || img.ID == "" {
+		return img, err
+	}
+	m.mu.Lock()
+	e.imageID = img.ID
+	removed := e.removed
+	m.mu.Unlock()
+	if removed {
+		return nil, notFound(e.ns, e.name)
+	}
+	if _, err := m.db.ExecContext(context.WithoutCancel(ctx), `UPDATE sandboxes SET image_id = ? WHERE id = ?`, img.ID, e.id); err != nil {
+		return nil, fmt.Errorf("record sandbox image: %w", err)
+	}
+	// The name may have been removed (and the image with it) between the
+	// lookup and the write; by id, now pinned, it is there or it is not.
+	img, err = m.opts.Images(ctx, img.ID)
+	if err != nil {
+		return nil, fmt.Errorf("image %q was removed while the sandbox started: %w", name, err)
+	}
+	return img, nil
 }
 
 // watch marks the sandbox errored if its init ends without a stop.

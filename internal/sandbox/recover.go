@@ -12,7 +12,7 @@ import (
 // recover loads the database, reattaches to sandboxes that were running,
 // and removes what the host holds that the database does not know.
 func (m *Manager) recover(ctx context.Context) error {
-	rows, err := m.db.QueryContext(ctx, `SELECT id, namespace, name, state, error, spec, created, started, stopped FROM sandboxes`)
+	rows, err := m.db.QueryContext(ctx, `SELECT id, namespace, name, state, error, spec, image_id, created, started, stopped FROM sandboxes`)
 	if err != nil {
 		return fmt.Errorf("load sandboxes: %w", err)
 	}
@@ -24,7 +24,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			spec                      []byte
 			created, started, stopped int64
 		)
-		if err := rows.Scan(&e.id, &e.ns, &e.name, &state, &e.err, &spec, &created, &started, &stopped); err != nil {
+		if err := rows.Scan(&e.id, &e.ns, &e.name, &state, &e.err, &spec, &e.imageID, &created, &started, &stopped); err != nil {
 			_ = rows.Close()
 			return fmt.Errorf("load sandboxes: %w", err)
 		}
@@ -52,7 +52,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		// It was starting, running or stopping when the last daemon
 		// ended: running now only if its agent still is.
 		was := e.state
-		img, err := m.opts.Images(ctx, e.spec.Image)
+		img, err := m.image(ctx, e, e.spec.Image)
 		var sb backend.Sandbox
 		if err == nil {
 			sb, err = m.be.Open(ctx, e.spec.config(e.id, img))

@@ -92,6 +92,13 @@ CREATE TABLE api_keys (
 	revoked     INTEGER NOT NULL DEFAULT 0   -- unix nanoseconds; 0 = valid
 ) STRICT;
 `},
+	// The image a sandbox was first started from, by id: it is started
+	// from the same layers every time, even once its name points
+	// elsewhere, and the image store keeps an image a sandbox uses.
+	{3, "sandbox image ids", `
+ALTER TABLE sandboxes ADD COLUMN image_id TEXT NOT NULL DEFAULT '';  -- "sha256:<hex>"; '' = host or not started yet
+CREATE INDEX sandboxes_image_id ON sandboxes(image_id);
+`},
 }
 
 // Store is an open database.

@@ -354,7 +354,7 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 		Spec:          &sent,
 		SeccompFilter: filter,
 		Rootfs:        rootfs,
-		Python:        s.b.opts.Python, Node: s.b.opts.Node,
+		Python:        s.b.opts.Python, Node: s.b.opts.Node, User: img.User,
 		Lifeline: s.b.opts.ExitWithHost,
 	}, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/conformance"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 var (
@@ -278,5 +279,37 @@ func TestManyLayers(t *testing.T) {
 	top, err := sb.Agent().ReadFile(ctx, "/top")
 	if err != nil || string(top) != fmt.Sprint(n-1) {
 		t.Errorf("/top = %q, %v; want the top layer's %d", top, err, n-1)
+	}
+}
+
+// TestImageUser: the image's User runs every process that names none; a
+// request's user still wins; a user the image lacks fails the start.
+func TestImageUser(t *testing.T) {
+	h := harness(t)
+	asUser := *h.Image
+	asUser.User = "1234:2345"
+	sb := h.Sandbox(t, backend.Config{Image: &asUser})
+	if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo $(id -u) $(id -g)"); r.Stdout != "1234 2345\n" {
+		t.Errorf("default user: %q %+v %s", r.Stdout, r.ExitStatus, r.Stderr)
+	}
+	res, err := backend.Exec(context.Background(), sb, &wire.ExecRequest{Argv: []string{"id", "-u"}, User: "0"},
+		func(_ string, data []byte) {
+			if string(data) != "0\n" {
+				t.Errorf("explicit user 0: %q", data)
+			}
+		})
+	if err != nil || res.Code != 0 {
+		t.Errorf("explicit user: %+v %v", res, err)
+	}
+
+	missing := *h.Image
+	missing.User = "no-such-user"
+	bad, err := h.Backend.Create(context.Background(), backend.Config{ID: fmt.Sprintf("baduser-%d", os.Getpid()), Image: &missing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Remove(context.Background())
+	if err := bad.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "no-such-user") {
+		t.Errorf("start with a user the image lacks: %v", err)
 	}
 }
