@@ -46,12 +46,12 @@ var (
 
 // Record describes a named image.
 type Record struct {
-	Name    string
-	ID      string   // "sha256:<hex>" of the image config
+	Name       string
+	ID         string   // "sha256:<hex>" of the image config
 	Layers     []string // diff ids ("sha256:<hex>"), base layer first, as in the image config
 	LayerSizes []int64  // bytes of each unpacked layer on disk
 	Size       int64    // bytes of the unpacked layers on disk
-	Created time.Time
+	Created    time.Time
 }
 
 // runtimeConfig is the part of the image config a sandbox honours, stored
