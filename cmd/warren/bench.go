@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/bench"
+	"github.com/warren-sandbox/warren/internal/image/layer"
 )
 
 const benchAbout = `
@@ -18,7 +20,8 @@ to baselines run at the same time on the same machine:
 
   fork+exec of /bin/true               the floor for any sandbox
   warren cold create -> exec -> destroy  vs bubblewrap and crun (when installed),
-                                       and the same from a pool of pre-spawned agents
+                                       the same from a pool of pre-spawned agents,
+                                       and from a stored image vs the host image
   exec /bin/true in a running sandbox  through the agent
   python3 -c 'print(1)'                in a sandbox vs on the host
   REPL 1+1 round trip                  warm Python interpreter
@@ -95,6 +98,28 @@ func benchCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	row("  same, from a warm agent pool", warm, floor, "fork+exec")
+	// A stored image against the host image, alternating, in a throwaway
+	// store (no registry).
+	shift := layer.IDMap{}
+	if m := be.UserNS(); m != nil {
+		shift = layer.IDMap{HostBase: m.Host, Size: m.Size}
+	}
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		return err
+	}
+	storedImg, err := bench.StoredImage(ctx, filepath.Join(tmp, "stored"), shift)
+	if err != nil {
+		return fmt.Errorf("stored image: %w", err)
+	}
+	senv := &bench.Env{Backend: be, Image: storedImg}
+	fmt.Fprintf(os.Stderr, "measuring cold cycle, host vs stored image, alternating (%d runs each)...\n", *n)
+	hostRuns, storedRuns, err := bench.Paired(*n, func() error { return env.ColdCycle(ctx) }, func() error { return senv.ColdCycle(ctx) })
+	if err != nil {
+		return fmt.Errorf("stored image cycle: %w", err)
+	}
+	hostMed, storedMed := bench.Median(hostRuns), bench.Median(storedRuns)
+	row("  same, from a stored image", storedMed, hostMed, "host image, alternating")
+	fmt.Fprintf(tw, "  stored image - host image\t%+.3f ms\t\t\n", float64((storedMed-hostMed).Microseconds())/1000)
 	if bw := bench.Bwrap(); bw != nil {
 		if d, err := measure("bubblewrap", *n, bw); err == nil {
 			row("bubblewrap (same shape)", d, floor, "fork+exec")

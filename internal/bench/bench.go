@@ -256,6 +256,30 @@ func Sample(n int, f func() error) ([]time.Duration, error) {
 	return out, nil
 }
 
+// Paired times a and b alternately, n times each (after a warm-up call of
+// each), so drift on a noisy machine lands on both sides alike.
+func Paired(n int, a, b func() error) (da, db []time.Duration, err error) {
+	for _, f := range []func() error{a, b} {
+		if err := f(); err != nil {
+			return nil, nil, err
+		}
+	}
+	da, db = make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	for range n {
+		for _, side := range []struct {
+			f   func() error
+			out *[]time.Duration
+		}{{a, &da}, {b, &db}} {
+			start := time.Now()
+			if err := side.f(); err != nil {
+				return nil, nil, err
+			}
+			*side.out = append(*side.out, time.Since(start))
+		}
+	}
+	return da, db, nil
+}
+
 // Median of ds (ds is sorted in place).
 func Median(ds []time.Duration) time.Duration {
 	if len(ds) == 0 {
