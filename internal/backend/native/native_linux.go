@@ -9,12 +9,18 @@
 //	<RunDir>/<id>/{agent.sock,agent.pid,agent.log} runtime state, removed at stop
 //	cgroup <own cgroup>/warren/<id>                per controller, removed at stop
 //
+// Shared by the backend's sandboxes: <RunDir>/.agent/warren-agent-<hash>,
+// the agent binary they exec.
+//
 // Mounts and namespaces live only inside the sandbox's mount namespace, so
 // they disappear with its last process; nothing is mounted on the host.
 package native
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -75,11 +81,12 @@ type Options struct {
 
 // Backend is the native backend.
 type Backend struct {
-	opts    Options
-	agentFD *os.File
-	userNS  *oci.IDMap
-	cgroups *cgroup.Manager
-	log     *slog.Logger
+	opts      Options
+	agentPath string   // the backend's own copy of the agent, under RunDir
+	agentHeld *os.File // agentPath, share-locked while the backend lives
+	userNS    *oci.IDMap
+	cgroups   *cgroup.Manager
+	log       *slog.Logger
 
 	pool *pool
 
@@ -134,9 +141,6 @@ func New(opts Options) (*Backend, error) {
 	if err := checkUpperFS(opts.DataDir); err != nil {
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
-	if err := b.openAgent(); err != nil {
-		return nil, err
-	}
 	switch opts.UserNS {
 	case UserNSOff:
 	case UserNSOn, UserNSAuto:
@@ -144,8 +148,10 @@ func New(opts Options) (*Backend, error) {
 		if err == nil {
 			err = checkTraversable(opts.DataDir)
 		}
+		if err == nil {
+			err = checkTraversable(opts.RunDir) // the agent is exec'd from there
+		}
 		if err != nil && opts.UserNS == UserNSOn {
-			b.agentFD.Close()
 			return nil, fmt.Errorf("native backend: user namespaces required but unusable: %w", err)
 		}
 		if err == nil {
@@ -156,49 +162,122 @@ func New(opts Options) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("native backend: user namespace mode %q: want auto, on or off", opts.UserNS)
 	}
+	if err := b.openAgent(); err != nil {
+		return nil, err
+	}
 	cg, err := cgroup.New(opts.CgroupPrefix)
 	if err != nil {
-		b.agentFD.Close()
+		b.agentHeld.Close()
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	b.cgroups = cg
 	if opts.Prewarm > 0 {
 		if err := b.startPool(opts.Prewarm); err != nil {
-			b.agentFD.Close()
+			b.agentHeld.Close()
 			return nil, fmt.Errorf("native backend: warm pool: %w", err)
 		}
 	}
 	return b, nil
 }
 
-// openAgent opens the agent binary once and keeps the fd at a high number.
-// Sandboxes exec it through /proc/self/fd, so the agent needs no path inside
-// the sandbox and the directories above it need not be reachable by the
-// sandbox's uid.
+// openAgent installs the backend's copy of the agent binary under RunDir,
+// named by its content's hash, and execs sandboxes from there. RunDir is
+// root-owned and traversable (0711), so the agent runs whether or not the
+// directories above AgentPath are reachable by the sandbox's uid, and a
+// rebuilt binary at AgentPath never changes what a running backend starts.
+//
+// The agent used to be exec'd through /proc/self/fd/N of a kept-open
+// descriptor; under concurrent starts (user namespace, new pid namespace)
+// that execve failed with EACCES about one start in a few hundred on this
+// kernel, where a path never did.
+//
+// Each backend holds a shared lock on its copy while it lives; copies no
+// backend holds (older builds) are deleted here, under an exclusive lock
+// on the directory so an install and a sweep never interleave.
 func (b *Backend) openAgent() error {
 	p := b.opts.AgentPath
 	if p == "" {
 		return errors.New("native backend: no agent binary (build cmd/warren-agent, or set WARREN_AGENT)")
 	}
+	bin, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("native backend: read agent: %w", err)
+	}
+	// A dot directory: ReapOrphans leaves RunDir's dot entries alone.
+	dir := filepath.Join(b.opts.RunDir, ".agent")
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return fmt.Errorf("native backend: install agent: %w", err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("native backend: install agent: %w", err)
+	}
+	defer d.Close() // releases the directory lock
+	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("native backend: lock %s: %w", dir, err)
+	}
+	sum := sha256.Sum256(bin)
+	dst := filepath.Join(dir, "warren-agent-"+hex.EncodeToString(sum[:12]))
+	if cur, err := os.ReadFile(dst); err != nil || !bytes.Equal(cur, bin) {
+		if err := writeExecutable(dir, dst, bin); err != nil {
+			return fmt.Errorf("native backend: install agent: %w", err)
+		}
+	}
+	held, err := os.Open(dst)
+	if err == nil {
+		err = unix.Flock(int(held.Fd()), unix.LOCK_SH)
+	}
+	if err != nil {
+		return fmt.Errorf("native backend: hold agent: %w", err)
+	}
+	b.agentPath, b.agentHeld = dst, held
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if other := filepath.Join(dir, e.Name()); other != dst {
+			removeUnheld(other)
+		}
+	}
+	return nil
+}
+
+// writeExecutable writes bin to dst (mode 0755) through a temporary file
+// in dir and a rename, so nobody sees a partial binary.
+func writeExecutable(dir, dst string, bin []byte) error {
+	tmp, err := os.CreateTemp(dir, ".tmp-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.Write(bin)
+	if err == nil {
+		err = tmp.Chmod(0o755)
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}
+
+// removeUnheld deletes p unless a backend holds its shared lock.
+func removeUnheld(p string) {
 	f, err := os.Open(p)
 	if err != nil {
-		return fmt.Errorf("native backend: open agent: %w", err)
+		return
 	}
 	defer f.Close()
-	// High, so the ExtraFiles dup2s in the child (fds 3-6) cannot clobber it.
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 100)
-	if err != nil {
-		return fmt.Errorf("native backend: dup agent fd: %w", err)
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+		_ = os.Remove(p)
 	}
-	b.agentFD = os.NewFile(uintptr(fd), p)
-	return nil
 }
 
 // Close releases the backend's own resources (not the sandboxes): the warm
 // pool's agents, the cgroup prefix when empty, and the agent binary.
 func (b *Backend) Close() error {
 	b.pool.close()
-	return errors.Join(b.cgroups.Close(), b.agentFD.Close())
+	return errors.Join(b.cgroups.Close(), b.agentHeld.Close())
 }
 
 // Name implements backend.Backend.

@@ -122,7 +122,7 @@ func snapshot(b *native.Backend) (string, error) {
 		if p.Name()[0] < '0' || p.Name()[0] > '9' || ppid(p.Name()) != os.Getpid() {
 			continue
 		}
-		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasSuffix(exe, "warren-agent") {
+		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasPrefix(filepath.Base(exe), "warren-agent") {
 			agents++
 		}
 		if ns, err := os.Readlink("/proc/" + p.Name() + "/ns/net"); err == nil {
@@ -311,5 +311,65 @@ func TestImageUser(t *testing.T) {
 	defer bad.Remove(context.Background())
 	if err := bad.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "no-such-user") {
 		t.Errorf("start with a user the image lacks: %v", err)
+	}
+}
+
+// TestAgentCopy: the backend execs its own copy of the agent under
+// RunDir/.agent; copies no live backend holds (older builds) are swept,
+// a copy a live backend holds is not.
+func TestAgentCopy(t *testing.T) {
+	testenv.RequireRoot(t)
+	agentPath := testenv.AgentBinary(t)
+	base, err := os.MkdirTemp("", "warren-agentcopy-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	opts := native.Options{DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"), AgentPath: agentPath,
+		CgroupPrefix: fmt.Sprintf("warren-agentcopy-%d", os.Getpid())}
+	a, err := native.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	dir := filepath.Join(base, "run", ".agent")
+	copies := func() []string {
+		ents, _ := os.ReadDir(dir)
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	mine := copies()
+	if len(mine) != 1 || !strings.HasPrefix(mine[0], "warren-agent-") {
+		t.Fatalf("agent copies: %v", mine)
+	}
+	stale := filepath.Join(dir, "warren-agent-000000000000000000000000")
+	if err := os.WriteFile(stale, []byte("old build"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := native.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := copies(); len(got) != 1 || got[0] != mine[0] {
+		t.Errorf("after a second backend: %v, want only %v (the stale copy swept, the held one kept)", got, mine)
+	}
+	// The first backend still starts sandboxes from its copy.
+	img, err := a.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &conformance.Harness{Backend: a, Image: img}
+	sb := h.Sandbox(t, backend.Config{})
+	if r := conformance.Exec(t, sb, 0, "/bin/true"); r.Code != 0 {
+		t.Errorf("exec after the sweep: %+v", r.ExitStatus)
 	}
 }

@@ -81,7 +81,7 @@ func countAgents() int {
 	n := 0
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
-		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasSuffix(exe, "warren-agent") {
+		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasPrefix(filepath.Base(exe), "warren-agent") {
 			if ppid(p.Name()) == os.Getpid() {
 				n++
 			}

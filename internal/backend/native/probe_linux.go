@@ -44,7 +44,7 @@ func checkTraversable(dir string) error {
 			return err
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("%s is not searchable by other users (mode %v); sandbox root maps to an unprivileged uid and cannot reach the data directory (chmod o+x it, or choose another --data-dir)", p, fi.Mode().Perm())
+			return fmt.Errorf("%s is not searchable by other users (mode %v); sandbox root maps to an unprivileged uid and cannot reach %s (chmod o+x it, or choose another --data-dir or --run-dir)", p, fi.Mode().Perm(), abs)
 		}
 		if p == "/" {
 			return nil

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -129,7 +128,7 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup) (a *agentProc, err e
 		extra = append(extra, lifeR)
 	}
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/fd/" + strconv.Itoa(int(b.agentFD.Fd())),
+		Path:       b.agentPath,
 		Args:       []string{"warren-agent"},
 		Env:        []string{},
 		ExtraFiles: extra,
