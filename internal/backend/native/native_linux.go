@@ -17,7 +17,6 @@
 package native
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -180,8 +179,8 @@ func New(opts Options) (*Backend, error) {
 	return b, nil
 }
 
-// openAgent installs the backend's copy of the agent binary under RunDir,
-// named by its content's hash, and execs sandboxes from there. RunDir is
+// openAgent installs the backend's copy of the agent binary under RunDir
+// and execs sandboxes from there. RunDir is
 // root-owned and traversable (0711), so the agent runs whether or not the
 // directories above AgentPath are reachable by the sandbox's uid, and a
 // rebuilt binary at AgentPath never changes what a running backend starts.
@@ -199,9 +198,9 @@ func (b *Backend) openAgent() error {
 	if p == "" {
 		return errors.New("native backend: no agent binary (build cmd/warren-agent, or set WARREN_AGENT)")
 	}
-	bin, err := os.ReadFile(p)
+	src, err := os.Stat(p)
 	if err != nil {
-		return fmt.Errorf("native backend: read agent: %w", err)
+		return fmt.Errorf("native backend: agent: %w", err)
 	}
 	// A dot directory: ReapOrphans leaves RunDir's dot entries alone.
 	dir := filepath.Join(b.opts.RunDir, ".agent")
@@ -216,9 +215,17 @@ func (b *Backend) openAgent() error {
 	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("native backend: lock %s: %w", dir, err)
 	}
-	sum := sha256.Sum256(bin)
+	// Named by the source's identity (path, inode, size, mtime) rather
+	// than a hash of its content, so a `warren run` does not read and hash
+	// 3.5 MB each time; a rebuilt agent gets a new name.
+	st := src.Sys().(*syscall.Stat_t)
+	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%d\x00%d", p, st.Dev, st.Ino, src.Size(), src.ModTime().UnixNano()))
 	dst := filepath.Join(dir, "warren-agent-"+hex.EncodeToString(sum[:12]))
-	if cur, err := os.ReadFile(dst); err != nil || !bytes.Equal(cur, bin) {
+	if cur, err := os.Stat(dst); err != nil || cur.Size() != src.Size() {
+		bin, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("native backend: read agent: %w", err)
+		}
 		if err := writeExecutable(dir, dst, bin); err != nil {
 			return fmt.Errorf("native backend: install agent: %w", err)
 		}
