@@ -64,7 +64,7 @@ func withLibraries(path string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	out := []string{path}
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_INTERP {
