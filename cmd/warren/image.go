@@ -32,6 +32,13 @@ by every image that uses them.
                                  (default REF); credentials come from the
                                  Docker config and its credential helpers;
                                  plain HTTP only to loopback or with --insecure
+  warren image build-base [--suite S] [--mirror URL] [--name NAME] python|node
+                                 build a small Debian image (default
+                                 bookworm) with python3 or nodejs using
+                                 mmdebstrap, from Debian's mirror (no
+                                 registry needed), named warren/python:S or
+                                 warren/node:S; then serve with it:
+                                 warren serve --python-image NAME
   warren image ls                list images
   warren image inspect NAME|ID   print an image's details as JSON: names,
                                  layers, config, sandboxes started from it
@@ -41,7 +48,7 @@ by every image that uses them.
                                  and layers no image uses; reports bytes freed`
 
 func imageCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren image", "warren image import|pull|ls|inspect|rm|prune [flags] [args]", imageAbout)
+	fs := newFlagSet("warren image", "warren image import|pull|build-base|ls|inspect|rm|prune [flags] [args]", imageAbout)
 	var hf hostFlags
 	hf.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +74,8 @@ func imageCmd(ctx context.Context, args []string) error {
 		fmt.Printf("imported %s (%s, %d layers, %.1f MiB) in %.1fs\n", rec.Name, short(rec.ID), len(rec.Layers), float64(rec.Size)/(1<<20), time.Since(start).Seconds())
 	case sub == "pull":
 		return pullCmd(ctx, st, a)
+	case sub == "build-base":
+		return buildBaseCmd(ctx, st, a)
 	case sub == "ls" && len(a) == 0:
 		recs, err := st.List()
 		if err != nil {
@@ -183,6 +192,33 @@ func pullCmd(ctx context.Context, st *image.Store, args []string) error {
 		return err
 	}
 	fmt.Printf("pulled %s (%s, %d layers, %.1f MiB) in %.1fs\n", rec.Name, short(rec.ID), len(rec.Layers), float64(rec.Size)/(1<<20), time.Since(start).Seconds())
+	return nil
+}
+
+// buildBaseCmd runs "warren image build-base [--suite S] [--mirror URL]
+// [--name NAME] python|node", with mmdebstrap's output on stderr as
+// progress.
+func buildBaseCmd(ctx context.Context, st *image.Store, args []string) error {
+	fs := newFlagSet("warren image build-base", "warren image build-base [--suite S] [--mirror URL] [--name NAME] python|node", imageAbout)
+	suite := fs.String("suite", image.DefaultBaseSuite, "Debian suite: bookworm, trixie, stable, ...")
+	mirror := fs.String("mirror", "", "http(s) URL of a Debian mirror, used alone (default: deb.debian.org with the suite's updates and security archives)")
+	name := fs.String("name", "", "image name (default warren/LANG:SUITE)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	a := fs.Args()
+	if len(a) != 1 {
+		fs.Usage()
+		return exitError{2}
+	}
+	lang := a[0]
+	start := time.Now()
+	rec, err := st.BuildBase(ctx, lang, image.BaseOptions{Suite: *suite, Mirror: *mirror, Name: *name, Log: os.Stderr})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("built %s (%s, %d layers, %.1f MiB) in %.1fs\n", rec.Name, short(rec.ID), len(rec.Layers), float64(rec.Size)/(1<<20), time.Since(start).Seconds())
+	fmt.Printf("use it: warren serve --%s-image %s\n", lang, rec.Name)
 	return nil
 }
 

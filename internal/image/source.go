@@ -329,7 +329,7 @@ func (s *Store) openRootfsTar(ctx context.Context, src string, gz bool) (*source
 	if _, err := io.Copy(h, &countingReader{ctx: ctx, r: rc, b: &budget{left: s.maxTotalBytes}}); err != nil {
 		return nil, err
 	}
-	return rootfsSource(h.digest(), open)
+	return rootfsSource(h.digest(), open, runtimeConfig{})
 }
 
 // openRootfsDir treats a directory as a root filesystem: one layer, made
@@ -345,13 +345,17 @@ func (s *Store) openRootfsDir(ctx context.Context, dir string) (*source, error) 
 		go func() { pw.CloseWithError(writeTree(ctx, pw, dir)) }()
 		return pr, nil
 	}
-	return rootfsSource(h.digest(), open)
+	return rootfsSource(h.digest(), open, runtimeConfig{})
 }
 
-// rootfsSource is a one-layer image with an empty runtime config. Its id is
-// the digest of a minimal OCI config naming the layer, as a registry would
-// compute for the same image.
-func rootfsSource(diffID string, open func() (io.ReadCloser, error)) (*source, error) {
+// rootfsSource is a one-layer image with runtime config rc (empty for an
+// imported rootfs, which says nothing about how to run it; set for a
+// built base image). Its id is the digest of a minimal OCI config naming
+// the layer and rc, as a registry would compute for the same image, so
+// the same layer with another config is another image. An empty rc adds
+// nothing to the config (every field is omitempty): ids of plain rootfs
+// imports are unchanged.
+func rootfsSource(diffID string, open func() (io.ReadCloser, error), rc runtimeConfig) (*source, error) {
 	h, err := v1.NewHash(diffID)
 	if err != nil {
 		return nil, err
@@ -359,6 +363,7 @@ func rootfsSource(diffID string, open func() (io.ReadCloser, error)) (*source, e
 	cfg := v1.ConfigFile{
 		Architecture: runtime.GOARCH, OS: "linux",
 		RootFS: v1.RootFS{Type: "layers", DiffIDs: []v1.Hash{h}},
+		Config: v1.Config{Env: rc.Env, WorkingDir: rc.WorkingDir, User: rc.User, Entrypoint: rc.Entrypoint, Cmd: rc.Cmd},
 	}
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -366,7 +371,7 @@ func rootfsSource(diffID string, open func() (io.ReadCloser, error)) (*source, e
 	}
 	id := newHashWriter()
 	id.Write(raw)
-	return &source{id: id.digest(), layers: []layerSource{{diffID: diffID, open: open}}}, nil
+	return &source{id: id.digest(), config: rc, layers: []layerSource{{diffID: diffID, open: open}}}, nil
 }
 
 // writeTree writes the tree at root as a tar stream: directories, regular
