@@ -203,8 +203,8 @@ func assertNoSandboxState(t *testing.T, dir string) {
 		}
 	}
 	// No sandbox cgroup under any controller's warren prefix.
-	matches, _ := filepath.Glob("/sys/fs/cgroup/pids/warren/run-*")
-	m2, _ := filepath.Glob("/sys/fs/cgroup/memory/*/*/warren/run-*")
+	matches, _ := filepath.Glob("/sys/fs/cgroup/pids/warren*/run-*")
+	m2, _ := filepath.Glob("/sys/fs/cgroup/memory/*/*/warren*/run-*")
 	if len(matches)+len(m2) > 0 {
 		t.Errorf("cgroups left: %v %v", matches, m2)
 	}

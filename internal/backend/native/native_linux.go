@@ -64,7 +64,8 @@ type Options struct {
 	UIDBase   uint32 // default DefaultUIDBase
 	Python    string // interpreter paths inside the sandbox
 	Node      string
-	// CgroupPrefix names the cgroup under the process's own one (default "warren").
+	// CgroupPrefix names the cgroup under the process's own one (default
+	// "warren" for the default RunDir, "warren-<hash of RunDir>" otherwise).
 	CgroupPrefix string
 	// ExitWithHost makes every sandbox end when this process ends (for
 	// `warren run`); a daemon leaves it off so sandboxes survive restarts.
@@ -113,7 +114,15 @@ func New(opts Options) (*Backend, error) {
 		opts.UIDBase = DefaultUIDBase
 	}
 	if opts.CgroupPrefix == "" {
+		// Instances with different run directories must not share a
+		// prefix: ReapOrphans takes a cgroup under its prefix without a
+		// live agent in its own run directory for an orphan, and would
+		// kill the other instance's sandboxes.
 		opts.CgroupPrefix = "warren"
+		if abs, err := filepath.Abs(opts.RunDir); err == nil && abs != "/run/warren" {
+			sum := sha256.Sum256([]byte(abs))
+			opts.CgroupPrefix = "warren-" + hex.EncodeToString(sum[:4])
+		}
 	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 10 * time.Second

@@ -334,7 +334,9 @@ func TestAgentCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
+	// Cleanups run last-in first-out: the sandbox below goes first, so
+	// Close finds the cgroup prefix empty and removes it.
+	t.Cleanup(func() { a.Close() })
 	dir := filepath.Join(base, "run", ".agent")
 	copies := func() []string {
 		ents, _ := os.ReadDir(dir)
