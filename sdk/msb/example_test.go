@@ -10,8 +10,8 @@ import (
 )
 
 // Runs Python code and a command in a sandbox on the server named by
-// MSB_SERVER_URL (default http://127.0.0.1:5555). It needs a live server, so
-// it is compiled but not run by go test.
+// MSB_SERVER_URL (default http://127.0.0.1:5555). go test runs it against a
+// real server (see the module's internal/testserver).
 func Example() {
 	sandbox := msb.NewPythonSandbox(msb.WithName("example"), msb.WithTimeout(30*time.Second))
 	if err := sandbox.Start(msb.StartConfig{Memory: 512, CPUs: 1}); err != nil {
@@ -36,10 +36,15 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("CPU: %.2f%%, Memory: %d MiB\n", metrics.CPU, metrics.MemoryMiB)
+	fmt.Println("running:", metrics.IsRunning, "memory reported:", metrics.MemoryMiB > 0)
+	// Output:
+	// Hello World
+	// exit code: 0
+	// running: true memory reported: true
 }
 
-// Server failures carry the server's message and error kind.
+// Server failures carry the server's message and error kind. (Not run by
+// go test: the test server runs without API keys.)
 func ExampleRPCError() {
 	sandbox := msb.NewNodeSandbox(msb.WithApiKey("msb_..."))
 	err := sandbox.Start(msb.StartConfig{})

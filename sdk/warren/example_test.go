@@ -9,9 +9,9 @@ import (
 	"github.com/warren-sandbox/warren/sdk/warren"
 )
 
-// Creates a sandbox, runs a script in it and removes it. It needs a live
-// server (MSB_SERVER_URL, default http://127.0.0.1:5555), so it is compiled
-// but not run by go test.
+// Creates a sandbox, runs a script in it and removes it. go test runs the
+// examples against a real server (see the module's internal/testserver);
+// yours is MSB_SERVER_URL, default http://127.0.0.1:5555.
 func Example() {
 	ctx := context.Background()
 	c := warren.New()
@@ -21,22 +21,27 @@ func Example() {
 	}
 	defer c.Remove(context.WithoutCancel(ctx), sb.Name)
 
-	res, err := sb.Shell(ctx, "echo hello; python3 --version", warren.ExecTimeout(30*time.Second))
+	res, err := sb.Shell(ctx, "echo hello; python3 -c 'print(6*7)'", warren.ExecTimeout(30*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Print(res.Output())
 	fmt.Println("ok:", res.OK())
+	// Output:
+	// hello
+	// 42
+	// ok: true
 }
 
 // A one-shot run: the sandbox is removed afterwards, whatever happens.
 func ExampleClient_RunPython() {
-	c := warren.New(warren.WithAPIKey("msb_..."))
+	c := warren.New() // MSB_SERVER_URL and MSB_API_KEY
 	res, err := c.RunPython(context.Background(), "print(6*7)")
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Print(res.Stdout)
+	// Output: 42
 }
 
 // Server failures have a kind.
@@ -44,21 +49,29 @@ func ExampleIsNotFound() {
 	c := warren.New()
 	_, err := c.Get(context.Background(), "no-such-sandbox")
 	if warren.IsNotFound(err) {
-		fmt.Println("not there:", err)
+		fmt.Println("not there")
 	}
+	// Output: not there
 }
 
 // A background process, reattached by id and read as it runs.
 func ExampleSandbox_StartProcess() {
 	ctx := context.Background()
-	sb := warren.New().Sandbox("example")
-	p, err := sb.StartProcess(ctx, "sh", []string{"-c", "for i in 1 2 3; do echo $i; sleep 1; done"})
+	c := warren.New()
+	sb, err := c.Create(ctx, warren.Spec{Name: "example-process"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Remove(context.WithoutCancel(ctx), sb.Name)
+
+	p, err := sb.StartProcess(ctx, "sh", []string{"-c", "for i in 1 2 3; do echo $i; sleep 0.1; done"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	var off int64
 	for {
-		chunk, err := sb.Process(p.ID).Output(ctx, warren.Stdout, off, 10*time.Second)
+		// Another client could do the same with only the id.
+		chunk, err := c.Sandbox(sb.Name).Process(p.ID).Output(ctx, warren.Stdout, off, 10*time.Second)
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -68,4 +81,8 @@ func ExampleSandbox_StartProcess() {
 			break
 		}
 	}
+	// Output:
+	// 1
+	// 2
+	// 3
 }
