@@ -31,14 +31,22 @@ Examples:
   warren run --memory 256M --cpus 0.5 --timeout 10s -- sh -c 'echo hi'
   echo data | warren run -i -- wc -c`
 
-// storedImage looks name up in the image store.
-func storedImage(hf *hostFlags, name string) (*image.Image, error) {
+// storedImage looks name up in the image store and holds it (image rm
+// and prune leave it alone) until release.
+func storedImage(hf *hostFlags, name string) (img *image.Image, release func(), err error) {
 	st, db, err := hf.imageStore()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer db.Close()
-	return st.Get(name)
+	if img, err = st.Get(name); err != nil {
+		return nil, nil, err
+	}
+	release, err = st.Hold(img)
+	if err != nil {
+		return nil, nil, err
+	}
+	return img, release, nil
 }
 
 func runCmd(ctx context.Context, args []string) error {
@@ -94,7 +102,11 @@ func runCmd(ctx context.Context, args []string) error {
 	if *img == image.HostName {
 		sbImg, err = be.HostImage()
 	} else {
-		sbImg, err = storedImage(&hf, *img)
+		var release func()
+		sbImg, release, err = storedImage(&hf, *img)
+		if err == nil {
+			defer release()
+		}
 	}
 	if err != nil {
 		return err

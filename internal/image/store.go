@@ -680,6 +680,13 @@ func (s *Store) Remove(name string) (err error) {
 		if err != nil {
 			return err
 		}
+		held, err := s.holds()
+		if err != nil {
+			return err
+		}
+		if len(held[id]) > 0 {
+			users = append(users, "a warren run")
+		}
 		if len(users) > 0 {
 			return fmt.Errorf("%w: %s (%s) is used by %d sandbox(es): %s; remove them first",
 				ErrInUse, name, id, len(users), strings.Join(users, ", "))
@@ -706,6 +713,15 @@ func (s *Store) Prune() (freed int64, err error) {
 	keep := map[string]bool{}
 	for d := range s.pinned {
 		keep[d] = true
+	}
+	held, err := s.holds()
+	if err != nil {
+		return 0, err
+	}
+	for _, layers := range held {
+		for _, d := range layers {
+			keep[d] = true
+		}
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT diff_id FROM image_layers`)
 	if err != nil {

@@ -933,3 +933,58 @@ func TestSandboxPinsImage(t *testing.T) {
 		t.Errorf("an image id as a name: %v", err)
 	}
 }
+
+// TestHoldPinsImage: a warren run's hold keeps an image from rm and its
+// layers from prune, also after a re-import moved its name; a dead
+// holder's file pins nothing.
+func TestHoldPinsImage(t *testing.T) {
+	testenv.RequireRoot(t)
+	s := newStore(t)
+	ctx := context.Background()
+	rec, err := s.Import(ctx, dockerTar(t, twoLayerImage(t)), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := s.Get("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := s.Hold(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Remove("x"); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "warren run") {
+		t.Fatalf("Remove of a held image: %v", err)
+	}
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "f"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Import(ctx, root, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if freed, err := s.Prune(); err != nil || freed != 0 {
+		t.Fatalf("Prune with the old image held: freed %d, %v", freed, err)
+	}
+	for _, l := range img.Layers {
+		if _, err := os.Stat(l); err != nil {
+			t.Errorf("held layer pruned: %v", err)
+		}
+	}
+	// A hold whose holder is gone: its file is not locked.
+	dead := filepath.Join(s.holdsDir(), strings.TrimPrefix(rec.ID, "sha256:")+"-dead")
+	if err := os.WriteFile(dead, []byte(strings.Join(rec.Layers, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	freed, err := s.Prune()
+	if err != nil || freed <= 0 {
+		t.Fatalf("Prune after release: freed %d, %v", freed, err)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("dead holder's file left: %v", err)
+	}
+	if n := len(layerDirs(t, s)); n != 1 {
+		t.Errorf("layer dirs after prune: %d, want the new image's 1", n)
+	}
+}
