@@ -170,6 +170,13 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 		if err != nil {
 			return wire.ProcessInfo{}, err
 		}
+		if req.Rows > 0 && req.Cols > 0 {
+			if err := unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: req.Rows, Col: req.Cols}); err != nil {
+				master.Close()
+				slave.Close()
+				return wire.ProcessInfo{}, fmt.Errorf("terminal size: %w", err)
+			}
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 		cmd.SysProcAttr.Setpgid = false
 		cmd.SysProcAttr.Setsid = true

@@ -378,14 +378,15 @@ func fields(names ...string) map[string]bool {
 }
 
 func (s *Server) processStart(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields("argv", "env", "cwd", "user", "tty", "stdin"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
+	return s.processCall(ctx, c, fields("argv", "env", "cwd", "user", "tty", "rows", "cols", "stdin"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
 		if len(p.Argv) == 0 || p.Argv[0] == "" {
 			return nil, fmt.Errorf("%w: \"argv\" is missing or empty", errInvalidParams)
 		}
 		if len(p.Stdin) > wire.MaxStdin {
 			return nil, fmt.Errorf("%w: stdin is larger than %d MiB", errdefs.ErrTooLarge, wire.MaxStdin>>20)
 		}
-		pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: p.Argv, Env: p.Env, Cwd: p.Cwd, User: p.User, TTY: p.TTY, Stdin: []byte(p.Stdin)})
+		pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: p.Argv, Env: p.Env, Cwd: p.Cwd, User: p.User, TTY: p.TTY,
+			Rows: p.Rows, Cols: p.Cols, Stdin: []byte(p.Stdin)})
 		if err != nil {
 			return nil, err
 		}

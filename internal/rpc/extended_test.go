@@ -302,7 +302,11 @@ func TestWebSocket(t *testing.T) {
 		var got strings.Builder
 		sent := false
 		for {
-			m := recv(t, c)
+			var m msg
+			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if err := websocket.JSON.Receive(c, &m); err != nil {
+				t.Fatalf("%v; terminal output so far %q", err, got.String())
+			}
 			if m.Type == "exit" {
 				break
 			}

@@ -100,7 +100,8 @@ func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name strin
 		fail(fmt.Errorf("%w: \"argv\" is missing or empty", errInvalidParams))
 		return
 	}
-	pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: start.Argv, Env: start.Env, Cwd: start.Cwd, User: start.User, TTY: start.TTY})
+	pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: start.Argv, Env: start.Env, Cwd: start.Cwd, User: start.User, TTY: start.TTY,
+		Rows: start.Rows, Cols: start.Cols})
 	if err != nil {
 		fail(err)
 		return
@@ -112,9 +113,6 @@ func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name strin
 		defer rcancel()
 		_ = a.RemoveProcess(rctx, pi.ID)
 	}()
-	if start.TTY && start.Rows > 0 && start.Cols > 0 {
-		_ = a.Resize(ctx, pi.ID, start.Rows, start.Cols)
-	}
 	if err := send(wsMsg{Type: "started", ID: pi.ID, Pid: pi.Pid}); err != nil {
 		return
 	}

@@ -65,6 +65,11 @@ type ExecRequest struct {
 	OutputLimit int64 `json:"output_limit,omitempty"`
 	// TTY runs the process on a pseudo-terminal (background processes only).
 	TTY bool `json:"tty,omitempty"`
+	// Rows and Cols are the terminal's size from the start (TTY only; 0 =
+	// the kernel's 0x0). Set before the process runs, so its first
+	// look at the size is right; a later Resize changes it.
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 }
 
 // Stream names.
