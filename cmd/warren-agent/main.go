@@ -81,12 +81,7 @@ func run(status *os.File) error {
 		// Own process group, so an interrupt or kill reaches what the code
 		// forked. No Pdeathsig: it fires when the forking thread exits.
 		SysProcAttr: func() *syscall.SysProcAttr {
-			a := &syscall.SysProcAttr{Setpgid: true}
-			if runner.Cred != nil {
-				c := *runner.Cred
-				a.Credential = &c
-			}
-			return a
+			return &syscall.SysProcAttr{Setpgid: true, Credential: runner.DefaultCredential()}
 		},
 	})
 	srv := guest.NewServer(runner, root, rm)

@@ -2,42 +2,22 @@ package main
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/image"
 )
 
-// openPTY returns a real pseudo-terminal pair (master, slave).
-func openPTY(t *testing.T) (*os.File, *os.File) {
-	t.Helper()
-	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatalf("open /dev/ptmx: %v", err)
-	}
-	t.Cleanup(func() { master.Close() })
-	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slave, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { slave.Close() })
-	return master, slave
-}
-
 func TestIsTerminal(t *testing.T) {
-	_, slave := openPTY(t)
+	master, slave, err := guest.OpenPTY()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	defer slave.Close()
 	if !isTerminal(slave) {
 		t.Error("a pty slave is not a terminal")
 	}

@@ -32,6 +32,16 @@ type Runner struct {
 	Cred *syscall.Credential
 }
 
+// DefaultCredential returns a copy of Cred (each process gets its own, as
+// exec may change it), or nil.
+func (r *Runner) DefaultCredential() *syscall.Credential {
+	if r.Cred == nil {
+		return nil
+	}
+	c := *r.Cred
+	return &c
+}
+
 // errStart wraps failures to start a process (not found, not executable).
 type errStart struct {
 	code int
@@ -82,9 +92,8 @@ func (r *Runner) command(req *wire.ExecRequest) (*exec.Cmd, error) {
 			return nil, err
 		}
 		cmd.SysProcAttr.Credential = cred
-	case r.Cred != nil:
-		c := *r.Cred
-		cmd.SysProcAttr.Credential = &c
+	default:
+		cmd.SysProcAttr.Credential = r.DefaultCredential()
 	}
 	if len(req.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(req.Stdin)

@@ -166,12 +166,12 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 	var closeAfterStart, closeOnFailure []*os.File
 	var readers []func()
 	if req.TTY {
-		master, slave, err := openPTY()
+		master, slave, err := OpenPTY()
 		if err != nil {
 			return wire.ProcessInfo{}, err
 		}
 		if req.Rows > 0 && req.Cols > 0 {
-			if err := unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: req.Rows, Col: req.Cols}); err != nil {
+			if err := setWinsize(master, req.Rows, req.Cols); err != nil {
 				master.Close()
 				slave.Close()
 				return wire.ProcessInfo{}, fmt.Errorf("terminal size: %w", err)
@@ -413,10 +413,15 @@ func (p *proc) resize(rows, cols uint16) error {
 	if p.tty == nil {
 		return invalidf("process %q has no terminal", p.id)
 	}
-	return unix.IoctlSetWinsize(int(p.tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	return setWinsize(p.tty, rows, cols)
 }
 
-func openPTY() (master, slave *os.File, err error) {
+func setWinsize(tty *os.File, rows, cols uint16) error {
+	return unix.IoctlSetWinsize(int(tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+}
+
+// OpenPTY opens a new pseudo-terminal pair.
+func OpenPTY() (master, slave *os.File, err error) {
 	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open pty: %w", err)

@@ -39,29 +39,37 @@ func (s *Store) Hold(img *Image) (release func(), err error) {
 	if err := os.MkdirAll(s.holdsDir(), 0o700); err != nil {
 		return nil, err
 	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	p := filepath.Join(s.holdsDir(), strings.TrimPrefix(img.ID, "sha256:")+"-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	// Written and locked under a temporary name, then renamed into
+	// place: Prune sees a hold complete or not at all.
+	f, err := os.CreateTemp(s.holdsDir(), ".tmp-")
 	if err != nil {
 		return nil, fmt.Errorf("hold image %s: %w", img.ID, err)
 	}
-	// Locked before the layers are written: Prune never takes a file
-	// being written for a stale one.
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		f.Close()
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	p := filepath.Join(s.holdsDir(), strings.TrimPrefix(img.ID, "sha256:")+"-"+hex.EncodeToString(rnd[:]))
+	release = func() {
 		os.Remove(p)
+		os.Remove(f.Name())
+		f.Close()
+	}
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+	if err == nil {
+		_, err = f.WriteString(strings.Join(rec.Layers, "\n") + "\n")
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err == nil {
+		// A Prune between the lookup above and the rename may have taken
+		// the layers; from here on it cannot, so check they are there.
+		_, err = s.Get(img.ID)
+	}
+	if err != nil {
+		release()
 		return nil, fmt.Errorf("hold image %s: %w", img.ID, err)
 	}
-	if _, err := f.WriteString(strings.Join(rec.Layers, "\n") + "\n"); err != nil {
-		f.Close()
-		os.Remove(p)
-		return nil, fmt.Errorf("hold image %s: %w", img.ID, err)
-	}
-	return func() {
-		os.Remove(p)
-		f.Close()
-	}, nil
+	return release, nil
 }
 
 // holds returns the layers of every live hold by image id, deleting the
@@ -76,15 +84,14 @@ func (s *Store) holds() (map[string][]string, error) {
 	}
 	out := map[string][]string{}
 	for _, e := range ents {
-		hexID, _, ok := strings.Cut(e.Name(), "-")
-		if !ok || !hexRE.MatchString(hexID) {
-			continue
-		}
+		// Temporary files of a Hold in progress (live) or of one that
+		// died before its rename (deleted here) pin nothing.
 		layers, live, err := readHold(filepath.Join(s.holdsDir(), e.Name()))
 		if err != nil {
 			return nil, err
 		}
-		if live {
+		hexID, _, _ := strings.Cut(e.Name(), "-")
+		if live && hexRE.MatchString(hexID) {
 			id := "sha256:" + hexID
 			out[id] = append(out[id], layers...)
 		}

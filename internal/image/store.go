@@ -591,23 +591,22 @@ func (s *Store) Get(ref string) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	name := ref
 	var raw []byte
 	if err := s.db.QueryRowContext(ctx, `SELECT config FROM images WHERE id = ?`, rec.ID).Scan(&raw); err != nil {
 		return nil, err
 	}
 	var cfg runtimeConfig
 	if err := json.Unmarshal(raw, &cfg); err != nil {
-		return nil, fmt.Errorf("image %s: stored config: %w", name, err)
+		return nil, fmt.Errorf("image %s: stored config: %w", ref, err)
 	}
 	img := &Image{
-		Name: name, ID: rec.ID, Env: cfg.Env, WorkingDir: cfg.WorkingDir, User: cfg.User,
+		Name: ref, ID: rec.ID, Env: cfg.Env, WorkingDir: cfg.WorkingDir, User: cfg.User,
 		Entrypoint: cfg.Entrypoint, Cmd: cfg.Cmd,
 	}
 	for i := len(rec.Layers) - 1; i >= 0; i-- {
 		p := s.layerPath(rec.Layers[i])
 		if fi, err := os.Lstat(p); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("image %s: layer %s missing from %s", name, rec.Layers[i], p)
+			return nil, fmt.Errorf("image %s: layer %s missing from %s", ref, rec.Layers[i], p)
 		}
 		img.Layers = append(img.Layers, p)
 	}

@@ -189,15 +189,15 @@ func New(opts Options) (*Backend, error) {
 }
 
 // openAgent installs the backend's copy of the agent binary under RunDir
-// and execs sandboxes from there. RunDir is
-// root-owned and traversable (0711), so the agent runs whether or not the
-// directories above AgentPath are reachable by the sandbox's uid, and a
-// rebuilt binary at AgentPath never changes what a running backend starts.
+// and execs sandboxes from there. RunDir is root-owned and traversable
+// (0711), so the agent runs whether or not the directories above AgentPath
+// are reachable by the sandbox's uid, and a rebuilt binary at AgentPath
+// never changes what a running backend starts.
 //
 // The agent used to be exec'd through /proc/self/fd/N of a kept-open
-// descriptor; under concurrent starts (user namespace, new pid namespace)
-// that execve failed with EACCES about one start in a few hundred on this
-// kernel, where a path never did.
+// descriptor; under 8 concurrent starts (user namespace, new pid
+// namespace) that execve failed with EACCES in about half of the
+// benchmark's runs on this kernel, where a path never did.
 //
 // Each backend holds a shared lock on its copy while it lives; copies no
 // backend holds (older builds) are deleted here, under an exclusive lock
