@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/sdk/internal/sdktest"
 )
 
 // recorded is one request the fake server received.
@@ -103,29 +105,8 @@ func (f *fake) count() int {
 	return len(f.reqs)
 }
 
-// roundTrip turns v into the shape json.Unmarshal gives a map[string]any.
-func roundTrip(t *testing.T, v any) any {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out any
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func clearEnv(t *testing.T) {
-	t.Setenv("MSB_API_KEY", "")
-	t.Setenv("MSB_SERVER_URL", "")
-}
-
-var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-
 func TestRequestShapes(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	tests := []struct {
 		name       string
 		node       bool
@@ -259,10 +240,10 @@ func TestRequestShapes(t *testing.T) {
 			if got.Body["jsonrpc"] != "2.0" {
 				t.Errorf("jsonrpc %v", got.Body["jsonrpc"])
 			}
-			if id, _ := got.Body["id"].(string); !uuidRE.MatchString(id) {
+			if id, _ := got.Body["id"].(string); !sdktest.UUIDRE.MatchString(id) {
 				t.Errorf("id %v is not a UUID string", got.Body["id"])
 			}
-			if !reflect.DeepEqual(got.params(), roundTrip(t, tt.wantParams)) {
+			if !reflect.DeepEqual(got.params(), sdktest.RoundTrip(t, tt.wantParams)) {
 				t.Errorf("params\n got %#v\nwant %#v", got.params(), tt.wantParams)
 			}
 		})
@@ -302,7 +283,7 @@ func TestAuthHeader(t *testing.T) {
 }
 
 func TestDefaults(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	s := NewPythonSandbox()
 	if s.b.cfg.serverUrl != "http://127.0.0.1:5555" {
 		t.Errorf("server url %q", s.b.cfg.serverUrl)
@@ -316,7 +297,7 @@ func TestDefaults(t *testing.T) {
 }
 
 func TestLifecycleErrors(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	f := newFake(t)
 	s := NewPythonSandbox(WithServerUrl(f.srv.URL), WithName("sb1"))
 	if _, err := s.Code().Run("1"); !errors.Is(err, ErrSandboxNotStarted) {
@@ -349,7 +330,7 @@ func TestLifecycleErrors(t *testing.T) {
 }
 
 func TestServerErrors(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	errBody := func(code int, msg, kind string) string {
 		return `{"jsonrpc":"2.0","error":{"code":` + itoa(code) + `,"message":"` + msg + `","data":{"kind":"` + kind + `","sandbox":"sb1"}},"id":"x"}`
 	}
@@ -465,7 +446,7 @@ func mustStart(s *Sandbox) {
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
 func TestStartFailureAllowsRetry(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	f := newFake(t)
 	f.set("sandbox.start", 503, `{"jsonrpc":"2.0","error":{"code":-32009,"message":"shutting down","data":{"kind":"unavailable"}},"id":"1"}`)
 	s := NewPythonSandbox(WithServerUrl(f.srv.URL), WithName("sb1"))
@@ -479,7 +460,7 @@ func TestStartFailureAllowsRetry(t *testing.T) {
 }
 
 func TestContextCancel(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	f := newFake(t)
 	s := NewPythonSandbox(WithServerUrl(f.srv.URL), WithName("sb1"))
 	ctx, cancel := context.WithCancel(t.Context())
@@ -491,7 +472,7 @@ func TestContextCancel(t *testing.T) {
 }
 
 func TestExecutionHelpers(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	tests := []struct {
 		name                 string
 		result               string
@@ -558,7 +539,7 @@ func TestExecutionHelpers(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	tests := []struct {
 		name   string
 		result string
@@ -593,7 +574,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestReqIdProducerAndLogger(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	f := newFake(t)
 	var l testLogger
 	s := NewPythonSandbox(WithServerUrl(f.srv.URL), WithName("sb1"), WithReqIdProducer(func() string { return "req-1" }), WithLogger(&l))

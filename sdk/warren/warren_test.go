@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/sdk/internal/sdktest"
 )
 
 type recorded struct {
@@ -151,28 +153,8 @@ func errBody(code int, msg, kind string) string {
 	return `{"jsonrpc":"2.0","error":{"code":` + string(c) + `,"message":` + string(m) + `,"data":{"kind":"` + kind + `","sandbox":"sb1"}},"id":"1"}`
 }
 
-func roundTrip(t *testing.T, v any) any {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out any
-	if err := json.Unmarshal(b, &out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-func clearEnv(t *testing.T) {
-	t.Setenv("MSB_API_KEY", "")
-	t.Setenv("MSB_SERVER_URL", "")
-}
-
-var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
-
 func TestRequestShapes(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	type call func(ctx context.Context, c *Client) error
 	sb := func(c *Client) *Sandbox { return c.Sandbox("sb1") }
 	tests := []struct {
@@ -299,18 +281,18 @@ func TestRequestShapes(t *testing.T) {
 			if got.Body["jsonrpc"] != "2.0" {
 				t.Errorf("jsonrpc %v", got.Body["jsonrpc"])
 			}
-			if id, _ := got.Body["id"].(string); !uuidRE.MatchString(id) {
+			if id, _ := got.Body["id"].(string); !sdktest.UUIDRE.MatchString(id) {
 				t.Errorf("id %v is not a UUID", got.Body["id"])
 			}
-			if !reflect.DeepEqual(got.params(), roundTrip(t, tt.params)) {
-				t.Errorf("params\n got %#v\nwant %#v", got.params(), roundTrip(t, tt.params))
+			if !reflect.DeepEqual(got.params(), sdktest.RoundTrip(t, tt.params)) {
+				t.Errorf("params\n got %#v\nwant %#v", got.params(), sdktest.RoundTrip(t, tt.params))
 			}
 		})
 	}
 }
 
 func TestResults(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	f := newFake(t)
 	c := New(WithServerURL(f.srv.URL))
 	ctx := t.Context()
@@ -435,7 +417,7 @@ func TestAuthAndEnv(t *testing.T) {
 		})
 	}
 	t.Run("defaults", func(t *testing.T) {
-		clearEnv(t)
+		sdktest.ClearEnv(t)
 		c := New()
 		if c.ServerURL() != DefaultServerURL || c.Namespace() != "" || c.image != DefaultImage {
 			t.Errorf("defaults %+v", c)
@@ -444,7 +426,7 @@ func TestAuthAndEnv(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	tests := []struct {
 		name   string
 		status int
@@ -536,7 +518,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestTar(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	f := newFake(t)
 	f.set("GET /api/v1/sandboxes/team/sb1/tar", 200, "TARDATA")
 	c := New(WithServerURL(f.srv.URL), WithNamespace("team"), WithAPIKey("k"))
@@ -572,7 +554,7 @@ func TestTar(t *testing.T) {
 }
 
 func TestRunOnce(t *testing.T) {
-	clearEnv(t)
+	sdktest.ClearEnv(t)
 	nameRE := regexp.MustCompile(`^(py|sh)-[0-9a-f]{8}$`)
 	tests := []struct {
 		name        string
@@ -704,7 +686,7 @@ func TestRunOnce(t *testing.T) {
 				}
 			}
 			if tt.wantExec != nil {
-				want := roundTrip(t, tt.wantExec).(map[string]any)
+				want := sdktest.RoundTrip(t, tt.wantExec).(map[string]any)
 				want["sandbox"] = name
 				if got := reqs[1].params(); !reflect.DeepEqual(got, want) {
 					t.Errorf("run params\n got %v\nwant %v", got, want)
