@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
@@ -71,9 +72,11 @@ func TestReattach(t *testing.T) {
 	if err := sb2.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The first handle learns of the exit from its own wait for the
+	// process it started, which may come a moment after sb2's.
 	select {
 	case <-sb.Done():
-	default:
+	case <-time.After(5 * time.Second):
 		t.Fatal("first handle did not see the agent end")
 	}
 

@@ -89,6 +89,8 @@ type Backend struct {
 	log       *slog.Logger
 
 	pool *pool
+	// releasing counts stopped sandboxes whose release is still running.
+	releasing sync.WaitGroup
 
 	// seccompFilter is the default seccomp profile (every sandbox's),
 	// compiled once: agents install it without compiling.
@@ -290,9 +292,11 @@ func removeUnheld(p string) {
 }
 
 // Close releases the backend's own resources (not the sandboxes): the warm
-// pool's agents, the cgroup prefix when empty, and the agent binary.
+// pool's agents, the cgroup prefix when empty, and the agent binary. It
+// waits for stopped sandboxes' background releases first.
 func (b *Backend) Close() error {
 	b.pool.close()
+	b.releasing.Wait()
 	return errors.Join(b.cgroups.Close(), b.agentHeld.Close())
 }
 
@@ -376,6 +380,9 @@ type Sandbox struct {
 	lifeline *os.File
 	done     chan struct{}
 	lock     *os.File // held while this process owns an ephemeral sandbox
+	// released is closed when the background release of the last run
+	// (cgroup, runtime directory) is done; nil when none is pending.
+	released chan struct{}
 }
 
 // ID implements backend.Sandbox.
@@ -472,6 +479,9 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.b.opts.StartTimeout)
 	defer cancel()
+	if err := s.waitReleasedLocked(ctx); err != nil {
+		return err
+	}
 	t0 := time.Now()
 	var undo []func()
 	defer func() {
@@ -625,8 +635,11 @@ func (s *Sandbox) OOMKills() (int64, error) {
 }
 
 // Stop implements backend.Sandbox. Killing the pid namespace's init makes
-// the kernel kill every process in it, however it was forked; the cgroup is
-// killed too as a second line. Idempotent.
+// the kernel kill every process in it, however it was forked; Stop returns
+// once the init has exited, which is after every other process in the
+// namespace. Removing the cgroup and the runtime directory (milliseconds on
+// cgroup v1) finishes in the background: Start, Remove and the backend's
+// Close wait for it. Idempotent.
 func (s *Sandbox) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -640,31 +653,82 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("stop sandbox %s: %w", s.cfg.ID, ctx.Err())
 	}
-	tExit := time.Since(t0)
-	err := s.releaseLocked()
-	s.b.log.Debug("sandbox stopped", "id", s.cfg.ID, "exit_ms", ms(tExit), "release_ms", ms(time.Since(t0)-tExit))
-	return err
+	s.b.log.Debug("sandbox stopped", "id", s.cfg.ID, "exit_ms", ms(time.Since(t0)))
+	s.releaseInBackgroundLocked()
+	return nil
 }
 
-// releaseLocked frees what a started sandbox holds once its init is gone.
-func (s *Sandbox) releaseLocked() error {
+// held is what a started sandbox holds on the host besides its processes.
+type held struct {
+	id       string
+	cg       *cgroup.Cgroup
+	client   *agent.Client
+	lifeline *os.File
+	run      string
+}
+
+// takeLocked detaches what the sandbox holds, leaving it stopped.
+func (s *Sandbox) takeLocked() held {
+	h := held{id: s.cfg.ID, cg: s.cg, client: s.client, lifeline: s.lifeline, run: s.run}
+	s.proc, s.cg, s.client, s.done, s.lifeline = nil, nil, nil, nil, nil
+	return h
+}
+
+// release frees what a sandbox held once its init is gone.
+func (h held) release() error {
 	var errs []error
-	if s.cg != nil {
-		if err := s.cg.Destroy(); err != nil {
+	if h.cg != nil {
+		if err := h.cg.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
 		}
 	}
-	if s.client != nil {
-		s.client.Close()
+	if h.client != nil {
+		h.client.Close()
 	}
-	if s.lifeline != nil {
-		s.lifeline.Close()
+	if h.lifeline != nil {
+		h.lifeline.Close()
 	}
-	if err := os.RemoveAll(s.run); err != nil {
+	if err := os.RemoveAll(h.run); err != nil {
 		errs = append(errs, err)
 	}
-	s.proc, s.cg, s.client, s.done, s.lifeline = nil, nil, nil, nil, nil
 	return errors.Join(errs...)
+}
+
+// releaseLocked releases synchronously.
+func (s *Sandbox) releaseLocked() error { return s.takeLocked().release() }
+
+// releaseInBackgroundLocked releases on another goroutine; s.released is
+// closed when it is done.
+func (s *Sandbox) releaseInBackgroundLocked() {
+	h := s.takeLocked()
+	ch := make(chan struct{})
+	s.released = ch
+	s.b.releasing.Add(1)
+	go func() {
+		defer s.b.releasing.Done()
+		defer close(ch)
+		t0 := time.Now()
+		if err := h.release(); err != nil {
+			// A cgroup left behind is removed by the next start of this
+			// sandbox (destroyStaleCgroup) or by ReapOrphans.
+			s.b.log.Warn("release stopped sandbox", "id", h.id, "err", err.Error())
+		}
+		s.b.log.Debug("sandbox released", "id", h.id, "release_ms", ms(time.Since(t0)))
+	}()
+}
+
+// waitReleasedLocked waits for a background release of an earlier run.
+func (s *Sandbox) waitReleasedLocked(ctx context.Context) error {
+	if s.released == nil {
+		return nil
+	}
+	select {
+	case <-s.released:
+		s.released = nil
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox %s: waiting for the previous run's release: %w", s.cfg.ID, ctx.Err())
+	}
 }
 
 // Remove implements backend.Sandbox.
@@ -672,14 +736,17 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 	if err := s.Stop(ctx); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.waitReleasedLocked(ctx); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(s.dir); err != nil {
 		return fmt.Errorf("remove sandbox %s: %w", s.cfg.ID, err)
 	}
-	s.mu.Lock()
 	if s.lock != nil {
 		s.lock.Close()
 		s.lock = nil
 	}
-	s.mu.Unlock()
 	return nil
 }
