@@ -146,36 +146,149 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 	if cfg.Memory != float64(int64(cfg.Memory)) {
 		return nil, fmt.Errorf("%w: memory %v: want a whole number of MiB", errInvalidParams, cfg.Memory)
 	}
+	run, err := startCommand(cfg.Shell, cfg.Exec, cfg.Scripts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.startDependencies(ctx, ns, p.Sandbox, cfg.DependsOn); err != nil {
+		return nil, err
+	}
 	img := cfg.Image
 	if img == "" {
 		img = "python"
 	}
 	spec := sandbox.Spec{Image: img, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir}
 	t0 := time.Now()
-	if _, err := s.mgr.Start(ctx, ns, p.Sandbox, spec, false); err != nil {
+	info, err := s.mgr.Start(ctx, ns, p.Sandbox, spec, false)
+	if err != nil {
 		return nil, err
 	}
 	s.m.startLatency(ns, time.Since(t0))
-	if cfg.Exec != "" {
-		if err := s.startExec(ctx, ns, p.Sandbox, cfg.Exec); err != nil {
+	// A start of a sandbox that was already running changes nothing, so
+	// its start command is not run a second time.
+	if run != nil && !info.Started.Before(t0) {
+		if err := s.startExec(ctx, ns, p.Sandbox, run); err != nil {
 			return nil, err
 		}
 	}
 	return fmt.Sprintf("Sandbox %s started successfully", p.Sandbox), nil
 }
 
-// startExec runs a start config's exec command as a background process.
-func (s *Server) startExec(ctx context.Context, ns, name, cmd string) error {
+// Limits on a start config's commands.
+const (
+	maxScripts     = 64
+	maxScriptLen   = 64 << 10
+	maxDependsOn   = 16
+	maxShellPath   = 4096
+	defaultShell   = "/bin/sh"
+	startScriptKey = "start"
+)
+
+// startCommand is the argv a start config runs once the sandbox is up, as
+// microsandbox does: `exec` when given, otherwise the script named "start";
+// either runs as `<shell> -c <command>` (shell default /bin/sh). Nil when
+// there is nothing to run. Every script is checked, run or not.
+func startCommand(shell, exec string, scripts map[string]string) ([]string, error) {
+	if shell == "" {
+		shell = defaultShell
+	}
+	if !strings.HasPrefix(shell, "/") || len(shell) > maxShellPath || strings.ContainsRune(shell, 0) {
+		return nil, fmt.Errorf("%w: shell %q: want an absolute path inside the sandbox, like /bin/bash", errInvalidParams, trimForError(shell))
+	}
+	if len(scripts) > maxScripts {
+		return nil, fmt.Errorf("%w: scripts: %d given, at most %d", errInvalidParams, len(scripts), maxScripts)
+	}
+	for name, cmd := range scripts {
+		if !sandbox.ValidName(name) {
+			return nil, fmt.Errorf("%w: scripts: name %q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errInvalidParams, trimForError(name))
+		}
+		if err := checkCommand("scripts."+name, cmd); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkCommand("exec", exec); err != nil {
+		return nil, err
+	}
+	cmd := exec
+	if cmd == "" {
+		cmd = scripts[startScriptKey]
+	}
+	if cmd == "" {
+		return nil, nil
+	}
+	return []string{shell, "-c", cmd}, nil
+}
+
+func checkCommand(what, cmd string) error {
+	if len(cmd) > maxScriptLen {
+		return fmt.Errorf("%w: %s: %d bytes, at most %d", errInvalidParams, what, len(cmd), maxScriptLen)
+	}
+	if strings.ContainsRune(cmd, 0) {
+		return fmt.Errorf("%w: %s contains a NUL byte", errInvalidParams, what)
+	}
+	return nil
+}
+
+// trimForError shortens a client's string for an error message.
+func trimForError(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}
+
+// startDependencies makes every sandbox in deps run before name starts:
+// each must already exist in the namespace (the server has no
+// Sandboxfile to create it from); a stopped one is started again with the
+// config it last ran with.
+func (s *Server) startDependencies(ctx context.Context, ns, name string, deps []string) error {
+	if len(deps) > maxDependsOn {
+		return fmt.Errorf("%w: depends_on: %d given, at most %d", errInvalidParams, len(deps), maxDependsOn)
+	}
+	seen := map[string]bool{}
+	for _, d := range deps {
+		if err := sandboxName(d); err != nil {
+			return fmt.Errorf("depends_on: %w", err)
+		}
+		if d == name {
+			return fmt.Errorf("%w: depends_on: sandbox %q cannot depend on itself", errInvalidParams, d)
+		}
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		info, err := s.mgr.Get(ns, d)
+		if err != nil {
+			return fmt.Errorf("depends_on: %w", err)
+		}
+		if info.State == sandbox.Running {
+			continue
+		}
+		if _, err := s.mgr.Start(ctx, ns, d, info.Spec, false); err != nil {
+			return fmt.Errorf("depends_on: start %q: %w", d, err)
+		}
+		s.mgr.Logf(ns, name, "started %q, which it depends on", d)
+	}
+	return nil
+}
+
+// startExec runs a start config's command as a background process.
+func (s *Server) startExec(ctx context.Context, ns, name string, argv []string) error {
 	sb, release, err := s.mgr.Use(ns, name)
 	if err != nil {
 		return err
 	}
 	defer release()
-	pi, err := sb.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", cmd}})
-	if err != nil {
-		return fmt.Errorf("start config.exec: %w", err)
+	pi, err := sb.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: argv})
+	if k := errdefs.Kind(err); k == errdefs.ErrNotFound.Error() || k == errdefs.ErrInvalid.Error() || k == errdefs.ErrForbidden.Error() {
+		// The shell is missing or cannot run: the command's fault, as
+		// for command.run. The sandbox keeps running.
+		return fmt.Errorf("%w: start command could not be started (the sandbox runs): %s", errdefs.ErrExecFailed, err)
 	}
-	s.mgr.Logf(ns, name, "config.exec started as process %s", pi.ID)
+	if err != nil {
+		return fmt.Errorf("start command: %w", err)
+	}
+	s.mgr.Logf(ns, name, "start command started as process %s", pi.ID)
 	return nil
 }
 
