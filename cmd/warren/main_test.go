@@ -98,6 +98,13 @@ func run(t *testing.T, cmd *exec.Cmd, stdin string) result {
 func TestRunPassesOutputAndExitCodes(t *testing.T) {
 	testenv.RequireRoot(t)
 	dir := stateDir(t)
+	vol := filepath.Join(dir, "vol")
+	if err := os.Mkdir(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vol, "f"), []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name       string
 		args       []string
@@ -117,6 +124,9 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		{name: "stdin", args: []string{"run", "-i", "--", "/usr/bin/wc", "-c"}, stdin: "12345", stdout: "5\n"},
 		{name: "env and workdir", args: []string{"run", "--env", "A=b c", "--workdir", "/tmp", "--", "/bin/sh", "-c", `echo "$A"; pwd`}, stdout: "b c\n/tmp\n"},
 		{name: "python", args: []string{"run", "--", "/usr/bin/python3", "-c", "print(6*7)"}, stdout: "42\n"},
+		{name: "volume", args: []string{"run", "--volume", vol + ":/v:ro", "--", "/bin/sh", "-c", "cat /v/f; touch /v/g || echo refused"}, stdout: "from the host\nrefused\n"},
+		{name: "bad volume", args: []string{"run", "--volume", vol + "-missing:/v", "--", "true"}, code: 1, stderrHas: "no such file"},
+		{name: "volume over /proc", args: []string{"run", "--volume", vol + ":/proc", "--", "true"}, code: 1, stderrHas: "/proc is the sandbox's own"},
 		{name: "node", args: []string{"run", "--", "/usr/bin/node", "-e", "console.log(6*7)"}, stdout: "42\n"},
 		{name: "no command", args: []string{"run"}, code: 2, stderrHas: "Usage: warren run"},
 		{name: "bad memory", args: []string{"run", "--memory", "lots", "--", "true"}, code: 1, stderrHas: "size \"lots\""},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -61,9 +62,14 @@ func runCmd(ctx context.Context, args []string) error {
 	workdir := fs.String("workdir", "", "working directory inside the sandbox (default: the image's, or /)")
 	netMode := fs.String("net", "none", "network: none (loopback only)")
 	stdin := fs.Bool("i", false, "pass warren's stdin to CMD (read whole, up to 16 MiB)")
-	var envs stringList
+	var envs, volumeArgs stringList
 	fs.Var(&envs, "env", "set an environment variable K=V (repeatable)")
+	fs.Var(&volumeArgs, "volume", "bind a host directory or file: HOST:GUEST or HOST:GUEST:ro (repeatable); with user namespaces\nsandbox root writes as host uid 1610612736, so HOST must be writable (and reachable) by it")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	volumes, err := localVolumes(volumeArgs)
+	if err != nil {
 		return err
 	}
 	argv := fs.Args()
@@ -122,7 +128,7 @@ func runCmd(ctx context.Context, args []string) error {
 	_, _ = rand.Read(rnd[:])
 	sb, err := be.Create(ctx, backend.Config{
 		ID: "run-" + hex.EncodeToString(rnd[:]), Image: sbImg, Env: envs, Workdir: *workdir,
-		MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: *netMode,
+		MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: *netMode, Volumes: volumes,
 	})
 	if err != nil {
 		return err
@@ -166,4 +172,33 @@ func runCmd(ctx context.Context, args []string) error {
 		return exitError{res.Code}
 	}
 	return nil
+}
+
+// localVolumes parses --volume values. The caller is root on this machine,
+// so any host path may be bound; symlinks in it are resolved here, since
+// the backend mounts only symlink-free paths.
+func localVolumes(args []string) ([]backend.Volume, error) {
+	var vs []backend.Volume
+	for _, a := range args {
+		host, rest, ok := strings.Cut(a, ":")
+		if !ok {
+			return nil, fmt.Errorf("--volume %q: want HOST:GUEST or HOST:GUEST:ro", a)
+		}
+		abs, err := filepath.Abs(host)
+		if err == nil {
+			abs, err = filepath.EvalSymlinks(abs)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--volume %q: %w", a, err)
+		}
+		v, err := backend.ParseVolume(abs + ":" + rest)
+		if err == nil {
+			err = backend.CheckVolumeSource(nil, v)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--volume %q: %w", a, err)
+		}
+		vs = append(vs, v)
+	}
+	return vs, backend.ValidateVolumes(vs)
 }

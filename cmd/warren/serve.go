@@ -49,6 +49,7 @@ type serveConfig struct {
 	pythonImage      string
 	nodeImage        string
 	logText          bool
+	volumeRoots      stringList
 }
 
 func serveCmd(ctx context.Context, args []string) error {
@@ -66,6 +67,7 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&c.pythonImage, "python-image", envOr("WARREN_PYTHON_IMAGE", image.HostName), "image for the language name python (and microsandbox/python)")
 	fs.StringVar(&c.nodeImage, "node-image", envOr("WARREN_NODE_IMAGE", image.HostName), "image for the language name node (and microsandbox/node)")
 	fs.BoolVar(&c.logText, "log-text", false, "log human-readable text instead of JSON")
+	fs.Var(&c.volumeRoots, "volume-root", "allow sandbox.start volumes from beneath this host directory (repeatable; env WARREN_VOLUME_ROOTS,\ncolon-separated); without it volumes are refused. Sandbox root writes there as host uid 1610612736")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -106,6 +108,10 @@ func imageResolver(host func() (*image.Image, error), st *image.Store, python, n
 
 func serve(ctx context.Context, c *serveConfig) error {
 	log := c.logger()
+	roots, err := volumeRoots(append(filepath.SplitList(os.Getenv("WARREN_VOLUME_ROOTS")), c.volumeRoots...))
+	if err != nil {
+		return err
+	}
 	c.hf.log = log // the backend logs into the server's log
 	be, err := c.hf.backend(false, c.prewarm)
 	if err != nil {
@@ -134,7 +140,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		Backend: be, DB: db.DB(), Images: imageResolver(be.HostImage, imgs, c.pythonImage, c.nodeImage),
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
 		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
-		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning,
+		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
 	})
 	if err != nil {
 		return err
@@ -173,4 +179,27 @@ func serve(ctx context.Context, c *serveConfig) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// volumeRoots resolves --volume-root directories to symlink-free absolute
+// paths, which is what the policy check compares against.
+func volumeRoots(dirs []string) ([]string, error) {
+	var out []string
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		abs, err := filepath.Abs(d)
+		if err == nil {
+			abs, err = filepath.EvalSymlinks(abs)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("--volume-root %s: %w", d, err)
+		}
+		if fi, err := os.Stat(abs); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("--volume-root %s: not a directory", d)
+		}
+		out = append(out, abs)
+	}
+	return out, nil
 }

@@ -32,6 +32,10 @@ type Config struct {
 	PidsMax     int64
 	// Network is "none" (loopback only), the only mode so far.
 	Network string
+	// Volumes are bind-mounted into the sandbox, after its own mounts.
+	// Their sources must have passed CheckVolumeSource under the caller's
+	// policy.
+	Volumes []Volume
 }
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -58,6 +62,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Network != "" && c.Network != "none" {
 		errs = append(errs, fmt.Errorf("network %q: only \"none\" (loopback only) is supported", c.Network))
+	}
+	if err := ValidateVolumes(c.Volumes); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

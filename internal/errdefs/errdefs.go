@@ -8,6 +8,7 @@ import (
 	"errors"
 
 	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
@@ -42,13 +43,15 @@ var agentKinds = map[string]error{
 	wire.ErrLimit:      ErrLimit,
 }
 
-// imageKinds maps the image store's errors onto the server's kinds.
+// imageKinds maps the image store's (and the backend's) errors onto the
+// server's kinds.
 var imageKinds = []struct{ err, kind error }{
 	{image.ErrNotFound, ErrNotFound},
 	{image.ErrInvalidName, ErrInvalid},
 	{image.ErrFormat, ErrInvalid},
 	{image.ErrInUse, ErrConflict},
 	{image.ErrLimit, ErrLimit},
+	{backend.ErrVolumeNotAllowed, ErrInvalid},
 }
 
 // Kind names err's kind: the sentinel it wraps, the kind of an agent or

@@ -184,12 +184,27 @@ func mountOverlay(target string, r Rootfs) error {
 func mountInRoot(rootFD int, m specs.Mount) error {
 	flags, data, bind := parseMountOptions(m.Options)
 	isFile := false
+	src := m.Source
 	if bind {
+		// The source is resolved once, without following symlinks, and
+		// mounted through its descriptor: a volume's host path that was
+		// swapped for a symlink after the host checked it (by another
+		// sandbox sharing its parent, say) fails here rather than
+		// mounting where the symlink points.
+		sfd, err := unix.Openat2(unix.AT_FDCWD, m.Source, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
+		if err != nil {
+			return fmt.Errorf("bind source %s: %w", m.Source, err)
+		}
+		defer unix.Close(sfd)
 		var st unix.Stat_t
-		if err := unix.Stat(m.Source, &st); err != nil {
+		if err := unix.Fstat(sfd, &st); err != nil {
 			return err
 		}
 		isFile = st.Mode&unix.S_IFMT != unix.S_IFDIR
+		src = "/proc/self/fd/" + strconv.Itoa(sfd)
 	}
 	fd, err := ensureInRoot(rootFD, m.Destination, isFile)
 	if err != nil {
@@ -198,7 +213,7 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 	defer unix.Close(fd)
 	dst := "/proc/self/fd/" + strconv.Itoa(fd)
 	if bind {
-		if err := unix.Mount(m.Source, dst, "", unix.MS_BIND|(flags&unix.MS_REC), ""); err != nil {
+		if err := unix.Mount(src, dst, "", unix.MS_BIND|(flags&unix.MS_REC), ""); err != nil {
 			return err
 		}
 		// A bind ignores most flags; apply them with a remount, keeping the

@@ -27,6 +27,8 @@ type Params struct {
 	// ImageMounts are the image's own mounts (the host image's read-only
 	// binds of /usr and friends), made before the standard ones.
 	ImageMounts []specs.Mount
+	// Volumes are the caller's binds, made after the standard mounts.
+	Volumes []specs.Mount
 	// UserNS, when non-nil, puts the sandbox in a user namespace with this
 	// mapping for both uids and gids.
 	UserNS *IDMap
@@ -128,7 +130,7 @@ func Build(p Params) (*specs.Spec, error) {
 		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: p.UserNS.Host, Size: p.UserNS.Size}}
 		s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
 	}
-	s.Mounts = append(append([]specs.Mount(nil), p.ImageMounts...), standardMounts()...)
+	s.Mounts = append(append(append([]specs.Mount(nil), p.ImageMounts...), standardMounts()...), p.Volumes...)
 	return s, nil
 }
 

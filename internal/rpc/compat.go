@@ -131,8 +131,13 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	cfg := p.Config
-	if len(cfg.Volumes) > 0 {
-		return nil, fmt.Errorf("%w: volumes: host mounts are not allowed by this server's policy", errInvalidParams)
+	vols := make([]backend.Volume, 0, len(cfg.Volumes))
+	for _, v := range cfg.Volumes {
+		vol, err := backend.ParseVolume(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errInvalidParams, err)
+		}
+		vols = append(vols, vol)
 	}
 	if len(cfg.Ports) > 0 {
 		return nil, fmt.Errorf("%w: ports: sandboxes have no network but loopback; publishing ports is not supported", errInvalidParams)
@@ -157,7 +162,7 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 	if img == "" {
 		img = "python"
 	}
-	spec := sandbox.Spec{Image: img, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir}
+	spec := sandbox.Spec{Image: img, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, p.Sandbox, spec, false)
 	if err != nil {
@@ -283,7 +288,7 @@ func (s *Server) startExec(ctx context.Context, ns, name string, argv []string) 
 	if k := errdefs.Kind(err); k == errdefs.ErrNotFound.Error() || k == errdefs.ErrInvalid.Error() || k == errdefs.ErrForbidden.Error() {
 		// The shell is missing or cannot run: the command's fault, as
 		// for command.run. The sandbox keeps running.
-		return fmt.Errorf("%w: start command could not be started (the sandbox runs): %s", errdefs.ErrExecFailed, err)
+		return fmt.Errorf("%w: start command could not be started (the sandbox runs): %s", errdefs.ErrExecFailed, err.Error())
 	}
 	if err != nil {
 		return fmt.Errorf("start command: %w", err)

@@ -2,9 +2,13 @@ package rpc_test
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // TestStartConfig: sandbox.start honours microsandbox's depends_on, shell,
@@ -113,5 +117,63 @@ func TestStartConfig(t *testing.T) {
 	e.must("sandbox.list", map[string]any{}, &list)
 	if len(list.Sandboxes) != 4 {
 		t.Errorf("want 4 sandboxes (db, app, ex, bad), got %d", len(list.Sandboxes))
+	}
+}
+
+// TestVolumes: sandbox.start binds host paths beneath the server's
+// --volume-root directories, and refuses everything else.
+func TestVolumes(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := filepath.Join(root, "data")
+	if err := os.Mkdir(data, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(data, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(root, "etc-link")); err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, true, func(o *sandbox.Options) { o.VolumeRoots = []string{root} })
+	vols := []string{data + ":/data", data + ":/ro:ro"}
+	e.must("sandbox.start", map[string]any{"sandbox": "v", "config": map[string]any{"volumes": vols}}, nil)
+	var res struct {
+		ExitCode int `json:"exit_code"`
+		Output   []struct{ Stream, Text string }
+	}
+	e.must("sandbox.command.run", map[string]any{"sandbox": "v", "command": "sh", "args": []string{"-c", "echo hi > /data/f && cat /ro/f && ! touch /ro/g 2>/dev/null"}}, &res)
+	if res.ExitCode != 0 || len(res.Output) != 1 || res.Output[0].Text != "hi" {
+		t.Fatalf("volumes in the sandbox: %+v", res)
+	}
+	if b, err := os.ReadFile(filepath.Join(data, "f")); err != nil || string(b) != "hi\n" {
+		t.Fatalf("on the host: %q %v", b, err)
+	}
+	// A restart binds them again, from the stored config.
+	e.must("sandbox.stop", map[string]any{"sandbox": "v"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "v", "config": map[string]any{"volumes": vols}}, nil)
+	e.must("sandbox.command.run", map[string]any{"sandbox": "v", "command": "cat", "args": []string{"/ro/f"}}, &res)
+	if len(res.Output) != 1 || res.Output[0].Text != "hi" {
+		t.Fatalf("after restart: %+v", res)
+	}
+
+	for _, c := range []struct{ vol, want string }{
+		{"/etc:/x", "not allowed"},
+		{filepath.Join(root, "etc-link") + ":/x", "symlink"},
+		{filepath.Join(root, "missing") + ":/x", "no such file"},
+		{root + "/data/../data:/x", "clean"},
+		{data + ":/proc/x", "/proc"},
+		{data + ":relative", "absolute"},
+		{data, "HOST:GUEST"},
+		{data + ":/x:rx", "ro or rw"},
+	} {
+		r := e.call("sandbox.start", map[string]any{"sandbox": "bad", "config": map[string]any{"volumes": []string{c.vol}}})
+		if r.Status != 400 || r.kind() != "invalid_params" || !strings.Contains(r.Error.Message, c.want) {
+			t.Errorf("volume %q: want invalid_params mentioning %q, got %d %s", c.vol, c.want, r.Status, r.Raw)
+		}
 	}
 }

@@ -63,6 +63,9 @@ type Spec struct {
 	Env       []string          `json:"env,omitempty"`
 	Workdir   string            `json:"workdir,omitempty"`
 	Labels    map[string]string `json:"labels,omitempty"`
+	// Volumes are host paths bound into the sandbox; the server's
+	// policy (Options.VolumeRoots) is checked at every start.
+	Volumes []backend.Volume `json:"volumes,omitempty"`
 	// IdleTimeout stops the sandbox after this long without a request;
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -102,6 +105,9 @@ func (s *Spec) Validate() error {
 	if len(s.Workdir) > 4096 || (s.Workdir != "" && s.Workdir[0] != '/') {
 		errs = append(errs, fmt.Errorf("workdir %.40q: want an absolute path", s.Workdir))
 	}
+	if err := backend.ValidateVolumes(s.Volumes); err != nil {
+		errs = append(errs, err)
+	}
 	if len(s.Labels) > MaxLabels {
 		errs = append(errs, fmt.Errorf("labels: %d, at most %d", len(s.Labels), MaxLabels))
 	}
@@ -122,10 +128,28 @@ func (s *Spec) Validate() error {
 	return nil
 }
 
+// checkVolumes applies the server's host-mount policy, on every start: a
+// stopped sandbox restarted after the policy changed is held to the new one.
+func (m *Manager) checkVolumes(vs []backend.Volume) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	if len(m.opts.VolumeRoots) == 0 {
+		return fmt.Errorf("%w: volumes: host mounts are not allowed by this server's policy (an operator allows them with warren serve --volume-root DIR)", errdefs.ErrInvalid)
+	}
+	for _, v := range vs {
+		if err := backend.CheckVolumeSource(m.opts.VolumeRoots, v); err != nil {
+			return fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
+		}
+	}
+	return nil
+}
+
 // config is the backend's configuration for a sandbox with this spec.
 func (s *Spec) config(id string, img *image.Image) backend.Config {
 	return backend.Config{ID: id, Image: img, Env: s.Env, Workdir: s.Workdir,
-		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: defaultPids, Network: "none"}
+		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: defaultPids, Network: "none",
+		Volumes: s.Volumes}
 }
 
 // defaultPids bounds the processes of a sandbox (fork bombs stop here).
@@ -181,6 +205,9 @@ type Options struct {
 	MaxRunning   int
 	// Tick is the janitor's period (default 1s).
 	Tick time.Duration
+	// VolumeRoots are the host directories volumes may come from (paths
+	// without symlinks); none = no volumes.
+	VolumeRoots []string
 }
 
 // Manager owns the server's sandboxes.
@@ -375,6 +402,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		return Info{}, fmt.Errorf("%w: sandbox and namespace names are 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errdefs.ErrInvalid)
 	}
 	if err := spec.Validate(); err != nil {
+		return Info{}, err
+	}
+	if err := m.checkVolumes(spec.Volumes); err != nil {
 		return Info{}, err
 	}
 	m.mu.Lock()

@@ -50,6 +50,9 @@ const (
 	UserNSOff  = "off"  // run as host root with dropped capabilities
 )
 
+// dirRemedy ends the error of an unreachable data or run directory.
+const dirRemedy = "chmod o+x it, or choose another --data-dir or --run-dir"
+
 // DefaultUIDBase is the first host uid sandbox root maps to. All sandboxes
 // share the range [base, base+65536); they are kept apart by their pid,
 // mount and ipc namespaces, and shared image layers need one owner.
@@ -156,10 +159,10 @@ func New(opts Options) (*Backend, error) {
 	case UserNSOn, UserNSAuto:
 		err := ProbeUserNS()
 		if err == nil {
-			err = checkTraversable(opts.DataDir)
+			err = checkTraversable(opts.DataDir, dirRemedy)
 		}
 		if err == nil {
-			err = checkTraversable(opts.RunDir) // the agent is exec'd from there
+			err = checkTraversable(opts.RunDir, dirRemedy) // the agent is exec'd from there
 		}
 		if err != nil && opts.UserNS == UserNSOn {
 			return nil, fmt.Errorf("native backend: user namespaces required but unusable: %w", err)
@@ -332,6 +335,13 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid sandbox config: %w", err)
 	}
+	if b.userNS != nil {
+		for _, v := range cfg.Volumes {
+			if err := checkTraversable(filepath.Dir(v.Source), "chmod o+x it, or mount from a reachable directory"); err != nil {
+				return nil, fmt.Errorf("volume %s: %w: %w", v.Source, backend.ErrVolumeNotAllowed, err)
+			}
+		}
+	}
 	dir := filepath.Join(b.opts.DataDir, "sandboxes", cfg.ID)
 	if err := os.Mkdir(dir, 0o711); err != nil {
 		if errors.Is(err, fs.ErrExist) {
@@ -433,7 +443,7 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 	}
 	sp, err := oci.Build(oci.Params{
 		RootPath: filepath.Join(s.dir, "rootfs"), Hostname: host, Env: env, Cwd: cwd,
-		ImageMounts: img.Mounts, UserNS: s.b.userNS,
+		ImageMounts: img.Mounts, Volumes: volumeMounts(s.cfg.Volumes), UserNS: s.b.userNS,
 		MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax,
 	})
 	if err != nil {
@@ -459,6 +469,21 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 		Python:        s.b.opts.Python, Node: s.b.opts.Node, User: img.User,
 		Lifeline: s.b.opts.ExitWithHost,
 	}, nil
+}
+
+// volumeMounts are the binds of vs. Not recursive: what is mounted below
+// a volume's source on the host stays out of the sandbox, and read-only
+// applies to all that is visible.
+func volumeMounts(vs []backend.Volume) []specs.Mount {
+	var ms []specs.Mount
+	for _, v := range vs {
+		opts := []string{"bind", "nosuid", "nodev"}
+		if v.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		ms = append(ms, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: opts})
+	}
+	return ms
 }
 
 // Start implements backend.Sandbox. A failed start leaves nothing running

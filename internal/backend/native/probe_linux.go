@@ -33,7 +33,7 @@ func ProbeUserNS() error {
 
 // checkTraversable makes sure a sandbox's mapped root, an unprivileged uid
 // on the host, can reach dir: every ancestor needs the search bit for others.
-func checkTraversable(dir string) error {
+func checkTraversable(dir, remedy string) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func checkTraversable(dir string) error {
 			return err
 		}
 		if fi.Mode().Perm()&0o001 == 0 {
-			return fmt.Errorf("%s is not searchable by other users (mode %v); sandbox root maps to an unprivileged uid and cannot reach %s (chmod o+x it, or choose another --data-dir or --run-dir)", p, fi.Mode().Perm(), abs)
+			return fmt.Errorf("%s is not searchable by other users (mode %v); sandbox root maps to an unprivileged uid and cannot reach %s (%s)", p, fi.Mode().Perm(), abs, remedy)
 		}
 		if p == "/" {
 			return nil
