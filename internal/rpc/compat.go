@@ -131,13 +131,9 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	cfg := p.Config
-	vols := make([]backend.Volume, 0, len(cfg.Volumes))
-	for _, v := range cfg.Volumes {
-		vol, err := backend.ParseVolume(v)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errInvalidParams, err)
-		}
-		vols = append(vols, vol)
+	vols, err := parseVolumes(cfg.Volumes)
+	if err != nil {
+		return nil, err
 	}
 	if len(cfg.Ports) > 0 {
 		return nil, fmt.Errorf("%w: ports: sandboxes have no network but loopback; publishing ports is not supported", errInvalidParams)
@@ -177,6 +173,23 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 		}
 	}
 	return fmt.Sprintf("Sandbox %s started successfully", p.Sandbox), nil
+}
+
+// parseVolumes reads "HOST:GUEST[:ro]" volumes; the manager applies the
+// server's host-mount policy.
+func parseVolumes(vs []string) ([]backend.Volume, error) {
+	if len(vs) > backend.MaxVolumes {
+		return nil, fmt.Errorf("%w: volumes: %d given, at most %d", errInvalidParams, len(vs), backend.MaxVolumes)
+	}
+	var out []backend.Volume
+	for _, v := range vs {
+		vol, err := backend.ParseVolume(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errInvalidParams, err)
+		}
+		out = append(out, vol)
+	}
+	return out, nil
 }
 
 // Limits on a start config's commands.

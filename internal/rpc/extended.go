@@ -103,6 +103,7 @@ type createParams struct {
 	Workspace   string            `json:"workspace"`
 	Secrets     []string          `json:"secrets"`
 	Egress      []string          `json:"egress"`
+	Volumes     []string          `json:"volumes"`
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, c *call) (any, error) {
@@ -142,8 +143,12 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	vols, err := parseVolumes(p.Volumes)
+	if err != nil {
+		return nil, err
+	}
 	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
-		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life}
+		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, name, spec, true)
 	if err != nil {

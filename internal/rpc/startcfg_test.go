@@ -161,6 +161,13 @@ func TestVolumes(t *testing.T) {
 		t.Fatalf("after restart: %+v", res)
 	}
 
+	// sandbox.create takes them too.
+	e.must("sandbox.create", map[string]any{"name": "vc", "volumes": []string{data + ":/d:ro"}}, nil)
+	e.must("sandbox.command.run", map[string]any{"sandbox": "vc", "command": "cat", "args": []string{"/d/f"}}, &res)
+	if len(res.Output) != 1 || res.Output[0].Text != "hi" {
+		t.Fatalf("volume of sandbox.create: %+v", res)
+	}
+
 	for _, c := range []struct{ vol, want string }{
 		{"/etc:/x", "not allowed"},
 		{filepath.Join(root, "etc-link") + ":/x", "symlink"},

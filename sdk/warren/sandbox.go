@@ -51,6 +51,10 @@ type Spec struct {
 	// means none. Policy-bearing: currently accepted only empty (the
 	// network is loopback-only).
 	Egress []string
+	// Volumes bind host paths, "HOST:GUEST" or "HOST:GUEST:ro".
+	// Policy-bearing: refused unless the server allows host mounts
+	// beneath the HOST path (warren serve --volume-root).
+	Volumes []string
 }
 
 type createParams struct {
@@ -67,6 +71,7 @@ type createParams struct {
 	Workspace   string            `json:"workspace,omitempty"`
 	Secrets     []string          `json:"secrets,omitempty"`
 	Egress      []string          `json:"egress,omitempty"`
+	Volumes     []string          `json:"volumes,omitempty"`
 }
 
 // SandboxInfo describes a sandbox.
@@ -158,6 +163,7 @@ func (c *Client) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 		Env:         spec.Env,
 		Workdir:     spec.Workdir,
 		Labels:      spec.Labels,
+		Volumes:     spec.Volumes,
 		IdleTimeout: secs(spec.IdleTimeout),
 		MaxLifetime: secs(spec.MaxLifetime),
 		Workspace:   spec.Workspace,
