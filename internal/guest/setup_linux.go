@@ -211,6 +211,19 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 		return err
 	}
 	defer unix.Close(fd)
+	if bind {
+		// A bind's destination must be reached without a symlink: one
+		// the sandbox left in its upper layer (/data -> /proc, say) would
+		// otherwise send a volume over the sandbox's own /proc or /dev.
+		// Nothing of the sandbox runs during setup, so this check holds.
+		strict, err := unix.Openat2(rootFD, strings.TrimPrefix(path.Clean("/"+m.Destination), "/"), &unix.OpenHow{
+			Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS,
+		})
+		if err != nil {
+			return fmt.Errorf("destination %s passes through a symlink in the sandbox: %w", m.Destination, err)
+		}
+		unix.Close(strict)
+	}
 	dst := "/proc/self/fd/" + strconv.Itoa(fd)
 	if bind {
 		if err := unix.Mount(src, dst, "", unix.MS_BIND|(flags&unix.MS_REC), ""); err != nil {

@@ -92,8 +92,12 @@ type Backend struct {
 	log       *slog.Logger
 
 	pool *pool
-	// releasing counts stopped sandboxes whose release is still running.
-	releasing sync.WaitGroup
+	// releasing counts stopped sandboxes whose release is still running;
+	// releasesFor maps their ids to a channel closed when it is done, so a
+	// start through any handle of the same sandbox waits for it.
+	releasing   sync.WaitGroup
+	releaseMu   sync.Mutex
+	releasesFor map[string]chan struct{}
 
 	// seccompFilter is the default seccomp profile (every sandbox's),
 	// compiled once: agents install it without compiling.
@@ -390,9 +394,6 @@ type Sandbox struct {
 	lifeline *os.File
 	done     chan struct{}
 	lock     *os.File // held while this process owns an ephemeral sandbox
-	// released is closed when the background release of the last run
-	// (cgroup, runtime directory) is done; nil when none is pending.
-	released chan struct{}
 }
 
 // ID implements backend.Sandbox.
@@ -504,7 +505,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.b.opts.StartTimeout)
 	defer cancel()
-	if err := s.waitReleasedLocked(ctx); err != nil {
+	if err := s.waitReleased(ctx); err != nil {
 		return err
 	}
 	t0 := time.Now()
@@ -722,34 +723,48 @@ func (h held) release() error {
 // releaseLocked releases synchronously.
 func (s *Sandbox) releaseLocked() error { return s.takeLocked().release() }
 
-// releaseInBackgroundLocked releases on another goroutine; s.released is
-// closed when it is done.
+// releaseInBackgroundLocked releases on another goroutine; waitReleased
+// waits for it.
 func (s *Sandbox) releaseInBackgroundLocked() {
 	h := s.takeLocked()
+	b := s.b
 	ch := make(chan struct{})
-	s.released = ch
-	s.b.releasing.Add(1)
+	b.releaseMu.Lock()
+	if b.releasesFor == nil {
+		b.releasesFor = map[string]chan struct{}{}
+	}
+	b.releasesFor[h.id] = ch
+	b.releaseMu.Unlock()
+	b.releasing.Add(1)
 	go func() {
-		defer s.b.releasing.Done()
-		defer close(ch)
+		defer b.releasing.Done()
 		t0 := time.Now()
 		if err := h.release(); err != nil {
 			// A cgroup left behind is removed by the next start of this
 			// sandbox (destroyStaleCgroup) or by ReapOrphans.
-			s.b.log.Warn("release stopped sandbox", "id", h.id, "err", err.Error())
+			b.log.Warn("release stopped sandbox", "id", h.id, "err", err.Error())
 		}
-		s.b.log.Debug("sandbox released", "id", h.id, "release_ms", ms(time.Since(t0)))
+		b.releaseMu.Lock()
+		if b.releasesFor[h.id] == ch {
+			delete(b.releasesFor, h.id)
+		}
+		b.releaseMu.Unlock()
+		close(ch)
+		b.log.Debug("sandbox released", "id", h.id, "release_ms", ms(time.Since(t0)))
 	}()
 }
 
-// waitReleasedLocked waits for a background release of an earlier run.
-func (s *Sandbox) waitReleasedLocked(ctx context.Context) error {
-	if s.released == nil {
+// waitReleased waits for a background release of an earlier run of this
+// sandbox, through whichever handle stopped it.
+func (s *Sandbox) waitReleased(ctx context.Context) error {
+	s.b.releaseMu.Lock()
+	ch := s.b.releasesFor[s.cfg.ID]
+	s.b.releaseMu.Unlock()
+	if ch == nil {
 		return nil
 	}
 	select {
-	case <-s.released:
-		s.released = nil
+	case <-ch:
 		return nil
 	case <-ctx.Done():
 		return fmt.Errorf("sandbox %s: waiting for the previous run's release: %w", s.cfg.ID, ctx.Err())
@@ -763,7 +778,7 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.waitReleasedLocked(ctx); err != nil {
+	if err := s.waitReleased(ctx); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(s.dir); err != nil {

@@ -88,6 +88,34 @@ func TestVolumes(t *testing.T) {
 		t.Errorf("start with a symlinked volume source: want a bind source error, got %v", err)
 	}
 
+	// A sandbox that replaced a volume's target with a symlink (here to
+	// its own /proc) gets a failed start on its next start, not a volume
+	// over its /proc.
+	cfg := backend.Config{ID: "vol-planted", Image: h.Image}
+	sb3, err := h.Backend.Create(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb3.Remove(context.Background())
+	if err := sb3.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := conformance.Exec(t, sb3, 0, "/bin/ln", "-s", "/proc", "/data"); r.Code != 0 {
+		t.Fatalf("plant symlink: %+v %q", r.ExitStatus, r.Stderr)
+	}
+	if err := sb3.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Volumes = []backend.Volume{{Source: rw, Target: "/data"}}
+	sb4, err := h.Backend.(*native.Backend).Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb4.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("volume onto a planted symlink: want a symlink error, got %v", err)
+		_ = sb4.Stop(context.Background())
+	}
+
 	// A volume the sandbox's root could not reach is refused up front,
 	// saying why.
 	if h.Backend.(*native.Backend).UserNS() != nil {
