@@ -151,14 +151,18 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.startDependencies(ctx, ns, p.Sandbox, cfg.DependsOn); err != nil {
-		return nil, err
-	}
 	img := cfg.Image
 	if img == "" {
 		img = "python"
 	}
 	spec := sandbox.Spec{Image: img, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
+	// A config that will be refused starts no dependency.
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := s.startDependencies(ctx, ns, p.Sandbox, cfg.DependsOn); err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, p.Sandbox, spec, false)
 	if err != nil {

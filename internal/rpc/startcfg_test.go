@@ -88,6 +88,9 @@ func TestStartConfig(t *testing.T) {
 		t.Fatalf("exec vs start script: %q", got)
 	}
 
+	// dep2 is stopped; a config refused for another reason must not start it.
+	e.must("sandbox.start", map[string]any{"sandbox": "dep2"}, nil)
+	e.must("sandbox.stop", map[string]any{"sandbox": "dep2"}, nil)
 	bad := []struct {
 		name   string
 		config map[string]any
@@ -95,6 +98,7 @@ func TestStartConfig(t *testing.T) {
 		want   string
 	}{
 		{"missing dependency", map[string]any{"depends_on": []string{"nowhere"}}, "not_found", "nowhere"},
+		{"invalid config with a dependency", map[string]any{"depends_on": []string{"dep2"}, "memory": 1}, "invalid_params", "memory"},
 		{"self dependency", map[string]any{"depends_on": []string{"bad"}}, "invalid_params", "itself"},
 		{"bad dependency name", map[string]any{"depends_on": []string{"../x"}}, "invalid_params", "depends_on"},
 		{"relative shell", map[string]any{"shell": "bash", "exec": "true"}, "invalid_params", "shell"},
@@ -109,14 +113,17 @@ func TestStartConfig(t *testing.T) {
 			t.Errorf("%s: want kind %s mentioning %q, got %d %s", c.name, c.kind, c.want, r.Status, r.Raw)
 		}
 	}
+	if got := state("dep2"); got != "stopped" {
+		t.Errorf("a refused config started its dependency: %s", got)
+	}
 	// Rejected configs started nothing (the last one started the sandbox
 	// before its command failed).
 	var list struct {
 		Sandboxes []json.RawMessage `json:"sandboxes"`
 	}
 	e.must("sandbox.list", map[string]any{}, &list)
-	if len(list.Sandboxes) != 4 {
-		t.Errorf("want 4 sandboxes (db, app, ex, bad), got %d", len(list.Sandboxes))
+	if len(list.Sandboxes) != 5 {
+		t.Errorf("want 5 sandboxes (db, app, ex, dep2, bad), got %d", len(list.Sandboxes))
 	}
 }
 
