@@ -206,24 +206,15 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 		isFile = st.Mode&unix.S_IFMT != unix.S_IFDIR
 		src = "/proc/self/fd/" + strconv.Itoa(sfd)
 	}
-	fd, err := ensureInRoot(rootFD, m.Destination, isFile)
+	// A bind's destination must be reached without a symlink: one the
+	// sandbox left in its upper layer (/data -> /proc, say) would otherwise
+	// send a volume over the sandbox's own /proc or /dev. Nothing of the
+	// sandbox runs during setup, so what is resolved here stays.
+	fd, err := ensureInRoot(rootFD, m.Destination, isFile, bind)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	if bind {
-		// A bind's destination must be reached without a symlink: one
-		// the sandbox left in its upper layer (/data -> /proc, say) would
-		// otherwise send a volume over the sandbox's own /proc or /dev.
-		// Nothing of the sandbox runs during setup, so this check holds.
-		strict, err := unix.Openat2(rootFD, strings.TrimPrefix(path.Clean("/"+m.Destination), "/"), &unix.OpenHow{
-			Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_SYMLINKS,
-		})
-		if err != nil {
-			return fmt.Errorf("destination %s passes through a symlink in the sandbox: %w", m.Destination, err)
-		}
-		unix.Close(strict)
-	}
 	dst := "/proc/self/fd/" + strconv.Itoa(fd)
 	if bind {
 		if err := unix.Mount(src, dst, "", unix.MS_BIND|(flags&unix.MS_REC), ""); err != nil {
@@ -234,7 +225,7 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 		// clear nosuid/nodev/noexec inherited from the host). The fd above
 		// names the directory under the new mount, so reopen to reach it.
 		if rest := flags &^ (unix.MS_REC | unix.MS_BIND); rest != 0 {
-			top, err := ensureInRoot(rootFD, m.Destination, isFile)
+			top, err := ensureInRoot(rootFD, m.Destination, isFile, true)
 			if err != nil {
 				return err
 			}
@@ -300,20 +291,29 @@ func parseMountOptions(opts []string) (flags uintptr, data string, bind bool) {
 }
 
 // ensureInRoot opens (creating when missing) the directory or file at p
-// inside the root, never leaving it, and returns an O_PATH fd.
-func ensureInRoot(rootFD int, p string, file bool) (int, error) {
+// inside the root, never leaving it, and returns an O_PATH fd. With
+// noSymlinks a symlink anywhere on the way is an error rather than
+// followed (within the root).
+func ensureInRoot(rootFD int, p string, file, noSymlinks bool) (int, error) {
 	p = strings.TrimPrefix(path.Clean("/"+p), "/")
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
+	if noSymlinks {
+		how.Resolve |= unix.RESOLVE_NO_SYMLINKS
+	}
 	if p == "" {
 		return unix.Openat2(rootFD, ".", how)
 	}
-	if fd, err := unix.Openat2(rootFD, p, how); err == nil {
+	fd, err := unix.Openat2(rootFD, p, how)
+	switch {
+	case err == nil:
 		return fd, nil
+	case noSymlinks && errors.Is(err, unix.ELOOP):
+		return -1, fmt.Errorf("/%s passes through a symlink in the sandbox", p)
 	}
 	dir, base := path.Split(p)
 	parent := rootFD
 	if dir != "" {
-		fd, err := ensureInRoot(rootFD, dir, false)
+		fd, err := ensureInRoot(rootFD, dir, false, noSymlinks)
 		if err != nil {
 			return -1, err
 		}
@@ -341,7 +341,7 @@ func ensureInRoot(rootFD int, p string, file bool) (int, error) {
 }
 
 func makeDevLinks(rootFD int) error {
-	dev, err := ensureInRoot(rootFD, "/dev", false)
+	dev, err := ensureInRoot(rootFD, "/dev", false, false)
 	if err != nil {
 		return err
 	}
