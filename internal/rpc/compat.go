@@ -156,12 +156,15 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 		img = "python"
 	}
 	spec := sandbox.Spec{Image: img, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
-	// A config that will be refused starts no dependency.
-	if err := spec.Validate(); err != nil {
-		return nil, err
-	}
-	if err := s.startDependencies(ctx, ns, p.Sandbox, cfg.DependsOn); err != nil {
-		return nil, err
+	if len(cfg.DependsOn) > 0 {
+		// A config that will be refused starts no dependency (the
+		// manager validates it again; without dependencies, only there).
+		if err := spec.Validate(); err != nil {
+			return nil, err
+		}
+		if err := s.startDependencies(ctx, ns, p.Sandbox, cfg.DependsOn); err != nil {
+			return nil, err
+		}
 	}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, p.Sandbox, spec, false)
@@ -182,9 +185,6 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 // parseVolumes reads "HOST:GUEST[:ro]" volumes; the manager applies the
 // server's host-mount policy.
 func parseVolumes(vs []string) ([]backend.Volume, error) {
-	if len(vs) > backend.MaxVolumes {
-		return nil, fmt.Errorf("%w: volumes: %d given, at most %d", errInvalidParams, len(vs), backend.MaxVolumes)
-	}
 	var out []backend.Volume
 	for _, v := range vs {
 		vol, err := backend.ParseVolume(v)
@@ -215,14 +215,14 @@ func startCommand(shell, exec string, scripts map[string]string) ([]string, erro
 		shell = defaultShell
 	}
 	if !strings.HasPrefix(shell, "/") || len(shell) > maxShellPath || strings.ContainsRune(shell, 0) {
-		return nil, fmt.Errorf("%w: shell %q: want an absolute path inside the sandbox, like /bin/bash", errInvalidParams, trimForError(shell))
+		return nil, fmt.Errorf("%w: shell %.64q: want an absolute path inside the sandbox, like /bin/bash", errInvalidParams, shell)
 	}
 	if len(scripts) > maxScripts {
 		return nil, fmt.Errorf("%w: scripts: %d given, at most %d", errInvalidParams, len(scripts), maxScripts)
 	}
 	for name, cmd := range scripts {
 		if !sandbox.ValidName(name) {
-			return nil, fmt.Errorf("%w: scripts: name %q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errInvalidParams, trimForError(name))
+			return nil, fmt.Errorf("%w: scripts: name %.64q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errInvalidParams, name)
 		}
 		if err := checkCommand("scripts."+name, cmd); err != nil {
 			return nil, err
@@ -249,14 +249,6 @@ func checkCommand(what, cmd string) error {
 		return fmt.Errorf("%w: %s contains a NUL byte", errInvalidParams, what)
 	}
 	return nil
-}
-
-// trimForError shortens a client's string for an error message.
-func trimForError(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }
 
 // startDependencies makes every sandbox in deps run before name starts:
@@ -302,12 +294,13 @@ func (s *Server) startExec(ctx context.Context, ns, name string, argv []string) 
 	}
 	defer release()
 	pi, err := sb.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: argv})
-	if k := errdefs.Kind(err); k == errdefs.ErrNotFound.Error() || k == errdefs.ErrInvalid.Error() || k == errdefs.ErrForbidden.Error() {
-		// The shell is missing or cannot run: the command's fault, as
-		// for command.run. The sandbox keeps running.
-		return fmt.Errorf("%w: start command could not be started (the sandbox runs): %s", errdefs.ErrExecFailed, err.Error())
-	}
 	if err != nil {
+		switch errdefs.Kind(err) {
+		case errdefs.ErrNotFound.Error(), errdefs.ErrInvalid.Error(), errdefs.ErrForbidden.Error():
+			// The shell is missing or cannot run: the command's fault,
+			// as for command.run. The sandbox keeps running.
+			return fmt.Errorf("%w: start command could not be started (the sandbox runs): %s", errdefs.ErrExecFailed, err.Error())
+		}
 		return fmt.Errorf("start command: %w", err)
 	}
 	s.mgr.Logf(ns, name, "start command started as process %s", pi.ID)

@@ -92,12 +92,11 @@ type Backend struct {
 	log       *slog.Logger
 
 	pool *pool
-	// releasing counts stopped sandboxes whose release is still running;
-	// releasesFor maps their ids to a channel closed when it is done, so a
-	// start through any handle of the same sandbox waits for it.
-	releasing   sync.WaitGroup
-	releaseMu   sync.Mutex
-	releasesFor map[string]chan struct{}
+	// releasing maps the ids of stopped sandboxes whose release still
+	// runs to a channel closed when it is done, so a start through any
+	// handle of the same sandbox, and Close, wait for it.
+	releaseMu sync.Mutex
+	releasing map[string]chan struct{}
 
 	// seccompFilter is the default seccomp profile (every sandbox's),
 	// compiled once: agents install it without compiling.
@@ -303,7 +302,15 @@ func removeUnheld(p string) {
 // waits for stopped sandboxes' background releases first.
 func (b *Backend) Close() error {
 	b.pool.close()
-	b.releasing.Wait()
+	b.releaseMu.Lock()
+	pending := make([]chan struct{}, 0, len(b.releasing))
+	for _, ch := range b.releasing {
+		pending = append(pending, ch)
+	}
+	b.releaseMu.Unlock()
+	for _, ch := range pending {
+		<-ch
+	}
 	return errors.Join(b.cgroups.Close(), b.agentHeld.Close())
 }
 
@@ -730,14 +737,12 @@ func (s *Sandbox) releaseInBackgroundLocked() {
 	b := s.b
 	ch := make(chan struct{})
 	b.releaseMu.Lock()
-	if b.releasesFor == nil {
-		b.releasesFor = map[string]chan struct{}{}
+	if b.releasing == nil {
+		b.releasing = map[string]chan struct{}{}
 	}
-	b.releasesFor[h.id] = ch
+	b.releasing[h.id] = ch
 	b.releaseMu.Unlock()
-	b.releasing.Add(1)
 	go func() {
-		defer b.releasing.Done()
 		t0 := time.Now()
 		if err := h.release(); err != nil {
 			// A cgroup left behind is removed by the next start of this
@@ -745,8 +750,8 @@ func (s *Sandbox) releaseInBackgroundLocked() {
 			b.log.Warn("release stopped sandbox", "id", h.id, "err", err.Error())
 		}
 		b.releaseMu.Lock()
-		if b.releasesFor[h.id] == ch {
-			delete(b.releasesFor, h.id)
+		if b.releasing[h.id] == ch {
+			delete(b.releasing, h.id)
 		}
 		b.releaseMu.Unlock()
 		close(ch)
@@ -758,7 +763,7 @@ func (s *Sandbox) releaseInBackgroundLocked() {
 // sandbox, through whichever handle stopped it.
 func (s *Sandbox) waitReleased(ctx context.Context) error {
 	s.b.releaseMu.Lock()
-	ch := s.b.releasesFor[s.cfg.ID]
+	ch := s.b.releasing[s.cfg.ID]
 	s.b.releaseMu.Unlock()
 	if ch == nil {
 		return nil
