@@ -148,7 +148,7 @@ func seccompSupported() error {
 }
 
 func smokeTest(ctx context.Context, hf *hostFlags) (time.Duration, error) {
-	be, err := hf.backend(true, 0)
+	be, err := hf.backend(native.Options{ExitWithHost: true})
 	if err != nil {
 		return 0, err
 	}

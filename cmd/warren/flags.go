@@ -42,17 +42,15 @@ func (h *hostFlags) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// backend builds the native backend from the flags, with prewarm agents
-// spawned ahead of time.
-func (h *hostFlags) backend(exitWithHost bool, prewarm int) (*native.Backend, error) {
+// backend builds the native backend from the flags and the command's own
+// choices in opts (ExitWithHost, Prewarm, Spawner).
+func (h *hostFlags) backend(opts native.Options) (*native.Backend, error) {
 	agentPath, err := agentbin.Find(h.agent, filepath.Join(h.dataDir, "bin"))
 	if err != nil {
 		return nil, err
 	}
-	return native.New(native.Options{
-		DataDir: h.dataDir, RunDir: h.runDir, AgentPath: agentPath, UserNS: h.userNS,
-		ExitWithHost: exitWithHost, Prewarm: prewarm, Logger: h.logger(),
-	})
+	opts.DataDir, opts.RunDir, opts.AgentPath, opts.UserNS, opts.Logger = h.dataDir, h.runDir, agentPath, h.userNS, h.logger()
+	return native.New(opts)
 }
 
 func envOr(k, def string) string {

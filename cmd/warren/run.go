@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
@@ -97,7 +98,7 @@ func runCmd(ctx context.Context, args []string) error {
 		}
 	}
 
-	be, err := hf.backend(true, 0)
+	be, err := hf.backend(native.Options{ExitWithHost: true})
 	if err != nil {
 		return err
 	}

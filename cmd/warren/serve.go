@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/mcp"
 	"github.com/warren-sandbox/warren/internal/metrics"
@@ -113,7 +114,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	c.hf.log = log // the backend logs into the server's log
-	be, err := c.hf.backend(false, c.prewarm)
+	be, err := c.hf.backend(native.Options{Prewarm: c.prewarm, Spawner: true})
 	if err != nil {
 		return err
 	}

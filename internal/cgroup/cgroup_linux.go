@@ -239,19 +239,83 @@ func (c *Cgroup) Add(pid int) error {
 // synchronously (for example exec.Cmd.Start) and must not leave goroutines
 // depending on the thread.
 func (c *Cgroup) Spawn(start func(cgroupFD int) error) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m.mode == ModeV2 {
-		fd, err := unix.Open(c.dirs[0], unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("cgroup: spawn in %q: open %s: %w", c.name, c.dirs[0], err)
-		}
-		defer unix.Close(fd)
-		runOnFreshThread(func() { err = start(fd) })
+	t, err := c.OpenSpawnTarget()
+	if err != nil {
 		return err
 	}
+	defer t.Close()
+	fds := make([]int, len(t.Files))
+	for i, f := range t.Files {
+		fds[i] = int(f.Fd())
+	}
+	return SpawnInto(t.V2, fds, start)
+}
+
+// SpawnTarget is a cgroup opened for starting a process inside it, from
+// this process or from another one the files are passed to: the cgroup's
+// directory on v2, its tasks files (one per hierarchy) on v1.
+type SpawnTarget struct {
+	V2    bool
+	Files []*os.File
+}
+
+// Close closes the target's files.
+func (t SpawnTarget) Close() {
+	for _, f := range t.Files {
+		f.Close()
+	}
+}
+
+// OpenSpawnTarget opens the cgroup for SpawnInto; the caller closes it.
+func (c *Cgroup) OpenSpawnTarget() (SpawnTarget, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := SpawnTarget{V2: c.m.mode == ModeV2}
+	for _, d := range c.dirs {
+		p, flag := filepath.Join(d, "tasks"), os.O_WRONLY
+		if t.V2 {
+			p, flag = d, os.O_RDONLY|unix.O_DIRECTORY
+		}
+		f, err := os.OpenFile(p, flag, 0)
+		if err != nil {
+			t.Close()
+			return SpawnTarget{}, fmt.Errorf("cgroup: spawn in %q: %w", c.name, err)
+		}
+		t.Files = append(t.Files, f)
+		if t.V2 {
+			break // one unified hierarchy
+		}
+	}
+	return t, nil
+}
+
+// SpawnInto is Spawn for the descriptors of a SpawnTarget, which may have
+// been opened by another process: start runs on a fresh OS thread, with the
+// v2 directory fd, or with -1 after the thread joined every v1 hierarchy
+// through its tasks file.
+func SpawnInto(v2 bool, fds []int, start func(cgroupFD int) error) error {
+	if len(fds) == 0 {
+		return errors.New("no cgroup to spawn in")
+	}
 	var err error
-	runOnFreshThread(func() { err = c.spawnV1(start) })
+	runOnFreshThread(func() {
+		if v2 {
+			err = start(fds[0])
+			return
+		}
+		// Every v1 migration waits for an RCU grace period, so the
+		// thread is not moved back: it is discarded right after start
+		// returns, and a thread leaves its cgroups on exit at no such
+		// cost.
+		tid := []byte(strconv.Itoa(unix.Gettid()))
+		for _, fd := range fds {
+			if _, werr := unix.Write(fd, tid); werr != nil {
+				err = fmt.Errorf("cgroup: join by tasks file: %w", werr)
+				return
+			}
+		}
+		err = start(-1)
+	})
 	return err
 }
 
@@ -274,20 +338,6 @@ func runOnFreshThread(f func()) {
 		// terminates this thread instead of reusing it.
 	}()
 	<-done
-}
-
-// spawnV1 runs on a locked, disposable thread.
-func (c *Cgroup) spawnV1(start func(int) error) error {
-	// Every v1 migration waits for an RCU grace period, so the thread is
-	// not moved back: it is discarded right after start returns, and a
-	// thread leaves its cgroups on exit at no such cost.
-	tid := strconv.Itoa(unix.Gettid())
-	for _, d := range c.dirs {
-		if err := writeFile(filepath.Join(d, "tasks"), tid); err != nil {
-			return fmt.Errorf("cgroup: spawn in %q: %w", c.name, err)
-		}
-	}
-	return start(-1)
 }
 
 // Kill SIGKILLs every process in the cgroup and waits (bounded) until none

@@ -64,7 +64,7 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	e := &env{t: t, dir: base, dev: dev}
 	e.be, err = native.New(native.Options{
 		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"), AgentPath: agentPath,
-		CgroupPrefix: fmt.Sprintf("warren-rpctest-%d-%d", os.Getpid(), envSeq.Add(1)), Prewarm: 1,
+		CgroupPrefix: fmt.Sprintf("warren-rpctest-%d-%d", os.Getpid(), envSeq.Add(1)), Prewarm: 1, Spawner: true,
 	})
 	if err != nil {
 		t.Fatal(err)

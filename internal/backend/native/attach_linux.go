@@ -60,30 +60,15 @@ func (s *Sandbox) attach() error {
 		unix.Close(pidfd)
 		return errors.New("agent exited")
 	}
-	proc, err := os.FindProcess(pid)
-	if err != nil {
-		unix.Close(pidfd)
-		return err
-	}
 	cg, err := s.b.cgroups.Open(s.cfg.ID)
 	if err != nil {
 		unix.Close(pidfd)
 		return fmt.Errorf("cgroup: %w", err)
 	}
-	done := make(chan struct{})
-	go func() {
-		// A pidfd polls readable once the process has exited; it need
-		// not be our child.
-		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		unix.Close(pidfd)
-		close(done)
-	}()
-	s.proc, s.cg, s.done = proc, cg, done
+	// Not this process's child: watched through its pidfd, never reaped
+	// here.
+	s.proc = watchProc(pid, pidfd, false)
+	s.cg, s.done = cg, s.proc.done
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
 	return nil
 }

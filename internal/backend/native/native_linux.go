@@ -41,6 +41,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/seccomp"
+	"github.com/warren-sandbox/warren/internal/spawner"
 )
 
 // User namespace modes.
@@ -77,6 +78,15 @@ type Options struct {
 	// skips clone, namespace creation, exec and the agent's runtime start
 	// (0 = spawn at each start; right for one-shot use like `warren run`).
 	Prewarm int
+	// Spawner starts agents from a small helper process (package spawner)
+	// instead of this one: right for a long-lived process with a large
+	// heap that starts many sandboxes (the server), whose own fork of an
+	// agent in a new user namespace costs a copy of its page tables and
+	// copy-on-write faults afterwards. One-shot use (`warren run`) leaves
+	// it off and saves starting the helper. With it, this process becomes
+	// a child subreaper, so the agents of a spawner that died become its
+	// children and are reaped when they exit.
+	Spawner bool
 	// StartTimeout bounds a sandbox's start (default 10s).
 	StartTimeout time.Duration
 	Logger       *slog.Logger
@@ -92,6 +102,10 @@ type Backend struct {
 	log       *slog.Logger
 
 	pool *pool
+	// sp is the spawner process when Options.Spawner is set, started
+	// again should it die.
+	spMu sync.Mutex
+	sp   *spawner.Client
 	// releasing maps the ids of stopped sandboxes whose release still
 	// runs to a channel closed when it is done, so a start through any
 	// handle of the same sandbox, and Close, wait for it.
@@ -187,13 +201,64 @@ func New(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	b.cgroups = cg
+	if opts.Spawner {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			b.agentHeld.Close()
+			return nil, fmt.Errorf("native backend: become child subreaper: %w", err)
+		}
+	}
+	if _, err := b.liveSpawner(); err != nil {
+		b.agentHeld.Close()
+		return nil, fmt.Errorf("native backend: %w", err)
+	}
 	if opts.Prewarm > 0 {
 		if err := b.startPool(opts.Prewarm); err != nil {
+			b.closeSpawner()
 			b.agentHeld.Close()
 			return nil, fmt.Errorf("native backend: warm pool: %w", err)
 		}
 	}
 	return b, nil
+}
+
+// liveSpawner returns the running spawner, starting one if there is none
+// or the last one died; nil without Options.Spawner.
+func (b *Backend) liveSpawner() (*spawner.Client, error) {
+	if !b.opts.Spawner {
+		return nil, nil
+	}
+	b.spMu.Lock()
+	defer b.spMu.Unlock()
+	if b.sp != nil && b.sp.Alive() {
+		return b.sp, nil
+	}
+	if b.sp != nil {
+		b.log.Warn("spawner process exited; starting another (its log: " + filepath.Join(b.opts.RunDir, spawnerLog) + ")")
+	}
+	logf, err := os.OpenFile(filepath.Join(b.opts.RunDir, spawnerLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("spawner log: %w", err)
+	}
+	defer logf.Close()
+	sp, err := spawner.Start(b.agentPath, logf)
+	if err != nil {
+		return nil, err
+	}
+	b.sp = sp
+	return sp, nil
+}
+
+// spawnerLog is the spawner's log under RunDir (a dot entry, which
+// ReapOrphans leaves alone).
+const spawnerLog = ".spawner.log"
+
+func (b *Backend) closeSpawner() {
+	b.spMu.Lock()
+	defer b.spMu.Unlock()
+	if b.sp != nil {
+		_ = b.sp.Close()
+		b.sp = nil
+	}
 }
 
 // openAgent installs the backend's copy of the agent binary under RunDir
@@ -302,6 +367,7 @@ func removeUnheld(p string) {
 // waits for stopped sandboxes' background releases first.
 func (b *Backend) Close() error {
 	b.pool.close()
+	b.closeSpawner()
 	b.releaseMu.Lock()
 	pending := make([]chan struct{}, 0, len(b.releasing))
 	for _, ch := range b.releasing {
@@ -395,7 +461,7 @@ type Sandbox struct {
 	run string // runtime state
 
 	mu       sync.Mutex
-	proc     *os.Process // the agent; nil when stopped
+	proc     *initProc // the agent; nil when stopped
 	cg       *cgroup.Cgroup
 	client   *agent.Client
 	lifeline *os.File
@@ -432,7 +498,7 @@ func (s *Sandbox) Pid() int {
 	if s.proc == nil {
 		return 0
 	}
-	return s.proc.Pid
+	return s.proc.pid
 }
 
 func (s *Sandbox) spec() (*guest.Config, error) {
@@ -578,13 +644,13 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		return err
 	}
 	a.statusR.Close()
-	pidInfo := fmt.Sprintf("%d %d\n", a.pid(), procStartTime(a.pid()))
+	pidInfo := fmt.Sprintf("%d %d\n", a.proc.pid, procStartTime(a.proc.pid))
 	if err := os.WriteFile(filepath.Join(s.run, "agent.pid"), []byte(pidInfo), 0o600); err != nil {
 		return err
 	}
-	s.proc, s.cg, s.done, s.lifeline = a.cmd.Process, cg, a.done, a.lifeW
+	s.proc, s.cg, s.done, s.lifeline = a.proc, cg, a.proc.done, a.lifeW
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
-	attrs := []any{"id", s.cfg.ID, "pid", a.pid(), "pooled", pooled,
+	attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled,
 		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
 	for _, p := range []string{"overlay", "mounts", "pivot", "mask_and_misc", "launcher", "seccomp"} {
 		attrs = append(attrs, "agent_"+p+"_ms", a.setupPhases[p])
@@ -680,7 +746,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 		return nil
 	}
 	t0 := time.Now()
-	_ = s.proc.Signal(syscall.SIGKILL)
+	s.proc.kill()
 	select {
 	case <-s.done:
 	case <-ctx.Done():
@@ -694,6 +760,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 // held is what a started sandbox holds on the host besides its processes.
 type held struct {
 	id       string
+	proc     *initProc
 	cg       *cgroup.Cgroup
 	client   *agent.Client
 	lifeline *os.File
@@ -702,7 +769,7 @@ type held struct {
 
 // takeLocked detaches what the sandbox holds, leaving it stopped.
 func (s *Sandbox) takeLocked() held {
-	h := held{id: s.cfg.ID, cg: s.cg, client: s.client, lifeline: s.lifeline, run: s.run}
+	h := held{id: s.cfg.ID, proc: s.proc, cg: s.cg, client: s.client, lifeline: s.lifeline, run: s.run}
 	s.proc, s.cg, s.client, s.done, s.lifeline = nil, nil, nil, nil, nil
 	return h
 }
@@ -710,6 +777,9 @@ func (s *Sandbox) takeLocked() held {
 // release frees what a sandbox held once its init is gone.
 func (h held) release() error {
 	var errs []error
+	if h.proc != nil {
+		h.proc.close()
+	}
 	if h.cg != nil {
 		if err := h.cg.Destroy(); err != nil {
 			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))

@@ -48,6 +48,7 @@ func newBackend(t testing.TB) *native.Backend {
 		shared, sharedErr = native.New(native.Options{
 			DataDir: sharedDirs.data, RunDir: sharedDirs.run, AgentPath: agentPath,
 			CgroupPrefix: fmt.Sprintf("warren-test-%d", os.Getpid()),
+			Spawner:      true, // the server's way
 		})
 	})
 	if sharedErr != nil {
@@ -113,19 +114,14 @@ func snapshot(b *native.Backend) (string, error) {
 		}
 		out = append(out, fmt.Sprintf("%s: %v", filepath.Base(d), names))
 	}
-	// Only this test process's children count: every agent is one, and
-	// everything in a sandbox lives in its agent's namespaces. Other test
-	// packages running at the same time have sandboxes of their own.
-	agents, netns := 0, map[string]bool{}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		if p.Name()[0] < '0' || p.Name()[0] > '9' || ppid(p.Name()) != os.Getpid() {
-			continue
-		}
-		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasPrefix(filepath.Base(exe), "warren-agent") {
-			agents++
-		}
-		if ns, err := os.Readlink("/proc/" + p.Name() + "/ns/net"); err == nil {
+	// Only this test process's agents count (its children and its
+	// spawner's): everything in a sandbox lives in its agent's namespaces.
+	// Other test packages running at the same time have sandboxes of their
+	// own.
+	pids, _ := ourAgents()
+	agents, netns := len(pids), map[string]bool{}
+	for _, pid := range pids {
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil {
 			netns[ns] = true
 		}
 	}

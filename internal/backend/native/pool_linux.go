@@ -75,7 +75,7 @@ func (p *pool) take() *agentProc {
 	for {
 		select {
 		case a := <-p.ready:
-			if a.alive() {
+			if !a.proc.exited() {
 				return a
 			}
 			a.discard()

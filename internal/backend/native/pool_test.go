@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,9 +31,12 @@ func TestWarmPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefix := fmt.Sprintf("warren-pool-test-%d", os.Getpid())
+	// Other tests' backends (the shared one) may have agents and a
+	// spawner of their own.
+	others := countAgents()
 	b, err := native.New(native.Options{
 		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"),
-		AgentPath: agentPath, CgroupPrefix: prefix, Prewarm: 2,
+		AgentPath: agentPath, CgroupPrefix: prefix, Prewarm: 2, Spawner: true,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +47,7 @@ func TestWarmPool(t *testing.T) {
 	}
 	h := &conformance.Harness{Backend: b, Image: img}
 	// Let the pool fill, so the starts below take pooled agents.
-	waitFor(t, func() bool { return countAgents() >= 2 })
+	waitFor(t, func() bool { return countAgents() >= others+3 }) // the spawner and two agents
 	for i := range 5 {
 		sb := h.Sandbox(t, backend.Config{ID: fmt.Sprintf("pooled-%d", i), MemoryBytes: 64 << 20})
 		r := conformance.Exec(t, sb, 10*time.Second, "/bin/cat", "/proc/self/cgroup")
@@ -63,7 +67,7 @@ func TestWarmPool(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return countAgents() == 0 })
+	waitFor(t, func() bool { return countAgents() == others })
 	if _, err := os.Stat(filepath.Join(base, "run", ".pool")); !os.IsNotExist(err) {
 		t.Errorf("pool directory left behind: %v", err)
 	}
@@ -76,30 +80,10 @@ func TestWarmPool(t *testing.T) {
 	}
 }
 
-// countAgents counts this test binary's agent processes.
+// countAgents counts this test binary's agent and spawner processes.
 func countAgents() int {
-	n := 0
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasPrefix(filepath.Base(exe), "warren-agent") {
-			if ppid(p.Name()) == os.Getpid() {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-func ppid(pid string) int {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	var n int
-	fmt.Sscan(f[1], &n)
-	return n
+	agents, spawners := ourAgents()
+	return len(agents) + len(spawners)
 }
 
 func waitFor(t *testing.T, cond func() bool) {
@@ -111,4 +95,37 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestSpawnerDies kills the spawner under a running sandbox: the sandbox
+// keeps working and stops cleanly (its agent, now this process's child,
+// is reaped), and the next start gets a new spawner.
+func TestSpawnerDies(t *testing.T) {
+	h := harness(t)
+	ctx := context.Background()
+	sb := h.Sandbox(t, backend.Config{ID: "spawner-dies"})
+	pid := sb.(*native.Sandbox).Pid()
+	sp := ppid(fmt.Sprint(pid))
+	if sp == os.Getpid() || sp <= 1 {
+		t.Fatalf("agent %d's parent is %d, not a spawner", pid, sp)
+	}
+	if err := syscall.Kill(sp, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// This process is a child subreaper: the orphaned agent comes here.
+	waitFor(t, func() bool { return ppid(fmt.Sprint(pid)) == os.Getpid() })
+	if r := conformance.Exec(t, sb, 10*time.Second, "/bin/echo", "alive"); r.Stdout != "alive\n" {
+		t.Errorf("exec after the spawner died: %+v", r)
+	}
+	other := h.Sandbox(t, backend.Config{ID: "spawner-new"})
+	if p := ppid(fmt.Sprint(other.(*native.Sandbox).Pid())); p == sp || p == os.Getpid() {
+		t.Errorf("new sandbox's parent is %d; want a new spawner", p)
+	}
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+		return os.IsNotExist(err)
+	})
 }

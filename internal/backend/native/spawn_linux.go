@@ -8,25 +8,21 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/oci"
+	"github.com/warren-sandbox/warren/internal/spawner"
 )
 
 // agentProc is a started warren-agent, in its namespaces, that has not been
 // configured yet: it blocks reading its config. Its socket and log live in
 // dir, which can be renamed while it waits.
 type agentProc struct {
-	cmd     *exec.Cmd
-	done    chan struct{}
+	proc    *initProc
 	dir     string
 	cfgW    *os.File
 	statusR *os.File
@@ -37,21 +33,10 @@ type agentProc struct {
 	setupPhases map[string]float64
 }
 
-func (a *agentProc) pid() int { return a.cmd.Process.Pid }
-
-func (a *agentProc) alive() bool {
-	select {
-	case <-a.done:
-		return false
-	default:
-		return true
-	}
-}
-
 // kill ends the agent and releases the host's ends of its pipes.
 func (a *agentProc) kill() {
-	_ = a.cmd.Process.Kill()
-	<-a.done
+	a.proc.kill()
+	a.proc.close()
 	a.closePipes()
 }
 
@@ -74,9 +59,9 @@ var setupCapabilities = func() uint64 {
 	return m
 }()
 
-// spawnAgent starts an agent in new namespaces, its socket and log in dir.
-// With cg the agent is born inside that cgroup; without, the caller must
-// place it (cgroup.Add) before configuring it.
+// spawnAgent starts an agent in new namespaces, in cgroup cg, its socket
+// and log in dir: through the spawner process when the backend has one,
+// from this process otherwise.
 func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup) (a *agentProc, err error) {
 	sock := filepath.Join(dir, "agent.sock")
 	_ = os.Remove(sock)
@@ -102,7 +87,7 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup) (a *agentProc, err e
 			f.Close()
 		}
 	}()
-	a = &agentProc{dir: dir, done: make(chan struct{})}
+	a = &agentProc{dir: dir}
 	cfgR, cfgW, err := os.Pipe()
 	if err != nil {
 		return nil, err
@@ -116,7 +101,8 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup) (a *agentProc, err e
 	}
 	closers = append(closers, statusW)
 	a.statusR = statusR
-	extra := []*os.File{cfgR, lf, statusW}
+	// The child's descriptors 1.. (guest.FDConfig is 3).
+	files := []*os.File{logf, logf, cfgR, lf, statusW}
 	if b.opts.ExitWithHost {
 		lifeR, lifeW, err := os.Pipe()
 		if err != nil {
@@ -125,80 +111,43 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup) (a *agentProc, err e
 		}
 		closers = append(closers, lifeR)
 		a.lifeW = lifeW
-		extra = append(extra, lifeR)
+		files = append(files, lifeR)
 	}
-	cmd := &exec.Cmd{
-		Path:       b.agentPath,
-		Args:       []string{"warren-agent"},
-		Env:        []string{},
-		ExtraFiles: extra,
-		Stdout:     logf,
-		Stderr:     logf,
-		SysProcAttr: &syscall.SysProcAttr{
-			Setsid: true,
-			// No CLONE_NEWCGROUP: the agent's launcher thread enters a new
-			// cgroup namespace once the agent is in its cgroup, which a
-			// pooled agent is only after it was spawned.
-			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
-				syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
-		},
+	req := spawner.Request{
+		Path: b.agentPath, Args: []string{"warren-agent"}, Env: []string{}, Setsid: true,
+		// No CLONE_NEWCGROUP: the agent's launcher thread enters a new
+		// cgroup namespace once the agent is in its cgroup, which a
+		// pooled agent is only after it was spawned.
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
+			syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
+		KeepCaps: setupCapabilities,
 	}
 	if m := b.userNS; m != nil {
-		cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWUSER
-		ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.Host), Size: int(m.Size)}}
-		cmd.SysProcAttr.UidMappings, cmd.SysProcAttr.GidMappings = ids, ids
-		cmd.SysProcAttr.GidMappingsEnableSetgroups = true
-		// The clone child still has host uid 0, which is unmapped (nobody)
-		// in the new namespace; become its root before exec, or exec
-		// drops every capability.
-		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
+		req.UserNS = &spawner.IDMap{Host: m.Host, Size: m.Size}
 	}
-	start := func(fd int) error {
-		// This runs on a thread that is discarded afterwards, so its
-		// bounding set can be narrowed for the clone to inherit with plain
-		// syscalls (in the multi-threaded agent each drop would stop every
-		// thread).
-		for c := 0; c <= oci.LastCap(); c++ {
-			if setupCapabilities&(1<<c) == 0 {
-				if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-					return fmt.Errorf("narrow bounding set: %w", err)
-				}
-			}
-		}
-		if fd >= 0 {
-			cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, fd
-		}
-		return cmd.Start()
+	target, err := cg.OpenSpawnTarget()
+	if err != nil {
+		a.closePipes()
+		return nil, err
 	}
-	if cg != nil {
-		err = cg.Spawn(start)
+	defer target.Close()
+	sp, err := b.liveSpawner()
+	if err != nil {
+		a.closePipes()
+		return nil, err
+	}
+	var pid, pidfd int
+	if sp != nil {
+		pid, pidfd, err = sp.Spawn(req, target, files)
 	} else {
-		err = onDisposableThread(func() error { return start(-1) })
+		pid, pidfd, err = spawner.Local(req, target, files)
 	}
 	if err != nil {
 		a.closePipes()
 		return nil, fmt.Errorf("start agent: %w", err)
 	}
-	a.cmd = cmd
-	go func() { _ = cmd.Wait(); close(a.done) }()
+	a.proc = watchProc(pid, pidfd, sp == nil)
 	return a, nil
-}
-
-// onDisposableThread runs f on an OS thread that is destroyed afterwards.
-func onDisposableThread(f func() error) error {
-	res := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// The main thread is never destroyed: keep it here and use another.
-			res <- onDisposableThread(f)
-			runtime.UnlockOSThread()
-			return
-		}
-		res <- f()
-		// Exiting locked makes the runtime terminate the thread.
-	}()
-	return <-res
 }
 
 // configure sends the agent its config and waits until it serves.
