@@ -83,7 +83,9 @@ type Client struct {
 	done chan struct{}
 }
 
-// ErrGone reports that the spawner process has exited.
+// ErrGone reports that the spawner process had exited before it received
+// the request, so no child was started and the request may be retried
+// with another spawner.
 var ErrGone = errors.New("spawner exited")
 
 // Start starts the spawner from the agent binary at path. Its output goes
@@ -149,7 +151,7 @@ func (c *Client) Spawn(req Request, target cgroup.SpawnTarget, files []*os.File)
 	unix.Close(pair[1])
 	if err != nil {
 		if !c.Alive() || errors.Is(err, unix.EPIPE) {
-			return 0, -1, fmt.Errorf("%w: %v", ErrGone, err)
+			return 0, -1, fmt.Errorf("%w: %w", ErrGone, err)
 		}
 		return 0, -1, fmt.Errorf("spawner: send request: %w", err)
 	}

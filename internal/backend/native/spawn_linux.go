@@ -131,16 +131,22 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup) (a *agentProc, err e
 		return nil, err
 	}
 	defer target.Close()
-	sp, err := b.liveSpawner()
-	if err != nil {
-		a.closePipes()
-		return nil, err
-	}
+	var sp *spawner.Client
 	var pid, pidfd int
-	if sp != nil {
-		pid, pidfd, err = sp.Spawn(req, target, files)
-	} else {
-		pid, pidfd, err = spawner.Local(req, target, files)
+	// A spawner found dead before it got the request (ErrGone) is
+	// replaced once. One that dies while serving it is not retried: a
+	// child it may have started shares this request's pipes.
+	for try := 0; try < 2; try++ {
+		if sp, err = b.liveSpawner(); err != nil {
+			break
+		}
+		if sp == nil {
+			pid, pidfd, err = spawner.Local(req, target, files)
+			break
+		}
+		if pid, pidfd, err = sp.Spawn(req, target, files); !errors.Is(err, spawner.ErrGone) {
+			break
+		}
 	}
 	if err != nil {
 		a.closePipes()
