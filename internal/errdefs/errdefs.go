@@ -6,6 +6,7 @@ package errdefs
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
@@ -57,6 +58,11 @@ var imageKinds = []struct{ err, kind error }{
 // Kind names err's kind: the sentinel it wraps, the kind of an agent or
 // image-store error it wraps, timeout for a deadline, or Internal.
 func Kind(err error) string {
+	// The outermost kind given with Errorf wins over any inside it.
+	var ke *kindError
+	if errors.As(err, &ke) {
+		return ke.kind.Error()
+	}
 	for _, k := range all {
 		if errors.Is(err, k) {
 			return k.Error()
@@ -79,11 +85,14 @@ func Kind(err error) string {
 	return Internal
 }
 
-// Kinds lists every kind, Internal last.
-func Kinds() []string {
-	out := make([]string, 0, len(all)+1)
-	for _, k := range all {
-		out = append(out, k.Error())
-	}
-	return append(out, Internal)
+// Errorf returns an error of kind whose text is the formatted message
+// alone (%w wraps as in fmt.Errorf): the kind travels in error.data.kind,
+// so the words stay the user's to read.
+func Errorf(kind error, format string, args ...any) error {
+	return &kindError{kind: kind, err: fmt.Errorf(format, args...)}
 }
+
+type kindError struct{ kind, err error }
+
+func (e *kindError) Error() string   { return e.err.Error() }
+func (e *kindError) Unwrap() []error { return []error{e.kind, e.err} }

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -23,7 +22,7 @@ func toImageInfo(r *image.Record) imageInfo {
 
 func (s *Server) images() (*image.Store, error) {
 	if s.opts.Images == nil {
-		return nil, fmt.Errorf("%w: this server has no image store", errdefs.ErrUnavailable)
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "this server has no image store")
 	}
 	return s.opts.Images, nil
 }
@@ -61,7 +60,7 @@ func (s *Server) imagePull(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if p.Ref == "" {
-		return nil, fmt.Errorf("%w: \"ref\" is missing", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "\"ref\" is missing")
 	}
 	st, err := s.images()
 	if err != nil {
@@ -77,7 +76,7 @@ func (s *Server) imagePull(ctx context.Context, c *call) (any, error) {
 
 func (s *Server) keys() (*Keys, error) {
 	if s.opts.Keys == nil {
-		return nil, fmt.Errorf("%w: this server runs in dev mode without API keys", errdefs.ErrUnavailable)
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "this server runs in dev mode without API keys")
 	}
 	return s.opts.Keys, nil
 }

@@ -36,7 +36,7 @@ func (c *call) decode(v any, strict bool) error {
 		d.DisallowUnknownFields()
 	}
 	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("%w: %s params: %s", errInvalidParams, c.method, jsonMessage(err))
+		return errdefs.Errorf(errInvalidParams, "%s params: %s", c.method, jsonMessage(err))
 	}
 	return nil
 }
@@ -48,10 +48,10 @@ func (c *call) namespace(ns string) (string, error) {
 		ns = DefaultNamespace
 	}
 	if !sandbox.ValidName(ns) {
-		return "", fmt.Errorf("%w: namespace %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errInvalidParams, ns)
+		return "", errdefs.Errorf(errInvalidParams, "namespace %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", ns)
 	}
 	if !c.claims.Allows(ns) {
-		return "", fmt.Errorf("%w: this API key is for namespace %q, not %q", errdefs.ErrForbidden, c.claims.Namespace, ns)
+		return "", errdefs.Errorf(errdefs.ErrForbidden, "this API key is for namespace %q, not %q", c.claims.Namespace, ns)
 	}
 	return ns, nil
 }
@@ -60,7 +60,7 @@ func (c *call) namespace(ns string) (string, error) {
 func (c *call) namespaces(ns string) ([]string, error) {
 	if ns == "*" {
 		if c.claims.Namespace != "*" {
-			return nil, fmt.Errorf("%w: this API key is for namespace %q and cannot list all namespaces", errdefs.ErrForbidden, c.claims.Namespace)
+			return nil, errdefs.Errorf(errdefs.ErrForbidden, "this API key is for namespace %q and cannot list all namespaces", c.claims.Namespace)
 		}
 		return nil, nil
 	}
@@ -74,17 +74,17 @@ func (c *call) namespaces(ns string) ([]string, error) {
 // requireAdmin checks the caller holds a key for every namespace.
 func (c *call) requireAdmin() error {
 	if c.claims.Namespace != "*" {
-		return fmt.Errorf("%w: %s needs an API key with namespace \"*\"", errdefs.ErrForbidden, c.method)
+		return errdefs.Errorf(errdefs.ErrForbidden, "%s needs an API key with namespace \"*\"", c.method)
 	}
 	return nil
 }
 
 func sandboxName(name string) error {
 	if name == "" {
-		return fmt.Errorf("%w: \"sandbox\" (the sandbox's name) is missing", errInvalidParams)
+		return errdefs.Errorf(errInvalidParams, "\"sandbox\" (the sandbox's name) is missing")
 	}
 	if !sandbox.ValidName(name) {
-		return fmt.Errorf("%w: sandbox name %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errInvalidParams, name)
+		return errdefs.Errorf(errInvalidParams, "sandbox name %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", name)
 	}
 	return nil
 }
@@ -92,7 +92,7 @@ func sandboxName(name string) error {
 // seconds converts a timeout in seconds, bounded.
 func seconds(what string, v float64, max time.Duration) (time.Duration, error) {
 	if v < 0 || v != v || time.Duration(v*float64(time.Second)) > max {
-		return 0, fmt.Errorf("%w: %s %v: want 0 (none) up to %v seconds", errInvalidParams, what, v, max.Seconds())
+		return 0, errdefs.Errorf(errInvalidParams, "%s %v: want 0 (none) up to %v seconds", what, v, max.Seconds())
 	}
 	return time.Duration(v * float64(time.Second)), nil
 }
@@ -136,7 +136,7 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if len(cfg.Ports) > 0 {
-		return nil, fmt.Errorf("%w: ports: sandboxes have no network but loopback; publishing ports is not supported", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "ports: sandboxes have no network but loopback; publishing ports is not supported")
 	}
 	if cfg.Memory == 0 {
 		cfg.Memory = 512
@@ -145,7 +145,7 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 		cfg.CPUs = 1
 	}
 	if cfg.Memory != float64(int64(cfg.Memory)) {
-		return nil, fmt.Errorf("%w: memory %v: want a whole number of MiB", errInvalidParams, cfg.Memory)
+		return nil, errdefs.Errorf(errInvalidParams, "memory %v: want a whole number of MiB", cfg.Memory)
 	}
 	run, err := startCommand(cfg.Shell, cfg.Exec, cfg.Scripts)
 	if err != nil {
@@ -189,7 +189,7 @@ func parseVolumes(vs []string) ([]backend.Volume, error) {
 	for _, v := range vs {
 		vol, err := backend.ParseVolume(v)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", errInvalidParams, err)
+			return nil, errdefs.Errorf(errInvalidParams, "%w", err)
 		}
 		out = append(out, vol)
 	}
@@ -215,14 +215,14 @@ func startCommand(shell, exec string, scripts map[string]string) ([]string, erro
 		shell = defaultShell
 	}
 	if !strings.HasPrefix(shell, "/") || len(shell) > maxShellPath || strings.ContainsRune(shell, 0) {
-		return nil, fmt.Errorf("%w: shell %.64q: want an absolute path inside the sandbox, like /bin/bash", errInvalidParams, shell)
+		return nil, errdefs.Errorf(errInvalidParams, "shell %.64q: want an absolute path inside the sandbox, like /bin/bash", shell)
 	}
 	if len(scripts) > maxScripts {
-		return nil, fmt.Errorf("%w: scripts: %d given, at most %d", errInvalidParams, len(scripts), maxScripts)
+		return nil, errdefs.Errorf(errInvalidParams, "scripts: %d given, at most %d", len(scripts), maxScripts)
 	}
 	for name, cmd := range scripts {
 		if !sandbox.ValidName(name) {
-			return nil, fmt.Errorf("%w: scripts: name %.64q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errInvalidParams, name)
+			return nil, errdefs.Errorf(errInvalidParams, "scripts: name %.64q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", name)
 		}
 		if err := checkCommand("scripts."+name, cmd); err != nil {
 			return nil, err
@@ -243,10 +243,10 @@ func startCommand(shell, exec string, scripts map[string]string) ([]string, erro
 
 func checkCommand(what, cmd string) error {
 	if len(cmd) > maxScriptLen {
-		return fmt.Errorf("%w: %s: %d bytes, at most %d", errInvalidParams, what, len(cmd), maxScriptLen)
+		return errdefs.Errorf(errInvalidParams, "%s: %d bytes, at most %d", what, len(cmd), maxScriptLen)
 	}
 	if strings.ContainsRune(cmd, 0) {
-		return fmt.Errorf("%w: %s contains a NUL byte", errInvalidParams, what)
+		return errdefs.Errorf(errInvalidParams, "%s contains a NUL byte", what)
 	}
 	return nil
 }
@@ -257,7 +257,7 @@ func checkCommand(what, cmd string) error {
 // config it last ran with.
 func (s *Server) startDependencies(ctx context.Context, ns, name string, deps []string) error {
 	if len(deps) > maxDependsOn {
-		return fmt.Errorf("%w: depends_on: %d given, at most %d", errInvalidParams, len(deps), maxDependsOn)
+		return errdefs.Errorf(errInvalidParams, "depends_on: %d given, at most %d", len(deps), maxDependsOn)
 	}
 	seen := map[string]bool{}
 	for _, d := range deps {
@@ -265,7 +265,7 @@ func (s *Server) startDependencies(ctx context.Context, ns, name string, deps []
 			return fmt.Errorf("depends_on: %w", err)
 		}
 		if d == name {
-			return fmt.Errorf("%w: depends_on: sandbox %q cannot depend on itself", errInvalidParams, d)
+			return errdefs.Errorf(errInvalidParams, "depends_on: sandbox %q cannot depend on itself", d)
 		}
 		if seen[d] {
 			continue
@@ -299,7 +299,7 @@ func (s *Server) startExec(ctx context.Context, ns, name string, argv []string) 
 		case errdefs.ErrNotFound.Error(), errdefs.ErrInvalid.Error(), errdefs.ErrForbidden.Error():
 			// The shell is missing or cannot run: the command's fault,
 			// as for command.run. The sandbox keeps running.
-			return fmt.Errorf("%w: start command could not be started (the sandbox runs): %s", errdefs.ErrExecFailed, err.Error())
+			return errdefs.Errorf(errdefs.ErrExecFailed, "start command could not be started (the sandbox runs): %s", err.Error())
 		}
 		return fmt.Errorf("start command: %w", err)
 	}
@@ -375,15 +375,15 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call) (any, error) {
 	switch p.Language {
 	case "python", "nodejs", "node", "javascript":
 	case "":
-		return nil, fmt.Errorf("%w: \"language\" is missing: want python, nodejs, node or javascript", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "\"language\" is missing: want python, nodejs, node or javascript")
 	default:
-		return nil, fmt.Errorf("%w: language %.40q: want python, nodejs, node or javascript", errInvalidParams, p.Language)
+		return nil, errdefs.Errorf(errInvalidParams, "language %.40q: want python, nodejs, node or javascript", p.Language)
 	}
 	if p.Code == nil {
-		return nil, fmt.Errorf("%w: \"code\" is missing", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "\"code\" is missing")
 	}
 	if len(*p.Code) > maxCode {
-		return nil, fmt.Errorf("%w: code is larger than %d MiB", errdefs.ErrTooLarge, maxCode>>20)
+		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "code is larger than %d MiB", maxCode>>20)
 	}
 	timeout, err := seconds("timeout", p.Timeout, maxTimeout)
 	if err != nil {
@@ -457,7 +457,7 @@ func (s *Server) sandboxCommand(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if p.Command == "" {
-		return nil, fmt.Errorf("%w: \"command\" is missing", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "\"command\" is missing")
 	}
 	timeout, err := seconds("timeout", p.Timeout, maxTimeout)
 	if err != nil {
@@ -474,9 +474,9 @@ func (s *Server) sandboxCommand(ctx context.Context, c *call) (any, error) {
 	}
 	switch {
 	case res.Error != "":
-		return nil, fmt.Errorf("%w: command %.100q could not be started: %s", errdefs.ErrExecFailed, p.Command, res.Error)
+		return nil, errdefs.Errorf(errdefs.ErrExecFailed, "command %.100q could not be started: %s", p.Command, res.Error)
 	case res.TimedOut:
-		return nil, fmt.Errorf("%w: command %.100q did not finish within its %v timeout and was killed", errdefs.ErrTimeout, p.Command, timeout)
+		return nil, errdefs.Errorf(errdefs.ErrTimeout, "command %.100q did not finish within its %v timeout and was killed", p.Command, timeout)
 	}
 	out := lines.done()
 	if res.OOMKilled {
@@ -501,7 +501,7 @@ func (s *Server) exec(ctx context.Context, ns, name, kind string, req *wire.Exec
 	if err != nil {
 		s.mgr.Logf(ns, name, "%s %.200s: %v", kind, argv, err)
 		if errors.Is(err, backend.ErrAgentUnresponsive) {
-			return res, fmt.Errorf("%w: %w", errdefs.ErrTimeout, err)
+			return res, errdefs.Errorf(errdefs.ErrTimeout, "%w", err)
 		}
 		return res, err
 	}

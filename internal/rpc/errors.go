@@ -56,17 +56,6 @@ type errorObject struct {
 	Data    map[string]any `json:"data"`
 }
 
-// message is err's text without the kind sentinels' own words, which are
-// in data.kind: "invalid_params: memory ..." reads "memory ...".
-func message(err error) string {
-	msg := err.Error()
-	for _, k := range append(errdefs.Kinds(), "parse_error", "invalid_request", "method_not_found") {
-		msg = strings.ReplaceAll(msg, k+": ", "")
-		msg = strings.ReplaceAll(msg, ": "+k, "")
-	}
-	return msg
-}
-
 // toErrorObject is the one mapping of errors to the wire.
 func toErrorObject(err error) (*errorObject, int) {
 	kind := kindOf(err)
@@ -74,7 +63,7 @@ func toErrorObject(err error) (*errorObject, int) {
 	if !ok {
 		kind, w = errdefs.Internal, kindWire[errdefs.Internal]
 	}
-	return &errorObject{Code: w.code, Message: message(err), Data: map[string]any{"kind": kind}}, w.status
+	return &errorObject{Code: w.code, Message: err.Error(), Data: map[string]any{"kind": kind}}, w.status
 }
 
 // writeError answers with err; status 0 means the kind's status.

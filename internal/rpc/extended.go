@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"fmt"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/agent"
@@ -112,7 +111,7 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if p.Name == "" {
-		return nil, fmt.Errorf("%w: \"name\" is missing", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "\"name\" is missing")
 	}
 	ns, name, err := c.resolve(p.Namespace, p.Name)
 	if err != nil {
@@ -120,11 +119,11 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call) (any, error) {
 	}
 	switch {
 	case p.Workspace != "":
-		return nil, fmt.Errorf("%w: workspace: workspaces are not configured on this server", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "workspace: workspaces are not configured on this server")
 	case len(p.Secrets) > 0:
-		return nil, fmt.Errorf("%w: secrets: no secret store is configured on this server", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "secrets: no secret store is configured on this server")
 	case len(p.Egress) > 0:
-		return nil, fmt.Errorf("%w: egress: sandboxes have no network but loopback; egress rules are not supported yet", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "egress: sandboxes have no network but loopback; egress rules are not supported yet")
 	}
 	if p.MemoryMiB == 0 {
 		p.MemoryMiB = 512
@@ -184,7 +183,7 @@ func (s *Server) sandboxList(_ context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if p.State != "" && !sandbox.ValidState(p.State) {
-		return nil, fmt.Errorf("%w: state %.40q: want starting, running, stopping, stopped or error", errInvalidParams, p.State)
+		return nil, errdefs.Errorf(errInvalidParams, "state %.40q: want starting, running, stopping, stopped or error", p.State)
 	}
 	infos := s.mgr.List(sandbox.Filter{Namespaces: nss, State: sandbox.State(p.State), Labels: p.Labels})
 	out := make([]sandboxInfo, len(infos))
@@ -254,20 +253,20 @@ type execResult struct {
 func (p *execParams) request(method string) (*wire.ExecRequest, error) {
 	if method == "sandbox.shell" {
 		if p.Script == nil || len(p.Argv) > 0 {
-			return nil, fmt.Errorf("%w: sandbox.shell takes \"script\" (and no \"argv\")", errInvalidParams)
+			return nil, errdefs.Errorf(errInvalidParams, "sandbox.shell takes \"script\" (and no \"argv\")")
 		}
 		p.Argv = []string{"/bin/sh", "-c", *p.Script}
 	} else if p.Script != nil {
-		return nil, fmt.Errorf("%w: sandbox.exec takes \"argv\"; use sandbox.shell for a script", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "sandbox.exec takes \"argv\"; use sandbox.shell for a script")
 	}
 	if len(p.Argv) == 0 || p.Argv[0] == "" {
-		return nil, fmt.Errorf("%w: \"argv\" is missing or empty", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "\"argv\" is missing or empty")
 	}
 	if len(p.Stdin) > wire.MaxStdin {
-		return nil, fmt.Errorf("%w: stdin is larger than %d MiB", errdefs.ErrTooLarge, wire.MaxStdin>>20)
+		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "stdin is larger than %d MiB", wire.MaxStdin>>20)
 	}
 	if p.OutputLimit < 0 || p.OutputLimit > wire.MaxOutputLimit {
-		return nil, fmt.Errorf("%w: output_limit %d: want 0 (1 MiB) up to %d", errInvalidParams, p.OutputLimit, wire.MaxOutputLimit)
+		return nil, errdefs.Errorf(errInvalidParams, "output_limit %d: want 0 (1 MiB) up to %d", p.OutputLimit, wire.MaxOutputLimit)
 	}
 	timeout, err := seconds("timeout", p.Timeout, maxTimeout)
 	if err != nil {
@@ -306,7 +305,7 @@ func (s *Server) sandboxExec(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if res.Error != "" {
-		return nil, fmt.Errorf("%w: %.100q could not be started: %s", errdefs.ErrExecFailed, req.Argv[0], res.Error)
+		return nil, errdefs.Errorf(errdefs.ErrExecFailed, "%.100q could not be started: %s", req.Argv[0], res.Error)
 	}
 	out := execResult{ExitCode: res.Code, Signal: res.Signal, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled,
 		Truncated: res.Truncated, DurationMs: res.DurationMs}
@@ -368,7 +367,7 @@ func (s *Server) processCall(ctx context.Context, c *call, allowed map[string]bo
 		return nil, err
 	}
 	if allowed["id"] && p.ID == "" {
-		return nil, fmt.Errorf("%w: \"id\" (the process id) is missing", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "\"id\" (the process id) is missing")
 	}
 	p.Namespace, p.Sandbox = ns, name // as resolved
 	return s.agentCall(ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
@@ -385,10 +384,10 @@ func fields(names ...string) map[string]bool {
 func (s *Server) processStart(ctx context.Context, c *call) (any, error) {
 	return s.processCall(ctx, c, fields("argv", "env", "cwd", "user", "tty", "rows", "cols", "stdin"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
 		if len(p.Argv) == 0 || p.Argv[0] == "" {
-			return nil, fmt.Errorf("%w: \"argv\" is missing or empty", errInvalidParams)
+			return nil, errdefs.Errorf(errInvalidParams, "\"argv\" is missing or empty")
 		}
 		if len(p.Stdin) > wire.MaxStdin {
-			return nil, fmt.Errorf("%w: stdin is larger than %d MiB", errdefs.ErrTooLarge, wire.MaxStdin>>20)
+			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "stdin is larger than %d MiB", wire.MaxStdin>>20)
 		}
 		pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: p.Argv, Env: p.Env, Cwd: p.Cwd, User: p.User, TTY: p.TTY,
 			Rows: p.Rows, Cols: p.Cols, Stdin: []byte(p.Stdin)})
@@ -433,10 +432,10 @@ func (s *Server) processOutput(ctx context.Context, c *call) (any, error) {
 			p.Stream = wire.Stdout
 		}
 		if p.Stream != wire.Stdout && p.Stream != wire.Stderr {
-			return nil, fmt.Errorf("%w: stream %.20q: want stdout or stderr", errInvalidParams, p.Stream)
+			return nil, errdefs.Errorf(errInvalidParams, "stream %.20q: want stdout or stderr", p.Stream)
 		}
 		if p.Offset < 0 {
-			return nil, fmt.Errorf("%w: offset must not be negative", errInvalidParams)
+			return nil, errdefs.Errorf(errInvalidParams, "offset must not be negative")
 		}
 		wait, err := seconds("wait", p.Wait, time.Minute)
 		if err != nil {
@@ -466,7 +465,7 @@ func (s *Server) processWait(ctx context.Context, c *call) (any, error) {
 func (s *Server) processSignal(ctx context.Context, c *call) (any, error) {
 	return s.processCall(ctx, c, fields("id", "signal"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
 		if p.Signal == "" {
-			return nil, fmt.Errorf("%w: \"signal\" is missing", errInvalidParams)
+			return nil, errdefs.Errorf(errInvalidParams, "\"signal\" is missing")
 		}
 		return struct{}{}, a.Signal(ctx, p.ID, p.Signal)
 	})
@@ -475,7 +474,7 @@ func (s *Server) processSignal(ctx context.Context, c *call) (any, error) {
 func (s *Server) processStdin(ctx context.Context, c *call) (any, error) {
 	return s.processCall(ctx, c, fields("id", "data", "close"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
 		if len(p.Data) > wire.MaxStdin {
-			return nil, fmt.Errorf("%w: data is larger than %d MiB", errdefs.ErrTooLarge, wire.MaxStdin>>20)
+			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "data is larger than %d MiB", wire.MaxStdin>>20)
 		}
 		return struct{}{}, a.WriteStdin(ctx, p.ID, []byte(p.Data), p.Close)
 	})
@@ -484,7 +483,7 @@ func (s *Server) processStdin(ctx context.Context, c *call) (any, error) {
 func (s *Server) processResize(ctx context.Context, c *call) (any, error) {
 	return s.processCall(ctx, c, fields("id", "rows", "cols"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
 		if p.Rows == 0 || p.Cols == 0 {
-			return nil, fmt.Errorf("%w: rows and cols must be positive", errInvalidParams)
+			return nil, errdefs.Errorf(errInvalidParams, "rows and cols must be positive")
 		}
 		return struct{}{}, a.Resize(ctx, p.ID, p.Rows, p.Cols)
 	})

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -37,7 +36,7 @@ func checkFields(c *call, allowed map[string]bool) error {
 	}
 	for k := range raw {
 		if !allowed[k] {
-			return fmt.Errorf("%w: %s params: unknown field %.40q", errInvalidParams, c.method, k)
+			return errdefs.Errorf(errInvalidParams, "%s params: unknown field %.40q", c.method, k)
 		}
 	}
 	return nil
@@ -56,7 +55,7 @@ func (s *Server) fileCall(ctx context.Context, c *call, allowed map[string]bool,
 		return nil, err
 	}
 	if allowed["path"] && p.Path == "" {
-		return nil, fmt.Errorf("%w: \"path\" is missing", errInvalidParams)
+		return nil, errdefs.Errorf(errInvalidParams, "\"path\" is missing")
 	}
 	return s.agentCall(ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
 }
@@ -74,18 +73,18 @@ func (s *Server) fileRead(ctx context.Context, c *call) (any, error) {
 func (s *Server) fileWrite(ctx context.Context, c *call) (any, error) {
 	return s.fileCall(ctx, c, fields("path", "data", "mode"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
 		if base64.StdEncoding.DecodedLen(len(p.Data)) > wire.MaxFileWrite {
-			return nil, fmt.Errorf("%w: data is larger than %d MiB", errdefs.ErrTooLarge, wire.MaxFileWrite>>20)
+			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "data is larger than %d MiB", wire.MaxFileWrite>>20)
 		}
 		b, err := base64.StdEncoding.DecodeString(p.Data)
 		if err != nil {
-			return nil, fmt.Errorf("%w: \"data\" must be base64: %w", errInvalidParams, err)
+			return nil, errdefs.Errorf(errInvalidParams, "\"data\" must be base64: %w", err)
 		}
 		mode := p.Mode
 		if mode == 0 {
 			mode = 0o644
 		}
 		if mode > 0o7777 {
-			return nil, fmt.Errorf("%w: mode %o: want permission bits (at most 07777)", errInvalidParams, mode)
+			return nil, errdefs.Errorf(errInvalidParams, "mode %o: want permission bits (at most 07777)", mode)
 		}
 		if err := a.WriteFile(ctx, p.Path, bytes.NewReader(b), mode); err != nil {
 			return nil, err
@@ -128,7 +127,7 @@ func (s *Server) fileRemove(ctx context.Context, c *call) (any, error) {
 func (s *Server) fileMove(ctx context.Context, c *call) (any, error) {
 	return s.fileCall(ctx, c, fields("from", "to"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
 		if p.From == "" || p.To == "" {
-			return nil, fmt.Errorf("%w: \"from\" and \"to\" are both needed", errInvalidParams)
+			return nil, errdefs.Errorf(errInvalidParams, "\"from\" and \"to\" are both needed")
 		}
 		return struct{}{}, a.Move(ctx, p.From, p.To)
 	})
@@ -150,7 +149,7 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client
 	}
 	p := r.URL.Query().Get("path")
 	if p == "" {
-		s.writeError(w, ctx, nil, fmt.Errorf("%w: query parameter \"path\" is missing", errInvalidParams), 0)
+		s.writeError(w, ctx, nil, errdefs.Errorf(errInvalidParams, "query parameter \"path\" is missing"), 0)
 		return nil, nil, "", false
 	}
 	sb, release, err := s.mgr.Use(ns, name)
@@ -190,7 +189,7 @@ func (s *Server) serveTarUpload(w http.ResponseWriter, r *http.Request) {
 	if err := a.UploadTar(r.Context(), p, body); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			err = fmt.Errorf("%w: tar body is larger than %d MiB", errdefs.ErrTooLarge, wire.MaxTarUpload>>20)
+			err = errdefs.Errorf(errdefs.ErrTooLarge, "tar body is larger than %d MiB", wire.MaxTarUpload>>20)
 		}
 		s.writeError(w, r.Context(), nil, err, 0)
 		return

@@ -40,14 +40,14 @@ type KeyRecord struct {
 // Create issues a key for namespace ("*" = all) valid for ttl.
 func (k *Keys) Create(ctx context.Context, namespace string, ttl time.Duration, description string) (string, KeyRecord, error) {
 	if !auth.ValidNamespace(namespace) {
-		return "", KeyRecord{}, fmt.Errorf("%w: namespace %.70q: want \"*\" or 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errdefs.ErrInvalid, namespace)
+		return "", KeyRecord{}, errdefs.Errorf(errdefs.ErrInvalid, "namespace %.70q: want \"*\" or 1-63 of [A-Za-z0-9_-] starting with a letter or digit", namespace)
 	}
 	if len(description) > 256 {
-		return "", KeyRecord{}, fmt.Errorf("%w: description is longer than 256 bytes", errdefs.ErrInvalid)
+		return "", KeyRecord{}, errdefs.Errorf(errdefs.ErrInvalid, "description is longer than 256 bytes")
 	}
 	key, claims, err := k.signer.Issue(namespace, ttl, k.now())
 	if err != nil {
-		return "", KeyRecord{}, fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
+		return "", KeyRecord{}, errdefs.Errorf(errdefs.ErrInvalid, "%w", err)
 	}
 	rec := KeyRecord{ID: claims.ID, Namespace: namespace, Description: description, Created: claims.IssuedAt, Expires: claims.ExpiresAt}
 	if _, err := k.db.ExecContext(ctx, `INSERT INTO api_keys (id, namespace, description, created, expires) VALUES (?, ?, ?, ?, ?)`,
@@ -84,7 +84,7 @@ func (k *Keys) List(ctx context.Context) ([]KeyRecord, error) {
 // Revoke makes the key id unusable from now on. Revoking twice is fine.
 func (k *Keys) Revoke(ctx context.Context, id string) error {
 	if id == "" {
-		return fmt.Errorf("%w: key id is missing", errdefs.ErrInvalid)
+		return errdefs.Errorf(errdefs.ErrInvalid, "key id is missing")
 	}
 	res, err := k.db.ExecContext(ctx, `UPDATE api_keys SET revoked = ? WHERE id = ? AND revoked = 0`, k.now().UnixNano(), id)
 	if err != nil {
@@ -93,7 +93,7 @@ func (k *Keys) Revoke(ctx context.Context, id string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		var one int
 		if err := k.db.QueryRowContext(ctx, `SELECT 1 FROM api_keys WHERE id = ?`, id).Scan(&one); errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("key %.40q: %w", id, errdefs.ErrNotFound)
+			return errdefs.Errorf(errdefs.ErrNotFound, "key %.40q does not exist", id)
 		}
 	}
 	return nil
@@ -107,9 +107,9 @@ func (k *Keys) Verify(ctx context.Context, key string) (auth.Claims, error) {
 	c, err := k.signer.Verify(key, k.now())
 	if err != nil {
 		if errors.Is(err, auth.ErrExpired) {
-			return auth.Claims{}, fmt.Errorf("%w: API key expired; create a new one with 'warren key create'", errdefs.ErrUnauthorized)
+			return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key expired; create a new one with 'warren key create'")
 		}
-		return auth.Claims{}, fmt.Errorf("%w: invalid API key (%w)", errdefs.ErrUnauthorized, err)
+		return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "invalid API key (%w)", err)
 	}
 	if c.ID == "" {
 		return c, nil
@@ -118,11 +118,11 @@ func (k *Keys) Verify(ctx context.Context, key string) (auth.Claims, error) {
 	err = k.db.QueryRowContext(ctx, `SELECT revoked FROM api_keys WHERE id = ?`, c.ID).Scan(&revoked)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return auth.Claims{}, fmt.Errorf("%w: API key is not known to this server", errdefs.ErrUnauthorized)
+		return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key is not known to this server")
 	case err != nil:
 		return auth.Claims{}, fmt.Errorf("check API key: %w", err)
 	case revoked != 0:
-		return auth.Claims{}, fmt.Errorf("%w: API key was revoked", errdefs.ErrUnauthorized)
+		return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key was revoked")
 	}
 	return c, nil
 }

@@ -96,7 +96,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/v1/rpc", s.serveRPC)
 	mux.HandleFunc("/api/v1/rpc", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "POST")
-		s.writeError(w, r.Context(), nil, fmt.Errorf("%w: use POST with a JSON-RPC 2.0 body", errInvalidRequest), http.StatusMethodNotAllowed)
+		s.writeError(w, r.Context(), nil, errdefs.Errorf(errInvalidRequest, "use POST with a JSON-RPC 2.0 body"), http.StatusMethodNotAllowed)
 	})
 	mux.HandleFunc("GET /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarDownload)
 	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarUpload)
@@ -177,7 +177,7 @@ func (s *Server) authenticate(r *http.Request) (auth.Claims, error) {
 	}
 	k, ok := auth.FromHeader(r.Header)
 	if !ok {
-		return auth.Claims{}, fmt.Errorf("%w: no API key: send it as 'Authorization: Bearer msb_...' (create one with 'warren key create')", errdefs.ErrUnauthorized)
+		return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "no API key: send it as 'Authorization: Bearer msb_...' (create one with 'warren key create')")
 	}
 	return s.opts.Keys.Verify(r.Context(), k)
 }
@@ -221,7 +221,7 @@ var nullID = json.RawMessage("null")
 func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if s.closing.Load() {
-		s.writeError(w, ctx, nil, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable), 0)
+		s.writeError(w, ctx, nil, errdefs.Errorf(errdefs.ErrUnavailable, "the server is shutting down"), 0)
 		return
 	}
 	claims, err := s.authenticate(r)
@@ -233,10 +233,10 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.writeError(w, ctx, nil, fmt.Errorf("%w: request body is larger than %d MiB", errdefs.ErrTooLarge, MaxBody>>20), 0)
+			s.writeError(w, ctx, nil, errdefs.Errorf(errdefs.ErrTooLarge, "request body is larger than %d MiB", MaxBody>>20), 0)
 			return
 		}
-		s.writeError(w, ctx, nil, fmt.Errorf("%w: read body: %w", errInvalidRequest, err), 0)
+		s.writeError(w, ctx, nil, errdefs.Errorf(errInvalidRequest, "read body: %w", err), 0)
 		return
 	}
 	req, err := decodeRequest(body)
@@ -260,12 +260,12 @@ func decodeRequest(body []byte) (request, error) {
 	var req request
 	trimmed := bytes.TrimLeft(body, " \t\r\n")
 	if len(trimmed) > 0 && trimmed[0] == '[' {
-		return request{ID: nullID}, fmt.Errorf("%w: batch requests are not supported; send one request per POST", errInvalidRequest)
+		return request{ID: nullID}, errdefs.Errorf(errInvalidRequest, "batch requests are not supported; send one request per POST")
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) || len(trimmed) == 0 {
-			return request{ID: nullID}, fmt.Errorf("%w: body is not valid JSON: %w", errParse, err)
+			return request{ID: nullID}, errdefs.Errorf(errParse, "body is not valid JSON: %w", err)
 		}
 		// Valid JSON of the wrong shape: try to keep the id.
 		var idOnly struct {
@@ -276,22 +276,22 @@ func decodeRequest(body []byte) (request, error) {
 		if req.ID == nil {
 			req.ID = nullID
 		}
-		return req, fmt.Errorf("%w: %v", errInvalidRequest, jsonMessage(err))
+		return req, errdefs.Errorf(errInvalidRequest, "%v", jsonMessage(err))
 	}
 	if req.ID == nil {
 		req.ID = nullID
 	}
 	switch {
 	case req.JSONRPC != "2.0":
-		return req, fmt.Errorf("%w: \"jsonrpc\" must be \"2.0\"", errInvalidRequest)
+		return req, errdefs.Errorf(errInvalidRequest, "\"jsonrpc\" must be \"2.0\"")
 	case req.Method == "":
-		return req, fmt.Errorf("%w: \"method\" is missing", errInvalidRequest)
+		return req, errdefs.Errorf(errInvalidRequest, "\"method\" is missing")
 	case len(req.ID) > 0 && (req.ID[0] == '{' || req.ID[0] == '['):
 		req.ID = nullID
-		return req, fmt.Errorf("%w: \"id\" must be a string, number or null", errInvalidRequest)
+		return req, errdefs.Errorf(errInvalidRequest, "\"id\" must be a string, number or null")
 	}
 	if len(req.Params) > 0 && !bytes.Equal(req.Params, []byte("null")) && req.Params[0] != '{' {
-		return req, fmt.Errorf("%w: \"params\" must be an object", errInvalidParams)
+		return req, errdefs.Errorf(errInvalidParams, "\"params\" must be an object")
 	}
 	return req, nil
 }
@@ -308,7 +308,7 @@ func (s *Server) Call(ctx context.Context, claims auth.Claims, name string, para
 	}()
 	m, ok := s.methods[name]
 	if !ok {
-		return nil, fmt.Errorf("%w: unknown method %q (see docs/api.md for the list)", errMethodNotFound, truncate(name, 64))
+		return nil, errdefs.Errorf(errMethodNotFound, "unknown method %q (see docs/api.md for the list)", truncate(name, 64))
 	}
 	if len(params) == 0 || bytes.Equal(params, []byte("null")) {
 		params = json.RawMessage("{}")
@@ -345,7 +345,7 @@ func (s *Server) SetMCP(h http.Handler) { s.opts.MCP = h }
 func (s *Server) CallMCP(ctx context.Context, method string, params json.RawMessage) (any, error) {
 	c, ok := ClaimsFrom(ctx)
 	if !ok {
-		return nil, fmt.Errorf("%w: MCP call without an authenticated request", errdefs.ErrUnauthorized)
+		return nil, errdefs.Errorf(errdefs.ErrUnauthorized, "MCP call without an authenticated request")
 	}
 	return s.Call(ctx, c, method, params)
 }

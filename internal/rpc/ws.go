@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -87,17 +86,17 @@ func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name strin
 		return websocket.JSON.Send(conn, m)
 	}
 	fail := func(err error) {
-		_ = send(wsMsg{Type: "error", Message: message(err), Kind: kindOf(err)})
+		_ = send(wsMsg{Type: "error", Message: err.Error(), Kind: kindOf(err)})
 	}
 	var start wsStart
 	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if err := websocket.JSON.Receive(conn, &start); err != nil {
-		fail(fmt.Errorf("%w: first message must be {\"argv\": [...], ...}: %w", errInvalidParams, err))
+		fail(errdefs.Errorf(errInvalidParams, "first message must be {\"argv\": [...], ...}: %w", err))
 		return
 	}
 	_ = conn.SetReadDeadline(time.Time{})
 	if len(start.Argv) == 0 || start.Argv[0] == "" {
-		fail(fmt.Errorf("%w: \"argv\" is missing or empty", errInvalidParams))
+		fail(errdefs.Errorf(errInvalidParams, "\"argv\" is missing or empty"))
 		return
 	}
 	pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: start.Argv, Env: start.Env, Cwd: start.Cwd, User: start.User, TTY: start.TTY,
@@ -135,7 +134,7 @@ func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name strin
 			case "signal":
 				err = a.Signal(ctx, pi.ID, m.Signal)
 			default:
-				err = fmt.Errorf("%w: message type %.20q: want stdin, eof, resize or signal", errInvalidParams, m.Type)
+				err = errdefs.Errorf(errInvalidParams, "message type %.20q: want stdin, eof, resize or signal", m.Type)
 			}
 			if err != nil && ctx.Err() == nil {
 				fail(err)
@@ -182,7 +181,7 @@ func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name strin
 	info, err := a.Wait(ctx, pi.ID, time.Minute)
 	if err != nil || info.Exit == nil {
 		if err == nil {
-			err = fmt.Errorf("%w: process %s did not report its exit", errdefs.ErrTimeout, pi.ID)
+			err = errdefs.Errorf(errdefs.ErrTimeout, "process %s did not report its exit", pi.ID)
 		}
 		fail(err)
 		return

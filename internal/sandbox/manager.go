@@ -123,7 +123,7 @@ func (s *Spec) Validate() error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
+		return errdefs.Errorf(errdefs.ErrInvalid, "%w", err)
 	}
 	return nil
 }
@@ -135,11 +135,11 @@ func (m *Manager) checkVolumes(vs []backend.Volume) error {
 		return nil
 	}
 	if len(m.opts.VolumeRoots) == 0 {
-		return fmt.Errorf("%w: volumes: host mounts are not allowed by this server's policy (an operator allows them with warren serve --volume-root DIR)", errdefs.ErrInvalid)
+		return errdefs.Errorf(errdefs.ErrInvalid, "volumes: host mounts are not allowed by this server's policy (an operator allows them with warren serve --volume-root DIR)")
 	}
 	for _, v := range vs {
 		if err := backend.CheckVolumeSource(m.opts.VolumeRoots, v); err != nil {
-			return fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
+			return errdefs.Errorf(errdefs.ErrInvalid, "%w", err)
 		}
 	}
 	return nil
@@ -313,7 +313,7 @@ func (m *Manager) info(e *entry) Info {
 }
 
 func notFound(ns, name string) error {
-	return fmt.Errorf("sandbox %q in namespace %q: %w (start it first)", name, ns, errdefs.ErrNotFound)
+	return errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q in namespace %q does not exist (start it first)", name, ns)
 }
 
 // Get describes one sandbox.
@@ -399,7 +399,7 @@ func newID() string {
 // create set, an existing sandbox is a conflict instead.
 func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create bool) (Info, error) {
 	if !ValidName(ns) || !ValidName(name) {
-		return Info{}, fmt.Errorf("%w: sandbox and namespace names are 1-63 of [A-Za-z0-9_-] starting with a letter or digit", errdefs.ErrInvalid)
+		return Info{}, errdefs.Errorf(errdefs.ErrInvalid, "sandbox and namespace names are 1-63 of [A-Za-z0-9_-] starting with a letter or digit")
 	}
 	if err := spec.Validate(); err != nil {
 		return Info{}, err
@@ -410,7 +410,7 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return Info{}, fmt.Errorf("%w: the server is shutting down", errdefs.ErrUnavailable)
+		return Info{}, errdefs.Errorf(errdefs.ErrUnavailable, "the server is shutting down")
 	}
 	k := key{ns, name}
 	e := m.entries[k]
@@ -418,7 +418,7 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	case e == nil:
 	case create:
 		m.mu.Unlock()
-		return Info{}, fmt.Errorf("sandbox %q in namespace %q: %w: it already exists", name, ns, errdefs.ErrConflict)
+		return Info{}, errdefs.Errorf(errdefs.ErrConflict, "sandbox %q in namespace %q already exists", name, ns)
 	case e.state == Running:
 		info := m.info(e)
 		m.mu.Unlock()
@@ -427,17 +427,17 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	case e.state == Starting || e.state == Stopping:
 		st := e.state
 		m.mu.Unlock()
-		return Info{}, fmt.Errorf("sandbox %q in namespace %q: %w: it is %s; try again when that has finished", name, ns, errdefs.ErrConflict, st)
+		return Info{}, errdefs.Errorf(errdefs.ErrConflict, "sandbox %q in namespace %q is %s; try again when that has finished", name, ns, st)
 	}
 	if n := m.runningLocked(); n >= m.opts.MaxRunning {
 		m.mu.Unlock()
-		return Info{}, fmt.Errorf("%w: %d sandboxes are running, this server's maximum; stop some", errdefs.ErrLimit, n)
+		return Info{}, errdefs.Errorf(errdefs.ErrLimit, "%d sandboxes are running, this server's maximum; stop some", n)
 	}
 	fresh := e == nil
 	if fresh {
 		if len(m.entries) >= m.opts.MaxSandboxes {
 			m.mu.Unlock()
-			return Info{}, fmt.Errorf("%w: this server holds %d sandboxes, its maximum; remove some", errdefs.ErrLimit, len(m.entries))
+			return Info{}, errdefs.Errorf(errdefs.ErrLimit, "this server holds %d sandboxes, its maximum; remove some", len(m.entries))
 		}
 		now := time.Now()
 		e = &entry{id: newID(), ns: ns, name: name, state: Starting, spec: spec, created: now}
@@ -541,7 +541,7 @@ func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Imag
 	}
 	img, err := m.opts.Images(ctx, name)
 	if errors.Is(err, image.ErrNotFound) {
-		return nil, fmt.Errorf("%w: image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", errdefs.ErrInvalid, name)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", name)
 	}
 	if err != nil || img.ID == "" {
 		return img, err
@@ -706,7 +706,7 @@ func (m *Manager) Use(ns, name string) (backend.Sandbox, func(), error) {
 		if why != "" {
 			msg += " (" + why + ")"
 		}
-		return nil, nil, fmt.Errorf("%s: %w: start it first", msg, errdefs.ErrConflict)
+		return nil, nil, errdefs.Errorf(errdefs.ErrConflict, "%s: start it first", msg)
 	}
 	sb := e.sb
 	e.busy.Add(1)
