@@ -355,11 +355,11 @@ type processParams struct {
 // processCall decodes a process method's params, checking only the fields
 // that method takes are present.
 func (s *Server) processCall(ctx context.Context, c *call, allowed map[string]bool, f func(ctx context.Context, a *agent.Client, p *processParams) (any, error)) (any, error) {
-	if err := checkFields(c, allowed); err != nil {
-		return nil, err
-	}
 	var p processParams
 	if err := c.decode(&p, true); err != nil {
+		return nil, err
+	}
+	if err := checkFields(c, allowed); err != nil {
 		return nil, err
 	}
 	ns, name, err := c.resolve(p.Namespace, p.Sandbox)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -28,13 +29,10 @@ type fileParams struct {
 
 // checkFields refuses params a method does not take: one params struct
 // serves several methods, and a field meant for another one is a mistake
-// the caller should hear about.
+// the caller should hear about. It runs after c.decode, on valid JSON, and
+// reads only the keys: a 64 MiB "data" value is not decoded twice.
 func checkFields(c *call, allowed map[string]bool) error {
-	var raw map[string]any
-	if err := c.decode(&raw, false); err != nil {
-		return err
-	}
-	for k := range raw {
+	for _, k := range objectKeys(c.params) {
 		if !allowed[k] {
 			return errdefs.Errorf(errInvalidParams, "%s params: unknown field %.40q", c.method, k)
 		}
@@ -42,12 +40,46 @@ func checkFields(c *call, allowed map[string]bool) error {
 	return nil
 }
 
-func (s *Server) fileCall(ctx context.Context, c *call, allowed map[string]bool, f func(ctx context.Context, a *agent.Client, p *fileParams) (any, error)) (any, error) {
-	if err := checkFields(c, allowed); err != nil {
-		return nil, err
+// objectKeys lists the keys of the top-level JSON object in b, which must
+// be valid JSON, without decoding the values.
+func objectKeys(b []byte) []string {
+	var keys []string
+	depth, wantKey := 0, false
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '{', '[':
+			depth++
+			wantKey = depth == 1 && b[i] == '{'
+		case '}', ']':
+			depth--
+		case ',':
+			wantKey = depth == 1
+		case '"':
+			j := i + 1
+			for ; j < len(b) && b[j] != '"'; j++ {
+				if b[j] == '\\' {
+					j++
+				}
+			}
+			if wantKey {
+				var k string
+				if json.Unmarshal(b[i:min(j+1, len(b))], &k) == nil {
+					keys = append(keys, k)
+				}
+				wantKey = false
+			}
+			i = j
+		}
 	}
+	return keys
+}
+
+func (s *Server) fileCall(ctx context.Context, c *call, allowed map[string]bool, f func(ctx context.Context, a *agent.Client, p *fileParams) (any, error)) (any, error) {
 	var p fileParams
 	if err := c.decode(&p, true); err != nil {
+		return nil, err
+	}
+	if err := checkFields(c, allowed); err != nil {
 		return nil, err
 	}
 	ns, name, err := c.resolve(p.Namespace, p.Sandbox)
