@@ -6,11 +6,8 @@ import (
 	"io"
 	"strings"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/guest/httpd"
-	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -21,20 +18,8 @@ import (
 // agent waits for its config, which for a pooled agent is long before the
 // sandbox is started; it touches nothing outside this process.
 func warmUp() {
-	m := &oci.IDMap{Host: 1, Size: 1}
-	sp, err := oci.Build(oci.Params{
-		RootPath: "/", Hostname: "warm", UserNS: m, MemoryBytes: 1 << 30, CPUs: 1, PidsMax: 1,
-		ImageMounts: []specs.Mount{{Destination: "/usr", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro"}}},
-	})
-	if err != nil {
-		return
-	}
-	b, err := json.Marshal(guest.Config{Spec: sp, SeccompFilter: []byte{1, 2, 3, 4, 5, 6, 7, 8}, Rootfs: guest.Rootfs{Lower: []string{"/"}}})
-	if err != nil {
-		return
-	}
 	var cfg guest.Config
-	_ = json.Unmarshal(b, &cfg)
+	_ = json.Unmarshal([]byte(warmConfig), &cfg)
 	enc := json.NewEncoder(io.Discard)
 	_ = enc.Encode(wire.ExecEvent{Stream: wire.Stdout, Data: []byte("x")})
 	_ = enc.Encode(wire.ExecEvent{Exit: &wire.ExitStatus{Code: 1}})
@@ -42,3 +27,18 @@ func warmUp() {
 	_ = json.Unmarshal([]byte(`{"argv":["/bin/true"],"env":["A=b"],"timeout_ms":1}`), &req)
 	httpd.WarmUp(bufio.NewReader(strings.NewReader("POST /v1/exec HTTP/1.1\r\nHost: agent\r\nContent-Length: 2\r\n\r\n{}")))
 }
+
+// warmConfig is shaped like the config the host sends (TestWarmConfigShape
+// keeps it so). A literal rather than an encoded oci.Build result: building
+// encoding/json's encoders for the OCI types cost every agent as much CPU
+// as the decoding it warms up.
+const warmConfig = `{"spec":{"ociVersion":"1.3.0",
+"process":{"user":{"uid":0,"gid":0},"env":["A=b"],"cwd":"/",
+ "capabilities":{"bounding":["CAP_KILL"],"effective":["CAP_KILL"],"permitted":["CAP_KILL"]},
+ "rlimits":[{"type":"RLIMIT_NOFILE","hard":1,"soft":1}],"noNewPrivileges":true},
+"root":{"path":"/"},"hostname":"warm",
+"mounts":[{"destination":"/usr","type":"bind","source":"/usr","options":["rbind","ro"]}],
+"linux":{"uidMappings":[{"containerID":0,"hostID":1,"size":1}],"gidMappings":[{"containerID":0,"hostID":1,"size":1}],
+ "resources":{"memory":{"limit":1,"swap":1},"cpu":{"quota":1,"period":1},"pids":{"limit":1}},
+ "namespaces":[{"type":"pid"}],"maskedPaths":["/proc/kcore"],"readonlyPaths":["/proc/sys"]}},
+"seccomp_filter":"AQIDBAUGBwg=","rootfs":{"lower":["/"],"upper":"/u","work":"/w"},"python":"p","user":"u","lifeline":false}`

@@ -488,6 +488,19 @@ func (c *Cgroup) isMember(pid int) bool {
 func (c *Cgroup) Destroy() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The usual case, a cgroup whose processes have exited and that has
+	// no children, goes with one rmdir per hierarchy: the kernel refuses
+	// (EBUSY, ENOTEMPTY) a cgroup that still has either, and the full
+	// walk below then kills and removes what is there.
+	empty := true
+	for _, d := range c.dirs {
+		if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
+			empty = false
+		}
+	}
+	if empty {
+		return nil
+	}
 	var last error
 	for attempt := 0; attempt < 2; attempt++ {
 		var errs []error
