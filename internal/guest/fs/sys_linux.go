@@ -1,7 +1,6 @@
 package fs
 
 import (
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -120,7 +119,9 @@ func chmodDir(dirfd int, name string, perm uint32) error {
 func withTempName(create func(name string) error) (string, error) {
 	var b [8]byte
 	for range 64 {
-		_, _ = rand.Read(b[:])
+		// getrandom directly: crypto/rand would bring the FIPS module's
+		// start-up work into every agent.
+		_, _ = unix.Getrandom(b[:], 0)
 		name := ".warren-" + hex.EncodeToString(b[:]) + ".tmp"
 		err := create(name)
 		if errors.Is(err, unix.EEXIST) {

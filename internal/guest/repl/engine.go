@@ -5,7 +5,6 @@ package repl
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
@@ -192,8 +191,9 @@ func startProc(ctx context.Context, opts Options, lang string) (*proc, error) {
 		return nil, fmt.Errorf("repl: unknown language %q", lang)
 	}
 	var token [16]byte
-	if _, err := rand.Read(token[:]); err != nil {
-		return nil, err
+	// getrandom directly, not crypto/rand (see fs.withTempName).
+	if n, err := unix.Getrandom(token[:], 0); err != nil || n != len(token) {
+		return nil, fmt.Errorf("repl: random token: %d bytes, %v", n, err)
 	}
 	var err error
 	p := &proc{
