@@ -111,8 +111,15 @@ func BenchmarkHTTPReplRun(b *testing.B) {
 
 // BenchmarkHTTPParallelCycles: 8 clients each running start/run/stop
 // cycles on their own sandbox; reports complete cycles per second.
-func BenchmarkHTTPParallelCycles(b *testing.B) {
-	e := newEnv(b, false, nil)
+func BenchmarkHTTPParallelCycles(b *testing.B) { parallelCycles(b, newEnv(b, false, nil)) }
+
+// BenchmarkHTTPParallelCyclesNoSpawner is the same with agents spawned by
+// the server process itself: the baseline for what the spawner saves.
+func BenchmarkHTTPParallelCyclesNoSpawner(b *testing.B) {
+	parallelCycles(b, newEnvSpawner(b, false, nil, false))
+}
+
+func parallelCycles(b *testing.B, e *env) {
 	const clients = 8
 	var next atomic.Int64
 	var wg sync.WaitGroup
