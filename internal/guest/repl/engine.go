@@ -192,8 +192,10 @@ func startProc(ctx context.Context, opts Options, lang string) (*proc, error) {
 	}
 	var token [16]byte
 	// getrandom directly, not crypto/rand (see fs.withTempName).
-	if n, err := unix.Getrandom(token[:], 0); err != nil || n != len(token) {
-		return nil, fmt.Errorf("repl: random token: %d bytes, %v", n, err)
+	if n, err := unix.Getrandom(token[:], 0); err != nil {
+		return nil, fmt.Errorf("repl: random token: %w", err)
+	} else if n != len(token) {
+		return nil, fmt.Errorf("repl: random token: %d of %d bytes", n, len(token))
 	}
 	var err error
 	p := &proc{
