@@ -356,10 +356,7 @@ type processParams struct {
 // that method takes are present.
 func (s *Server) processCall(ctx context.Context, c *call, allowed map[string]bool, f func(ctx context.Context, a *agent.Client, p *processParams) (any, error)) (any, error) {
 	var p processParams
-	if err := c.decode(&p, true); err != nil {
-		return nil, err
-	}
-	if err := checkFields(c, allowed); err != nil {
+	if err := c.decodeFields(&p, allowed); err != nil {
 		return nil, err
 	}
 	ns, name, err := c.resolve(p.Namespace, p.Sandbox)

@@ -27,11 +27,15 @@ type fileParams struct {
 	To        string `json:"to"`
 }
 
-// checkFields refuses params a method does not take: one params struct
-// serves several methods, and a field meant for another one is a mistake
-// the caller should hear about. It runs after c.decode, on valid JSON, and
-// reads only the keys: a 64 MiB "data" value is not decoded twice.
-func checkFields(c *call, allowed map[string]bool) error {
+// decodeFields is a strict decode that also refuses params the method does
+// not take: one params struct serves several methods, and a field meant
+// for another one is a mistake the caller should hear about. The check
+// reads only the keys of the (by then valid) JSON, so a 64 MiB "data"
+// value is not decoded twice.
+func (c *call) decodeFields(v any, allowed map[string]bool) error {
+	if err := c.decode(v, true); err != nil {
+		return err
+	}
 	for _, k := range objectKeys(c.params) {
 		if !allowed[k] {
 			return errdefs.Errorf(errInvalidParams, "%s params: unknown field %.40q", c.method, k)
@@ -76,10 +80,7 @@ func objectKeys(b []byte) []string {
 
 func (s *Server) fileCall(ctx context.Context, c *call, allowed map[string]bool, f func(ctx context.Context, a *agent.Client, p *fileParams) (any, error)) (any, error) {
 	var p fileParams
-	if err := c.decode(&p, true); err != nil {
-		return nil, err
-	}
-	if err := checkFields(c, allowed); err != nil {
+	if err := c.decodeFields(&p, allowed); err != nil {
 		return nil, err
 	}
 	ns, name, err := c.resolve(p.Namespace, p.Sandbox)

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,6 +209,11 @@ func (e *env) post(key string, body []byte) *rpcReply {
 	if len(out.Error) > 0 {
 		if err := json.Unmarshal(out.Error, &r.Error); err != nil {
 			e.t.Fatal(err)
+		}
+		// The kind is in data.kind; the message is words for a person
+		// (errdefs.Errorf keeps the two apart).
+		if k := r.kind(); k != "" && (strings.HasPrefix(r.Error.Message, k+":") || strings.Contains(r.Error.Message, ": "+k)) {
+			e.t.Errorf("error message carries its kind %q: %q", k, r.Error.Message)
 		}
 	}
 	return r
