@@ -185,7 +185,7 @@ func (c *Cgroup) Stats() (Stats, error) {
 
 // Procs returns the pids of the processes in the cgroup and its descendant
 // cgroups, in every hierarchy, sorted. The daemon's own pid is never
-// reported (in v1 it shows up while Spawn's thread is inside).
+// reported (in v1 it shows up while SpawnInto's thread is inside).
 func (c *Cgroup) Procs() ([]int, error) {
 	pids, err := c.procs()
 	if err != nil {
@@ -216,7 +216,7 @@ func (c *Cgroup) procs() ([]int, error) {
 }
 
 // Add moves an existing process into the cgroup (every hierarchy). Prefer
-// Spawn: a process added after it started has already run outside.
+// SpawnInto: a process added after it started has already run outside.
 func (c *Cgroup) Add(pid int) error {
 	for _, d := range c.dirs {
 		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
@@ -224,31 +224,6 @@ func (c *Cgroup) Add(pid int) error {
 		}
 	}
 	return nil
-}
-
-// Spawn calls start so that the process it creates is born inside the
-// cgroup. In v2 mode start receives an open directory fd of the cgroup and
-// must start the process with SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
-// (clone3 CLONE_INTO_CGROUP); the fd is closed when start returns. In v1 mode
-// start receives -1 (it must then not set UseCgroupFD) and its thread has
-// been moved into the cgroup, so a fork from it lands there.
-//
-// In both modes start runs on a dedicated OS thread that is discarded
-// afterwards, so it may change per-thread state the child should inherit
-// (the capability bounding set, say). start must create the process
-// synchronously (for example exec.Cmd.Start) and must not leave goroutines
-// depending on the thread.
-func (c *Cgroup) Spawn(start func(cgroupFD int) error) error {
-	t, err := c.OpenSpawnTarget()
-	if err != nil {
-		return err
-	}
-	defer t.Close()
-	fds := make([]int, len(t.Files))
-	for i, f := range t.Files {
-		fds[i] = int(f.Fd())
-	}
-	return SpawnInto(t.V2, fds, start)
 }
 
 // SpawnTarget is a cgroup opened for starting a process inside it, from
@@ -266,7 +241,8 @@ func (t SpawnTarget) Close() {
 	}
 }
 
-// OpenSpawnTarget opens the cgroup for SpawnInto; the caller closes it.
+// OpenSpawnTarget opens the cgroup for SpawnInto (package spawner passes it
+// to the spawner process); the caller closes it.
 func (c *Cgroup) OpenSpawnTarget() (SpawnTarget, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -289,10 +265,18 @@ func (c *Cgroup) OpenSpawnTarget() (SpawnTarget, error) {
 	return t, nil
 }
 
-// SpawnInto is Spawn for the descriptors of a SpawnTarget, which may have
-// been opened by another process: start runs on a fresh OS thread, with the
-// v2 directory fd, or with -1 after the thread joined every v1 hierarchy
-// through its tasks file.
+// SpawnInto calls start so that the process it creates is born inside the
+// cgroup of a SpawnTarget's descriptors, which may have been opened by
+// another process. On v2 start receives the directory fd and must start the
+// process with SysProcAttr{UseCgroupFD: true, CgroupFD: fd} (clone3
+// CLONE_INTO_CGROUP). On v1 start receives -1 (it must then not set
+// UseCgroupFD) and its thread has joined every hierarchy through the tasks
+// files, so a fork from it lands there.
+//
+// In both modes start runs on a dedicated OS thread that is discarded
+// afterwards, so it may change per-thread state the child should inherit
+// (the capability bounding set, say). start must create the process
+// synchronously and must not leave goroutines depending on the thread.
 func SpawnInto(v2 bool, fds []int, start func(cgroupFD int) error) error {
 	if len(fds) == 0 {
 		return errors.New("no cgroup to spawn in")

@@ -34,23 +34,26 @@
 //
 // # Starting processes inside a cgroup
 //
-// Spawn starts a process that is born inside the cgroup. In v2 mode it uses
-// clone3(CLONE_INTO_CGROUP) through syscall.SysProcAttr.UseCgroupFD. In v1 mode
-// it migrates a dedicated, locked OS thread into the cgroup, forks from it,
-// moves the thread back and lets the Go runtime destroy it. While that thread
-// is inside the cgroup it counts against pids.max (a PidsMax of 1 therefore
-// cannot Spawn in v1 mode) and makes the daemon's pid appear in v1
-// cgroup.procs; Procs and Kill always ignore the daemon's own pid.
+// SpawnInto starts a process that is born inside the cgroup, from the
+// descriptors OpenSpawnTarget opened (possibly in another process: the
+// server's spawner). In v2 mode it uses clone3(CLONE_INTO_CGROUP) through
+// syscall.SysProcAttr.UseCgroupFD. In v1 mode it migrates a dedicated,
+// locked OS thread into the cgroup through the tasks files, forks from it
+// and lets the Go runtime destroy the thread (a migration back would wait
+// for another RCU grace period). While that thread is inside the cgroup it
+// counts against pids.max (a PidsMax of 1 therefore cannot spawn in v1
+// mode) and makes the spawning process's pid appear in v1 cgroup.procs;
+// Procs and Kill always ignore this process's own pid.
 //
 // # What is verified where
 //
 // The tests run against real cgroups. On the project's build machine (hybrid:
 // v1 controllers plus a cgroup2 mount with no memory/cpu/pids controllers)
 // they verify the whole v1 path: Create/Open/List/Reap/Destroy with rollback,
-// Spawn placement and thread hygiene, memory (OOM kill and oom_kill count),
+// spawn placement and thread hygiene, memory (OOM kill and oom_kill count),
 // pids and cpu quota enforcement, freezer-based Kill of a setsid'd tree. For
 // v2 they verify, on the controller-less cgroup2 mount: Create and Destroy with
-// zero limits, Spawn through CLONE_INTO_CGROUP, Kill through cgroup.kill, and
+// zero limits, spawns through CLONE_INTO_CGROUP, Kill through cgroup.kill, and
 // the error of a Create that asks for an absent controller. Controller
 // enablement in cgroup.subtree_control and the v2 limit and statistics files
 // (memory.max, memory.swap.max, cpu.max, pids.max, memory.events, cpu.stat

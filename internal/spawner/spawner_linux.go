@@ -39,10 +39,11 @@ import (
 // Arg is the argument that starts the agent binary as a spawner.
 const Arg = "--spawner"
 
-// Limits on a request, which only the host sends.
+// Limits on a request, which only the host sends, and on a reply.
 const (
 	maxRequest = 64 << 10
 	maxFiles   = 64
+	maxReply   = 8 << 10
 )
 
 // Request describes one child.
@@ -172,11 +173,12 @@ func (c *Client) Spawn(req Request, target cgroup.SpawnTarget, files []*os.File)
 	return rep.Pid, pidfd, nil
 }
 
-// recv reads one message into v and returns the one descriptor it may
-// carry (-1 if none). Extra descriptors are closed.
+// recv reads one reply into v and returns the one descriptor it may carry
+// (-1 if none). Extra descriptors are closed. A reply is a pid or an
+// error message: small buffers, allocated once per spawn.
 func recv(fd int, v any) (int, error) {
-	buf := make([]byte, maxRequest)
-	oob := make([]byte, unix.CmsgSpace(4*maxFiles))
+	buf := make([]byte, maxReply)
+	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return -1, err
@@ -295,6 +297,10 @@ func serve(req Request, decodeErr error, fds []int) {
 	var oob []byte
 	if err != nil {
 		rep.Err = err.Error()
+		if len(rep.Err) > maxReply/8 {
+			// At most 6 bytes each once escaped in JSON: it still fits.
+			rep.Err = rep.Err[:maxReply/8]
+		}
 	} else {
 		oob = unix.UnixRights(pidfd)
 		defer unix.Close(pidfd)

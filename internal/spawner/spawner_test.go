@@ -77,7 +77,7 @@ func TestSpawn(t *testing.T) {
 	if line, err := out.ReadString('\n'); line != "ready\n" {
 		t.Fatalf("child said %q, %v", line, err)
 	}
-	if got := ppidOf(pid); got != c.cmd.Process.Pid {
+	if got := testenv.ParentPID(pid); got != c.cmd.Process.Pid {
 		t.Errorf("child's parent is %d, want the spawner %d", got, c.cmd.Process.Pid)
 	}
 	procs, err := cg.Procs()
@@ -185,15 +185,4 @@ func TestCloseLeavesChildren(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExited(t, pidfd)
-}
-
-func ppidOf(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	var ppid int
-	fmt.Sscan(strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[1], &ppid)
-	return ppid
 }

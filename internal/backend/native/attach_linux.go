@@ -68,7 +68,7 @@ func (s *Sandbox) attach() error {
 	// Not this process's child: watched through its pidfd, never reaped
 	// here.
 	s.proc = watchProc(pid, pidfd, false)
-	s.cg, s.done = cg, s.proc.done
+	s.cg = cg
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
 	return nil
 }

@@ -465,7 +465,6 @@ type Sandbox struct {
 	cg       *cgroup.Cgroup
 	client   *agent.Client
 	lifeline *os.File
-	done     chan struct{}
 	lock     *os.File // held while this process owns an ephemeral sandbox
 }
 
@@ -483,12 +482,12 @@ func (s *Sandbox) Agent() *agent.Client {
 func (s *Sandbox) Done() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.done == nil {
+	if s.proc == nil {
 		c := make(chan struct{})
 		close(c)
 		return c
 	}
-	return s.done
+	return s.proc.done
 }
 
 // Pid is the host pid of the sandbox's init, 0 when stopped.
@@ -565,9 +564,9 @@ func volumeMounts(vs []backend.Volume) []specs.Mount {
 func (s *Sandbox) Start(ctx context.Context) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.done != nil {
+	if s.proc != nil {
 		select {
-		case <-s.done:
+		case <-s.proc.done:
 			_ = s.releaseLocked()
 		default:
 			return nil // already running
@@ -648,7 +647,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if err := os.WriteFile(filepath.Join(s.run, "agent.pid"), []byte(pidInfo), 0o600); err != nil {
 		return err
 	}
-	s.proc, s.cg, s.done, s.lifeline = a.proc, cg, a.proc.done, a.lifeW
+	s.proc, s.cg, s.lifeline = a.proc, cg, a.lifeW
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
 	attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled,
 		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
@@ -742,13 +741,13 @@ func (s *Sandbox) OOMKills() (int64, error) {
 func (s *Sandbox) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.done == nil {
+	if s.proc == nil {
 		return nil
 	}
 	t0 := time.Now()
 	s.proc.kill()
 	select {
-	case <-s.done:
+	case <-s.proc.done:
 	case <-ctx.Done():
 		return fmt.Errorf("stop sandbox %s: %w", s.cfg.ID, ctx.Err())
 	}
@@ -770,7 +769,7 @@ type held struct {
 // takeLocked detaches what the sandbox holds, leaving it stopped.
 func (s *Sandbox) takeLocked() held {
 	h := held{id: s.cfg.ID, proc: s.proc, cg: s.cg, client: s.client, lifeline: s.lifeline, run: s.run}
-	s.proc, s.cg, s.client, s.done, s.lifeline = nil, nil, nil, nil, nil
+	s.proc, s.cg, s.client, s.lifeline = nil, nil, nil, nil
 	return h
 }
 

@@ -105,7 +105,7 @@ func TestSpawnerDies(t *testing.T) {
 	ctx := context.Background()
 	sb := h.Sandbox(t, backend.Config{ID: "spawner-dies"})
 	pid := sb.(*native.Sandbox).Pid()
-	sp := ppid(fmt.Sprint(pid))
+	sp := testenv.ParentPID(pid)
 	if sp == os.Getpid() || sp <= 1 {
 		t.Fatalf("agent %d's parent is %d, not a spawner", pid, sp)
 	}
@@ -113,12 +113,12 @@ func TestSpawnerDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	// This process is a child subreaper: the orphaned agent comes here.
-	waitFor(t, func() bool { return ppid(fmt.Sprint(pid)) == os.Getpid() })
+	waitFor(t, func() bool { return testenv.ParentPID(pid) == os.Getpid() })
 	if r := conformance.Exec(t, sb, 10*time.Second, "/bin/echo", "alive"); r.Stdout != "alive\n" {
 		t.Errorf("exec after the spawner died: %+v", r)
 	}
 	other := h.Sandbox(t, backend.Config{ID: "spawner-new"})
-	if p := ppid(fmt.Sprint(other.(*native.Sandbox).Pid())); p == sp || p == os.Getpid() {
+	if p := testenv.ParentPID(other.(*native.Sandbox).Pid()); p == sp || p == os.Getpid() {
 		t.Errorf("new sandbox's parent is %d; want a new spawner", p)
 	}
 	if err := sb.Stop(ctx); err != nil {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // ourAgents lists this test binary's agent processes and its spawner
@@ -22,7 +24,7 @@ func ourAgents() (agents, spawners []int) {
 			continue
 		}
 		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasPrefix(filepath.Base(exe), "warren-agent") {
-			all = append(all, proc{pid, ppid(p.Name())})
+			all = append(all, proc{pid, testenv.ParentPID(pid)})
 		}
 	}
 	for _, p := range all {
@@ -43,16 +45,4 @@ func ourAgents() (agents, spawners []int) {
 		}
 	}
 	return agents, spawners
-}
-
-func ppid(pid string) int {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	var n int
-	fmt.Sscan(f[1], &n)
-	return n
 }
