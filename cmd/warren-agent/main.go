@@ -45,6 +45,15 @@ func run(status *os.File) error {
 		return fmt.Errorf("started without the host's descriptors; warren-agent is run by warren, not by hand")
 	}
 	go warmUp()
+	// A pooled agent mounts what every sandbox has while it waits for
+	// its config; a failure only costs the time it saves.
+	var staged *guest.Staged
+	if dir := os.Getenv(guest.EnvStage); dir != "" {
+		var err error
+		if staged, err = guest.Stage(dir); err != nil {
+			fmt.Fprintf(os.Stderr, "warren-agent: staging the standard mounts (mounting them at start instead): %v\n", err)
+		}
+	}
 	var cfg guest.Config
 	if err := json.NewDecoder(io.LimitReader(cfgFile, 4<<20)).Decode(&cfg); err != nil {
 		return fmt.Errorf("read config: %w", err)
@@ -65,7 +74,7 @@ func run(status *os.File) error {
 	}
 	lf.Close()
 	phases := map[string]float64{}
-	launcher, err := guest.Setup(&cfg, phases)
+	launcher, err := guest.Setup(&cfg, staged, phases)
 	if err != nil {
 		return err
 	}

@@ -128,6 +128,29 @@ func (c *Cgroup) setV2(l Limits, skipZero bool) error {
 	return nil
 }
 
+// SetIdle puts the cgroup in (or takes it out of) the scheduler's idle
+// class (cpu.idle, Linux 5.15+, v1 and v2): its processes run only when
+// nothing else wants the CPU. ErrControllerUnavailable when the cpu
+// controller or the file is missing.
+func (c *Cgroup) SetIdle(idle bool) error {
+	d := c.dirOf("cpu")
+	if d == "" {
+		if err := c.m.controllerErr("cpu"); err != nil {
+			return err
+		}
+		return &controllerError{ctrl: "cpu", reason: "not enabled for this cgroup"}
+	}
+	v := "0"
+	if idle {
+		v = "1"
+	}
+	err := writeFile(filepath.Join(d, "cpu.idle"), v)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &controllerError{ctrl: "cpu", reason: "no cpu.idle (Linux 5.15 or later)"}
+	}
+	return err
+}
+
 func maxOr(v int64) string {
 	if v <= 0 {
 		return "max"

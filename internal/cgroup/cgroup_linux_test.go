@@ -479,6 +479,24 @@ func TestSetLimits(t *testing.T) {
 	}
 }
 
+func TestSetIdle(t *testing.T) {
+	m := newTestManager(t)
+	requireController(t, m, "cpu")
+	c := mustCreate(t, m, "idle", Limits{CPUs: 0.5})
+	for _, idle := range []bool{true, false, true} {
+		if err := c.SetIdle(idle); err != nil {
+			t.Fatalf("SetIdle(%v): %v", idle, err)
+		}
+		b, err := os.ReadFile(filepath.Join(c.dirOf("cpu"), "cpu.idle"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := strings.TrimSpace(string(b)), map[bool]string{true: "1", false: "0"}[idle]; got != want {
+			t.Errorf("after SetIdle(%v): cpu.idle = %s", idle, got)
+		}
+	}
+}
+
 func TestPidsLimit(t *testing.T) {
 	m := newTestManager(t)
 	requireController(t, m, "pids")
@@ -774,6 +792,14 @@ func TestV2Unified(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertGone(t, c)
+
+	if err := c.SetIdle(true); m.controllerErr("cpu") != nil {
+		if !errors.Is(err, ErrControllerUnavailable) {
+			t.Errorf("SetIdle on a cpu-less cgroup2 = %v", err)
+		}
+	} else if b, _ := os.ReadFile(filepath.Join(c.dirs[0], "cpu.idle")); err != nil || strings.TrimSpace(string(b)) != "1" {
+		t.Errorf("SetIdle(true) on cgroup2 = %v, cpu.idle %q", err, b)
+	}
 
 	_, err = m.Create("v2mem", Limits{MemoryBytes: 32 << 20})
 	if m.controllerErr("memory") != nil {

@@ -96,6 +96,14 @@ func NewLauncher(c *specs.LinuxCapabilities, cgroupNS bool) (*Launcher, error) {
 	return l, nil
 }
 
+// Close ends the launcher thread (a Launcher staged for a spec that turned
+// out to want other capabilities).
+func (l *Launcher) Close() {
+	if l != nil {
+		close(l.reqs)
+	}
+}
+
 // Run calls f on the launcher thread; f must fork synchronously (for
 // example exec.Cmd.Start).
 func (l *Launcher) Run(f func() error) error {

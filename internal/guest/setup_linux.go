@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/seccomp"
 )
 
@@ -21,19 +22,34 @@ import (
 // what must not be seen, starts the Launcher every sandbox process is forked
 // from (in the sandbox's cgroup namespace, with the sandbox's capabilities),
 // and installs the seccomp filter on every thread. It runs once, before the
-// agent serves anything.
+// agent serves anything. staged, when not nil, is this agent's Stage: used
+// when the spec fits it, discarded otherwise.
 //
 // Phases records how long each step took (milliseconds), for the host's
-// start log.
-func Setup(cfg *Config, phases map[string]float64) (*Launcher, error) {
+// start log; "staged" is 1 when the staged mounts were used.
+func Setup(cfg *Config, staged *Staged, phases map[string]float64) (*Launcher, error) {
 	mark := phaseTimer(phases)
 	s := cfg.Spec
 	if s == nil || s.Root == nil || s.Linux == nil || s.Process == nil {
+		staged.Discard()
 		return nil, errors.New("setup: incomplete spec")
 	}
-	// Nothing we mount may propagate back to the host.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, fmt.Errorf("make mounts private: %w", err)
+	stdAt := -1
+	if staged != nil {
+		if at, ok := staged.fits(s); ok {
+			stdAt = at
+			phases["staged"] = 1
+		} else {
+			staged.Discard()
+			staged = nil
+		}
+	}
+	if staged == nil {
+		// Nothing we mount may propagate back to the host (Stage did this
+		// already).
+		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+			return nil, fmt.Errorf("make mounts private: %w", err)
+		}
 	}
 	root := s.Root.Path
 	if err := mountOverlay(root, cfg.Rootfs); err != nil {
@@ -45,27 +61,41 @@ func Setup(cfg *Config, phases map[string]float64) (*Launcher, error) {
 		return nil, fmt.Errorf("open rootfs: %w", err)
 	}
 	defer unix.Close(rootFD)
-	for _, m := range s.Mounts {
+	nStd := len(oci.StandardMounts())
+	for i, m := range s.Mounts {
+		switch {
+		case i == stdAt:
+			if err := staged.moveInto(rootFD); err != nil {
+				return nil, err
+			}
+			continue
+		case stdAt >= 0 && i > stdAt && i < stdAt+nStd:
+			continue // moved with the run's first
+		}
 		if err := mountInRoot(rootFD, m); err != nil {
 			return nil, fmt.Errorf("mount %s on %s: %w", m.Type, m.Destination, err)
 		}
 	}
 	mark("mounts")
-	if err := makeDevLinks(rootFD); err != nil {
-		return nil, err
+	if staged == nil {
+		if err := makeDevLinks(rootFD); err != nil {
+			return nil, err
+		}
 	}
 	if err := pivotRoot(root); err != nil {
 		return nil, err
 	}
 	mark("pivot")
-	for _, p := range s.Linux.MaskedPaths {
-		if err := maskPath(p); err != nil {
-			return nil, fmt.Errorf("mask %s: %w", p, err)
+	if staged == nil {
+		for _, p := range s.Linux.MaskedPaths {
+			if err := maskPath(p); err != nil {
+				return nil, fmt.Errorf("mask %s: %w", p, err)
+			}
 		}
-	}
-	for _, p := range s.Linux.ReadonlyPaths {
-		if err := readonlyPath(p); err != nil {
-			return nil, fmt.Errorf("make %s read-only: %w", p, err)
+		for _, p := range s.Linux.ReadonlyPaths {
+			if err := readonlyPath(p); err != nil {
+				return nil, fmt.Errorf("make %s read-only: %w", p, err)
+			}
 		}
 	}
 	if s.Root.Readonly {
@@ -78,8 +108,10 @@ func Setup(cfg *Config, phases map[string]float64) (*Launcher, error) {
 			return nil, fmt.Errorf("set hostname: %w", err)
 		}
 	}
-	if err := loopbackUp(); err != nil {
-		return nil, err
+	if staged == nil {
+		if err := loopbackUp(); err != nil {
+			return nil, err
+		}
 	}
 	for _, rl := range s.Process.Rlimits {
 		if err := setRlimit(rl); err != nil {
@@ -106,9 +138,14 @@ func Setup(cfg *Config, phases map[string]float64) (*Launcher, error) {
 	for _, ns := range s.Linux.Namespaces {
 		cgroupNS = cgroupNS || ns.Type == specs.CgroupNamespace
 	}
-	launcher, err := NewLauncher(s.Process.Capabilities, cgroupNS)
-	if err != nil {
-		return nil, err
+	var launcher *Launcher
+	if staged != nil {
+		launcher = staged.takeLauncher(s.Process.Capabilities, cgroupNS)
+	}
+	if launcher == nil {
+		if launcher, err = NewLauncher(s.Process.Capabilities, cgroupNS); err != nil {
+			return nil, err
+		}
 	}
 	mark("launcher")
 	switch {

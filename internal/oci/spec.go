@@ -96,7 +96,6 @@ func Build(p Params) (*specs.Spec, error) {
 	if nofile == 0 {
 		nofile = 65536
 	}
-	caps := append([]string(nil), DefaultCapabilities...)
 	s := &specs.Spec{
 		Version:  specs.Version,
 		Root:     &specs.Root{Path: p.RootPath},
@@ -105,9 +104,7 @@ func Build(p Params) (*specs.Spec, error) {
 			Cwd:             cwd,
 			Env:             env,
 			NoNewPrivileges: true,
-			Capabilities: &specs.LinuxCapabilities{
-				Bounding: caps, Effective: caps, Permitted: caps,
-			},
+			Capabilities:    ProcessCapabilities(),
 			Rlimits: []specs.POSIXRlimit{
 				{Type: "RLIMIT_NOFILE", Soft: nofile, Hard: nofile},
 				{Type: "RLIMIT_CORE", Soft: 0, Hard: 0},
@@ -130,11 +127,20 @@ func Build(p Params) (*specs.Spec, error) {
 		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: p.UserNS.Host, Size: p.UserNS.Size}}
 		s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
 	}
-	s.Mounts = append(append(append([]specs.Mount(nil), p.ImageMounts...), standardMounts()...), p.Volumes...)
+	s.Mounts = append(append(append([]specs.Mount(nil), p.ImageMounts...), StandardMounts()...), p.Volumes...)
 	return s, nil
 }
 
-func standardMounts() []specs.Mount {
+// ProcessCapabilities are a sandbox process's capabilities: the default
+// set bounding, effective and permitted (a fresh value each call).
+func ProcessCapabilities() *specs.LinuxCapabilities {
+	caps := append([]string(nil), DefaultCapabilities...)
+	return &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
+}
+
+// StandardMounts are every sandbox's /proc, /dev and /sys, in the order
+// they are mounted (a fresh slice each call).
+func StandardMounts() []specs.Mount {
 	ptsOpts := []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}
 	ms := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},

@@ -615,6 +615,11 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		if err := cg.SetLimits(limits); err != nil {
 			return err
 		}
+		if a.idle {
+			if err := cg.SetIdle(false); err != nil {
+				return err
+			}
+		}
 		if err := os.Rename(a.dir, s.run); err != nil {
 			return err
 		}
@@ -632,7 +637,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		if err := os.Mkdir(s.run, 0o700); err != nil {
 			return err
 		}
-		if a, err = s.b.spawnAgent(s.run, cg); err != nil {
+		if a, err = s.b.spawnAgent(s.run, cg, ""); err != nil {
 			return err
 		}
 		undo = append(undo, a.kill)
@@ -649,7 +654,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	s.proc, s.cg, s.lifeline = a.proc, cg, a.lifeW
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
-	attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled,
+	attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled, "staged", a.setupPhases["staged"] == 1,
 		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
 	for _, p := range []string{"overlay", "mounts", "pivot", "mask_and_misc", "launcher", "seccomp"} {
 		attrs = append(attrs, "agent_"+p+"_ms", a.setupPhases[p])

@@ -1,8 +1,10 @@
 package native_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,7 +70,10 @@ func TestMain(m *testing.M) {
 }
 
 func harness(t testing.TB) *conformance.Harness {
-	b := newBackend(t)
+	return harnessFor(t, newBackend(t), sharedDirs.data, sharedDirs.run)
+}
+
+func harnessFor(t testing.TB, b *native.Backend, data, run string) *conformance.Harness {
 	img, err := b.HostImage()
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +83,7 @@ func harness(t testing.TB) *conformance.Harness {
 		Image:    img,
 		UserNS:   b.UserNS() != nil,
 		HostPid:  func(sb backend.Sandbox) int { return sb.(*native.Sandbox).Pid() },
-		Snapshot: func() (string, error) { return snapshot(b) },
+		Snapshot: func() (string, error) { return snapshot(b, data, run) },
 	}
 }
 
@@ -90,20 +95,88 @@ func TestConformance(t *testing.T) {
 	conformance.Run(t, h)
 }
 
+// TestConformancePooled runs the suite on sandboxes started from the warm
+// pool, whose agents stage /proc, /dev, /sys, their masks and the launcher
+// before their config arrives (guest.Stage): isolation must not depend on
+// which way a sandbox was started.
+func TestConformancePooled(t *testing.T) {
+	testenv.RequireRoot(t)
+	// Not t.TempDir: its parent is not searchable by sandbox root, which
+	// would turn user namespaces off.
+	base, err := os.MkdirTemp("", "warren-pooled-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(base)
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	data, run := filepath.Join(base, "data"), filepath.Join(base, "run")
+	var log syncBuffer
+	var b *native.Backend
+	b, err = native.New(native.Options{
+		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t),
+		CgroupPrefix: fmt.Sprintf("warren-test-pooled-%d", os.Getpid()), Spawner: true, Prewarm: 1,
+		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	h := harnessFor(t, b, data, run)
+	if testenv.Strict() && !h.UserNS {
+		t.Fatal("user namespaces are unusable on this machine, which PLATFORM.md says supports them")
+	}
+	conformance.Run(t, h)
+	// Most starts took a pooled agent (the pool refills between them) and
+	// every pooled start used what its agent staged.
+	pooled := strings.Count(log.String(), "pooled=true")
+	if staged := strings.Count(log.String(), "pooled=true staged=true"); pooled < 50 || staged != pooled {
+		t.Errorf("%d starts from the pool, %d of them staged; want most starts pooled and all of those staged", pooled, staged)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // snapshot lists every host resource a native sandbox can leave behind.
-func snapshot(b *native.Backend) (string, error) {
+// The warm pool's agents and cgroups are not sandboxes' and come and go
+// as it refills: they are left out (TestWarmPool checks the pool's own
+// cleanup).
+func snapshot(b *native.Backend, data, run string) (string, error) {
 	var out []string
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return "", err
 	}
 	out = append(out, fmt.Sprintf("host mounts: %d", strings.Count(string(mi), "\n")))
-	cgs, err := b.Cgroups().List()
+	all, err := b.Cgroups().List()
 	if err != nil {
 		return "", err
 	}
+	var cgs []string
+	for _, c := range all {
+		if !strings.HasPrefix(c, ".pool-") {
+			cgs = append(cgs, c)
+		}
+	}
 	out = append(out, fmt.Sprintf("cgroups: %v", cgs))
-	for _, d := range []string{sharedDirs.run, filepath.Join(sharedDirs.data, "sandboxes")} {
+	for _, d := range []string{run, filepath.Join(data, "sandboxes")} {
 		ents, err := os.ReadDir(d)
 		if err != nil {
 			return "", err
@@ -119,8 +192,12 @@ func snapshot(b *native.Backend) (string, error) {
 	// Other test packages running at the same time have sandboxes of their
 	// own.
 	pids, _ := ourAgents()
-	agents, netns := len(pids), map[string]bool{}
+	agents, netns := 0, map[string]bool{}
 	for _, pid := range pids {
+		if cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); strings.Contains(string(cg), "/.pool-") {
+			continue
+		}
+		agents++
 		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil {
 			netns[ns] = true
 		}
@@ -135,7 +212,7 @@ func TestStartFailureLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, err := snapshot(b)
+	before, err := snapshot(b, sharedDirs.data, sharedDirs.run)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +229,7 @@ func TestStartFailureLeavesNothing(t *testing.T) {
 	if err := sb.Remove(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	after, err := snapshot(b)
+	after, err := snapshot(b, sharedDirs.data, sharedDirs.run)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,12 @@ func (b *Backend) startPool(n int) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// Searchable by sandbox root: pooled agents mount their staging
+	// (guest.Stage) on its stage directory, each in its own namespace.
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(filepath.Join(dir, poolStageDir), 0o711); err != nil {
 		return err
 	}
 	b.reapPoolCgroups()
@@ -43,7 +48,7 @@ func (b *Backend) startPool(n int) error {
 		defer p.wg.Done()
 		backoff := 10 * time.Millisecond
 		for seq := 0; ; seq++ {
-			d := filepath.Join(dir, fmt.Sprint(seq))
+			d := filepath.Join(dir, strconv.Itoa(seq))
 			a, err := b.spawnPooled(d, fmt.Sprintf("%s%d-%d", poolCgroupPrefix, os.Getpid(), seq))
 			if err != nil {
 				b.log.Warn("warm pool: spawn agent", "err", err.Error())
@@ -103,6 +108,9 @@ func (p *pool) close() {
 	}
 }
 
+// poolStageDir, in the pool's directory, is where pooled agents stage.
+const poolStageDir = "stage"
+
 // poolCgroupPrefix starts the names of pooled agents' cgroups:
 // .pool-<pid of the owning process>-<sequence>.
 const poolCgroupPrefix = ".pool-"
@@ -117,13 +125,17 @@ func (b *Backend) spawnPooled(dir, cgName string) (*agentProc, error) {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	a, err := b.spawnAgent(dir, cg)
+	// Idle class while it waits: the agent's start and staging then
+	// take no CPU from running sandboxes or the server. Without cpu.idle
+	// it competes like any process.
+	idle := cg.SetIdle(true) == nil
+	a, err := b.spawnAgent(dir, cg, filepath.Join(filepath.Dir(dir), poolStageDir))
 	if err != nil {
 		_ = cg.Destroy()
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	a.cg = cg
+	a.cg, a.idle = cg, idle
 	return a, nil
 }
 

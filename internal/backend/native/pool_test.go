@@ -48,8 +48,25 @@ func TestWarmPool(t *testing.T) {
 	h := &conformance.Harness{Backend: b, Image: img}
 	// Let the pool fill, so the starts below take pooled agents.
 	waitFor(t, func() bool { return countAgents() >= others+3 }) // the spawner and two agents
+	// Waiting agents are in the scheduler's idle class, sandboxes not.
+	agents, _ := ourAgents()
+	waiting := 0
+	for _, pid := range agents {
+		if strings.Contains(cgroupOf(t, pid), prefix+"/.pool-") {
+			waiting++
+			if v := cpuIdle(t, pid); v != "1" {
+				t.Errorf("pooled agent %d: cpu.idle %q, want 1", pid, v)
+			}
+		}
+	}
+	if waiting < 2 { // two ready, perhaps a third spawned for the next free slot
+		t.Errorf("%d agents in pool cgroups, want at least 2", waiting)
+	}
 	for i := range 5 {
 		sb := h.Sandbox(t, backend.Config{ID: fmt.Sprintf("pooled-%d", i), MemoryBytes: 64 << 20})
+		if v := cpuIdle(t, sb.(*native.Sandbox).Pid()); v != "0" {
+			t.Errorf("pooled sandbox %d: cpu.idle %q, want 0", i, v)
+		}
 		r := conformance.Exec(t, sb, 10*time.Second, "/bin/cat", "/proc/self/cgroup")
 		for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
 			if strings.Contains(l, ":memory:") && !strings.HasSuffix(l, ":/") {
@@ -78,6 +95,41 @@ func TestWarmPool(t *testing.T) {
 			t.Errorf("cgroups left behind: %v %v", matches, matches2)
 		}
 	}
+}
+
+// cgroupOf returns pid's cgroup in the cpu controller's hierarchy.
+func cgroupOf(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := ""
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[1] == "" {
+			v2 = parts[2]
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "cpu" {
+				return "/sys/fs/cgroup/cpu" + parts[2]
+			}
+		}
+	}
+	return "/sys/fs/cgroup" + v2
+}
+
+// cpuIdle reads cpu.idle of pid's cgroup.
+func cpuIdle(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(cgroupOf(t, pid), "cpu.idle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // countAgents counts this test binary's agent and spawner processes.

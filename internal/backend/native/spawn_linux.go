@@ -27,8 +27,10 @@ type agentProc struct {
 	cfgW    *os.File
 	statusR *os.File
 	lifeW   *os.File // the host's end of the lifeline; nil unless ExitWithHost
-	// cg is the pooled agent's own cgroup (nil when spawned for a start).
-	cg *cgroup.Cgroup
+	// cg is the pooled agent's own cgroup (nil when spawned for a start),
+	// in the scheduler's idle class when idle.
+	cg   *cgroup.Cgroup
+	idle bool
 	// setupPhases are the agent's own setup timings (ms), from its report.
 	setupPhases map[string]float64
 }
@@ -61,8 +63,9 @@ var setupCapabilities = func() uint64 {
 
 // spawnAgent starts an agent in new namespaces, in cgroup cg, its socket
 // and log in dir: through the spawner process when the backend has one,
-// from this process otherwise.
-func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup) (a *agentProc, err error) {
+// from this process otherwise. With a stage directory (pooled agents) the
+// agent stages its standard mounts there while it waits (guest.Stage).
+func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *agentProc, err error) {
 	sock := filepath.Join(dir, "agent.sock")
 	_ = os.Remove(sock)
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
@@ -113,8 +116,12 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup) (a *agentProc, err e
 		a.lifeW = lifeW
 		files = append(files, lifeR)
 	}
+	env := []string{}
+	if stage != "" {
+		env = append(env, guest.EnvStage+"="+stage)
+	}
 	req := spawner.Request{
-		Path: b.agentPath, Args: []string{"warren-agent"}, Env: []string{}, Setsid: true,
+		Path: b.agentPath, Args: []string{"warren-agent"}, Env: env, Setsid: true,
 		// No CLONE_NEWCGROUP: the agent's launcher thread enters a new
 		// cgroup namespace once the agent is in its cgroup, which a
 		// pooled agent is only after it was spawned.
