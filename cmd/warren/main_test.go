@@ -59,18 +59,7 @@ func warren(t *testing.T, dir string, args ...string) *exec.Cmd {
 }
 
 // stateDir returns a directory the sandbox's unprivileged root can reach.
-func stateDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "warren-cli-state-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := os.Chmod(d, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
+func stateDir(t *testing.T) string { return testenv.SearchableDir(t, "warren-cli-state-") }
 
 type result struct {
 	code           int

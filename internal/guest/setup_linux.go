@@ -44,12 +44,10 @@ func Setup(cfg *Config, staged *Staged, phases map[string]float64) (*Launcher, e
 			staged = nil
 		}
 	}
-	if staged == nil {
-		// Nothing we mount may propagate back to the host (Stage did this
-		// already).
-		if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-			return nil, fmt.Errorf("make mounts private: %w", err)
-		}
+	// Nothing we mount may propagate back to the host, nor anything the
+	// host mounts from now on into the sandbox.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("make mounts private: %w", err)
 	}
 	root := s.Root.Path
 	if err := mountOverlay(root, cfg.Rootfs); err != nil {

@@ -46,11 +46,13 @@ type Staged struct {
 // Stage builds what Staged describes. The mounts go on a fresh tmpfs at
 // dir, a directory that exists on the host (the tmpfs is in this process's
 // own mount namespace, so nothing of it is visible there). It makes every
-// mount in the namespace private first, as Setup would. On error nothing is
-// left mounted.
+// mount in the namespace a slave first: nothing mounted here propagates to
+// the host, while what the host mounts until the config arrives (a volume's
+// file system, say) still reaches this namespace, as it would without the
+// staging; Setup makes them private. On error nothing is left mounted.
 func Stage(dir string) (st *Staged, err error) {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, fmt.Errorf("make mounts private: %w", err)
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return nil, fmt.Errorf("make mounts slaves: %w", err)
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
 		return nil, fmt.Errorf("stage tmpfs: %w", err)

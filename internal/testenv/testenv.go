@@ -105,3 +105,19 @@ func ParentPID(pid int) int {
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
 }
+
+// SearchableDir makes a temporary directory that sandbox root (an
+// unprivileged host uid under user namespaces) can search, unlike
+// t.TempDir, whose parent is private; it is removed when the test ends.
+func SearchableDir(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

@@ -101,20 +101,12 @@ func TestConformance(t *testing.T) {
 // which way a sandbox was started.
 func TestConformancePooled(t *testing.T) {
 	testenv.RequireRoot(t)
-	// Not t.TempDir: its parent is not searchable by sandbox root, which
-	// would turn user namespaces off.
-	base, err := os.MkdirTemp("", "warren-pooled-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
-	if err := os.Chmod(base, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	// Not t.TempDir: sandbox root could not search it, which would turn
+	// user namespaces off.
+	base := testenv.SearchableDir(t, "warren-pooled-test-")
 	data, run := filepath.Join(base, "data"), filepath.Join(base, "run")
 	var log syncBuffer
-	var b *native.Backend
-	b, err = native.New(native.Options{
+	b, err := native.New(native.Options{
 		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t),
 		CgroupPrefix: fmt.Sprintf("warren-test-pooled-%d", os.Getpid()), Spawner: true, Prewarm: 1,
 		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),

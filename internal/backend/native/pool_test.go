@@ -22,14 +22,7 @@ import (
 func TestWarmPool(t *testing.T) {
 	testenv.RequireRoot(t)
 	agentPath := testenv.AgentBinary(t)
-	base, err := os.MkdirTemp("", "warren-pool-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
-	if err := os.Chmod(base, 0o711); err != nil {
-		t.Fatal(err)
-	}
+	base := testenv.SearchableDir(t, "warren-pool-test-")
 	prefix := fmt.Sprintf("warren-pool-test-%d", os.Getpid())
 	// Other tests' backends (the shared one) may have agents and a
 	// spawner of their own.
@@ -94,6 +87,66 @@ func TestWarmPool(t *testing.T) {
 		if len(matches)+len(matches2) > 0 {
 			t.Errorf("cgroups left behind: %v %v", matches, matches2)
 		}
+	}
+}
+
+// TestPoolSeesLaterHostMounts: a file system the host mounts after the
+// pool's agents staged (a volume's, say) reaches a sandbox started from the
+// pool, rather than the empty directory beneath it. The host's mounts are
+// private on this machine (no systemd); the test makes its own shared one,
+// as systemd makes /.
+func TestPoolSeesLaterHostMounts(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := testenv.SearchableDir(t, "warren-pool-mount-test-")
+	shared := filepath.Join(base, "shared")
+	if err := os.Mkdir(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", shared, "tmpfs", 0, "mode=0755,size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Unmount(shared, syscall.MNT_DETACH) }()
+	if err := syscall.Mount("", shared, "", syscall.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	vol := filepath.Join(shared, "late")
+	if err := os.Mkdir(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("warren-pool-mount-test-%d", os.Getpid())
+	b, err := native.New(native.Options{
+		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"),
+		AgentPath: testenv.AgentBinary(t), CgroupPrefix: prefix, Prewarm: 1, Spawner: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	img, err := b.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &conformance.Harness{Backend: b, Image: img}
+	waitFor(t, func() bool {
+		agents, _ := ourAgents()
+		for _, pid := range agents {
+			mi, _ := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+			if strings.Contains(cgroupOf(t, pid), prefix+"/.pool-") && strings.Contains(string(mi), "/.pool/stage ") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := syscall.Mount("tmpfs", vol, "tmpfs", 0, "mode=0755,size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Unmount(vol, syscall.MNT_DETACH) }()
+	if err := os.WriteFile(filepath.Join(vol, "marker"), []byte("mounted later\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := h.Sandbox(t, backend.Config{ID: "late-mount", Volumes: []backend.Volume{{Source: vol, Target: "/late", ReadOnly: true}}})
+	if r := conformance.Exec(t, sb, 10*time.Second, "/bin/cat", "/late/marker"); r.Stdout != "mounted later\n" {
+		t.Errorf("a host mount made after the agent staged, seen from a pooled sandbox: %+v %q %q", r.ExitStatus, r.Stdout, r.Stderr)
 	}
 }
 
