@@ -122,11 +122,11 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 	}
 	req := spawner.Request{
 		Path: b.agentPath, Args: []string{"warren-agent"}, Env: env, Setsid: true,
-		// No CLONE_NEWCGROUP: a namespace made by the clone would be
-		// rooted where the spawner is (CLONE_INTO_CGROUP places only the
-		// child). The agent's launcher thread enters a new one instead,
-		// from inside the cgroup the agent is born in (a pooled agent's
-		// is renamed, not changed, at start).
+		// No CLONE_NEWCGROUP: the agent keeps the host's view. Its
+		// launcher thread enters a new cgroup namespace from inside the
+		// cgroup the agent is born in, so every sandbox process sees that
+		// cgroup as its root (a pooled agent's is renamed, not changed,
+		// at start).
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
 			syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
 		KeepCaps: setupCapabilities,
