@@ -80,7 +80,17 @@ func TestSpawn(t *testing.T) {
 	if got := testenv.ParentPID(pid); got != c.cmd.Process.Pid {
 		t.Errorf("child's parent is %d, want the spawner %d", got, c.cmd.Process.Pid)
 	}
-	procs, err := cg.Procs()
+	// On cgroup v1 the spawner forks from a thread it moved into the
+	// cgroup and then discards; the thread leaves as it exits, which may
+	// be just after the spawn was answered.
+	var procs []int
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		procs, err = cg.Procs()
+		if err != nil || (len(procs) == 1 && procs[0] == pid) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || len(procs) != 1 || procs[0] != pid {
 		t.Errorf("cgroup holds %v (%v), want the child %d born in it", procs, err, pid)
 	}
