@@ -81,19 +81,25 @@ func (s *Server) keys() (*Keys, error) {
 	return s.opts.Keys, nil
 }
 
+// adminKeys decodes a key method's params into p (strictly) and returns
+// the key store, for an admin caller of a server that has one.
+func (s *Server) adminKeys(c *call, p any) (*Keys, error) {
+	if err := c.decode(p, true); err != nil {
+		return nil, err
+	}
+	if err := c.requireAdmin(); err != nil {
+		return nil, err
+	}
+	return s.keys()
+}
+
 func (s *Server) keyCreate(ctx context.Context, c *call) (any, error) {
 	var p struct {
 		Namespace   string  `json:"namespace"`
 		Expire      float64 `json:"expire"`
 		Description string  `json:"description"`
 	}
-	if err := c.decode(&p, true); err != nil {
-		return nil, err
-	}
-	if err := c.requireAdmin(); err != nil {
-		return nil, err
-	}
-	ks, err := s.keys()
+	ks, err := s.adminKeys(c, &p)
 	if err != nil {
 		return nil, err
 	}
@@ -112,13 +118,7 @@ func (s *Server) keyCreate(ctx context.Context, c *call) (any, error) {
 }
 
 func (s *Server) keyList(ctx context.Context, c *call) (any, error) {
-	if err := c.decode(&struct{}{}, true); err != nil {
-		return nil, err
-	}
-	if err := c.requireAdmin(); err != nil {
-		return nil, err
-	}
-	ks, err := s.keys()
+	ks, err := s.adminKeys(c, &struct{}{})
 	if err != nil {
 		return nil, err
 	}
@@ -133,13 +133,7 @@ func (s *Server) keyRevoke(ctx context.Context, c *call) (any, error) {
 	var p struct {
 		ID string `json:"id"`
 	}
-	if err := c.decode(&p, true); err != nil {
-		return nil, err
-	}
-	if err := c.requireAdmin(); err != nil {
-		return nil, err
-	}
-	ks, err := s.keys()
+	ks, err := s.adminKeys(c, &p)
 	if err != nil {
 		return nil, err
 	}

@@ -147,16 +147,27 @@ func (c *Client) Health(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.do(req, "health")
 	if err != nil {
-		return fmt.Errorf("warren: health: %w", err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return responseError(resp)
-	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	return nil
+}
+
+// do sends req; a transport failure or a status other than 200 is an
+// error (the body then closed), otherwise the caller closes the body.
+func (c *Client) do(req *http.Request, what string) (*http.Response, error) {
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("warren: %s: %w", what, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, responseError(resp)
+	}
+	return resp, nil
 }
 
 // Call sends one JSON-RPC request and decodes its result into result (which
@@ -173,14 +184,11 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.hc.Do(req)
+	resp, err := c.do(req, method)
 	if err != nil {
-		return fmt.Errorf("warren: %s: %w", method, err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return responseError(resp)
-	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
 		return fmt.Errorf("warren: %s: read response: %w", method, err)

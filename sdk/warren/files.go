@@ -148,14 +148,11 @@ func (s *Sandbox) UploadTar(ctx context.Context, dir string, r io.Reader) error 
 		return err
 	}
 	req.Header.Set("Content-Type", "application/x-tar")
-	resp, err := s.c.hc.Do(req)
+	resp, err := s.c.do(req, "upload tar")
 	if err != nil {
-		return fmt.Errorf("warren: upload tar: %w", err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return responseError(resp)
-	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	return nil
 }
@@ -169,13 +166,9 @@ func (s *Sandbox) DownloadTar(ctx context.Context, path string) (io.ReadCloser, 
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/x-tar, application/json")
-	resp, err := s.c.hc.Do(req)
+	resp, err := s.c.do(req, "download tar")
 	if err != nil {
-		return nil, fmt.Errorf("warren: download tar: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		return nil, responseError(resp)
+		return nil, err
 	}
 	return resp.Body, nil
 }
