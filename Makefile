@@ -49,6 +49,7 @@ lint: setup
 	@test -x $(GOBIN)/golangci-lint && $(GOBIN)/golangci-lint version 2>/dev/null | grep -q "$(GOLANGCI_LINT_VERSION:v%=%)" || \
 		go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	$(GOBIN)/golangci-lint run ./...
+	cd sdk && $(GOBIN)/golangci-lint run ./...
 
 test: build vet fmt-check lint test-sdk
 	go test -count=1 -timeout 30m $(GO_PACKAGES)

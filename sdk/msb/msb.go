@@ -173,19 +173,7 @@ func (s starter) StartContext(ctx context.Context, cfg StartConfig) error {
 	if cfg.CPUs <= 0 {
 		cfg.CPUs = 1
 	}
-	sc := startConfig{
-		Image:     cfg.Image,
-		Memory:    cfg.Memory,
-		CPUs:      cfg.CPUs,
-		Volumes:   cfg.Volumes,
-		Ports:     cfg.Ports,
-		Envs:      cfg.Envs,
-		DependsOn: cfg.DependsOn,
-		Workdir:   cfg.Workdir,
-		Shell:     cfg.Shell,
-		Scripts:   cfg.Scripts,
-		Exec:      cfg.Exec,
-	}
+	sc := startConfig(cfg) // the same fields, with the wire's JSON names
 	if err := s.b.rpc.startSandbox(ctx, &s.b.cfg, sc); err != nil {
 		s.b.state.Store(off)
 		return fmt.Errorf("%w: %w", ErrFailedToStartSandbox, err)
