@@ -54,8 +54,8 @@ func run(status *os.File) error {
 			fmt.Fprintf(os.Stderr, "warren-agent: staging the standard mounts (mounting them at start instead): %v\n", err)
 		}
 	}
-	var cfg guest.Config
-	if err := json.NewDecoder(io.LimitReader(cfgFile, 4<<20)).Decode(&cfg); err != nil {
+	cfg, err := guest.ReadConfig(cfgFile)
+	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
 	cfgFile.Close()
@@ -74,7 +74,7 @@ func run(status *os.File) error {
 	}
 	lf.Close()
 	phases := map[string]float64{}
-	launcher, err := guest.Setup(&cfg, staged, phases)
+	launcher, err := guest.Setup(cfg, staged, phases)
 	if err != nil {
 		return err
 	}

@@ -192,8 +192,15 @@ func assertNoSandboxState(t *testing.T, dir string) {
 		var names []string
 		for _, e := range ents {
 			// .agent holds the backend's copy of the agent binary, shared
-			// by every sandbox and every run: not a sandbox's state.
-			if e.Name() != ".agent" {
+			// by every sandbox and every run: not a sandbox's state;
+			// .removed is where removed sandboxes' files are deleted.
+			switch e.Name() {
+			case ".agent":
+			case ".removed":
+				if left, _ := os.ReadDir(filepath.Join(d, e.Name())); len(left) > 0 {
+					t.Errorf("removed sandboxes' files left: %v", left)
+				}
+			default:
 				names = append(names, e.Name())
 			}
 		}

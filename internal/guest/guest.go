@@ -9,7 +9,8 @@ package guest
 
 import specs "github.com/opencontainers/runtime-spec/specs-go"
 
-// Config is what the host hands the agent at start, as JSON on an inherited pipe.
+// Config is what the host hands the agent at start, on an inherited socket
+// (see ReadConfig).
 type Config struct {
 	// Spec describes the sandbox. Spec.Root.Path is where the root filesystem
 	// is assembled; Spec.Mounts are made inside it in order.
@@ -45,11 +46,16 @@ type Rootfs struct {
 	// UserXattr selects overlayfs's "userxattr" mode, required when the
 	// overlay is mounted from inside a user namespace.
 	UserXattr bool `json:"userxattr,omitempty"`
+	// Mount, when not zero, is a detached mount of this overlay that the
+	// host made and passed with the config (ReadConfig): the agent
+	// attaches it instead of mounting the layers itself. The fields above
+	// then only describe it.
+	Mount int `json:"-"`
 }
 
 // File descriptors the host passes to the agent.
 const (
-	FDConfig   = 3 // read: Config as JSON, then EOF
+	FDConfig   = 3 // a unix stream socket to read the Config from (ReadConfig)
 	FDListener = 4 // the agent protocol's listening unix socket
 	FDStatus   = 5 // write: "ok\n" once set up, or an error message
 	FDLifeline = 6 // read, when Config.Lifeline: EOF means the host is gone

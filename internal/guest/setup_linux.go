@@ -185,7 +185,19 @@ func phaseTimer(phases map[string]float64) func(string) {
 	}
 }
 
+// mountOverlay puts the root's overlay on target: the host's mount when it
+// sent one, else one the agent mounts itself (a host on a kernel without
+// the new mount API, or whose mount failed).
 func mountOverlay(target string, r Rootfs) error {
+	if r.Mount != 0 {
+		// Made by the host (see Rootfs.Mount); attaching it is all.
+		err := unix.MoveMount(r.Mount, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(r.Mount)
+		if err != nil {
+			return fmt.Errorf("attach the root's overlay: %w", err)
+		}
+		return nil
+	}
 	if len(r.Lower) == 0 {
 		return errors.New("rootfs: no lower directory")
 	}

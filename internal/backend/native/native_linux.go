@@ -111,6 +111,11 @@ type Backend struct {
 	// handle of the same sandbox, and Close, wait for it.
 	releaseMu sync.Mutex
 	releasing map[string]chan struct{}
+	// roots are the sandboxes' root mounts the backend holds.
+	roots roots
+	// removing counts removed sandboxes whose files are still being
+	// deleted (removeDir).
+	removing sync.WaitGroup
 
 	// seccompFilter is the default seccomp profile (every sandbox's),
 	// compiled once: agents install it without compiling.
@@ -167,6 +172,9 @@ func New(opts Options) (*Backend, error) {
 		if err := os.Chmod(d, 0o711); err != nil {
 			return nil, fmt.Errorf("native backend: %w", err)
 		}
+	}
+	if err := os.MkdirAll(filepath.Join(opts.DataDir, "sandboxes", removedDir), 0o700); err != nil {
+		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	if err := checkUpperFS(opts.DataDir); err != nil {
 		return nil, fmt.Errorf("native backend: %w", err)
@@ -367,6 +375,7 @@ func removeUnheld(p string) {
 // waits for stopped sandboxes' background releases first.
 func (b *Backend) Close() error {
 	b.pool.close()
+	b.releaseRoots()
 	b.closeSpawner()
 	b.releaseMu.Lock()
 	pending := make([]chan struct{}, 0, len(b.releasing))
@@ -377,6 +386,7 @@ func (b *Backend) Close() error {
 	for _, ch := range pending {
 		<-ch
 	}
+	b.removing.Wait()
 	return errors.Join(b.cgroups.Close(), b.agentHeld.Close())
 }
 
@@ -466,6 +476,10 @@ type Sandbox struct {
 	client   *agent.Client
 	lifeline *os.File
 	lock     *os.File // held while this process owns an ephemeral sandbox
+	// root is the overlay root the host mounted (rootmount_linux.go),
+	// kept across stops; rootTimer runs while it is kept stopped.
+	root      *rootMount
+	rootTimer *time.Timer
 }
 
 // ID implements backend.Sandbox.
@@ -531,9 +545,6 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 	rootfs := guest.Rootfs{
 		Lower: img.Layers, Upper: filepath.Join(s.dir, "upper"), Work: filepath.Join(s.dir, "work"),
 		UserXattr: s.b.userNS != nil,
-	}
-	if err := s.shortLayerPaths(&rootfs); err != nil {
-		return nil, err
 	}
 	return &guest.Config{
 		Spec:          &sent,
@@ -643,8 +654,18 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		undo = append(undo, a.kill)
 	}
 	pooled := a.cg != nil
+	root := s.rootFor(gcfg.Rootfs)
+	if root == nil {
+		if err := s.shortLayerPaths(&gcfg.Rootfs); err != nil {
+			return err
+		}
+	} else {
+		defer root.Close() // the agent has its own once configured
+		// A root that fails to attach is not kept for the next try.
+		undo = append(undo, s.releaseRootLocked)
+	}
 	tPrepare := time.Since(t0)
-	if err := a.configure(ctx, gcfg); err != nil {
+	if err := a.configure(ctx, gcfg, root); err != nil {
 		return err
 	}
 	a.statusR.Close()
@@ -654,7 +675,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	s.proc, s.cg, s.lifeline = a.proc, cg, a.lifeW
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
-	attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled, "staged", a.setupPhases["staged"] == 1,
+	attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled, "staged", a.setupPhases["staged"] == 1, "host_root", root != nil,
 		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
 	for _, p := range []string{"overlay", "mounts", "pivot", "mask_and_misc", "launcher", "seccomp"} {
 		attrs = append(attrs, "agent_"+p+"_ms", a.setupPhases[p])
@@ -758,6 +779,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	}
 	s.b.log.Debug("sandbox stopped", "id", s.cfg.ID, "exit_ms", ms(time.Since(t0)))
 	s.releaseInBackgroundLocked()
+	s.idleRootLocked()
 	return nil
 }
 
@@ -857,10 +879,14 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.waitReleased(ctx); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(s.dir); err != nil {
+	// The last run's release (cgroup, runtime directory) may still be
+	// under way: a new sandbox of this name waits for it at start, and
+	// the files' deletion waits for it so that, when they are gone, all
+	// is.
+	s.b.releaseMu.Lock()
+	released := s.b.releasing[s.cfg.ID]
+	s.b.releaseMu.Unlock()
+	if err := s.b.removeDir(s.dir, s.cfg.ID, s.takeRootLocked(), released); err != nil {
 		return fmt.Errorf("remove sandbox %s: %w", s.cfg.ID, err)
 	}
 	if s.lock != nil {

@@ -3,13 +3,16 @@ package native_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -151,6 +154,7 @@ func (s *syncBuffer) String() string {
 // as it refills: they are left out (TestWarmPool checks the pool's own
 // cleanup).
 func snapshot(b *native.Backend, data, run string) (string, error) {
+	aside := settle(data)
 	var out []string
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -168,9 +172,9 @@ func snapshot(b *native.Backend, data, run string) (string, error) {
 		}
 	}
 	out = append(out, fmt.Sprintf("cgroups: %v", cgs))
-	for _, d := range []string{run, filepath.Join(data, "sandboxes")} {
+	for _, d := range []string{run, filepath.Join(data, "sandboxes"), aside} {
 		ents, err := os.ReadDir(d)
-		if err != nil {
+		if err != nil && !(d == aside && errors.Is(err, fs.ErrNotExist)) {
 			return "", err
 		}
 		var names []string
@@ -194,8 +198,21 @@ func snapshot(b *native.Backend, data, run string) (string, error) {
 			netns[ns] = true
 		}
 	}
-	out = append(out, fmt.Sprintf("agent processes: %d", agents), fmt.Sprintf("net namespaces in use: %d", len(netns)))
+	out = append(out, fmt.Sprintf("agent processes: %d", agents), fmt.Sprintf("net namespaces in use: %d", len(netns)),
+		fmt.Sprintf("sandbox roots held: %d", detachedMounts()))
 	return strings.Join(out, "\n"), nil
+}
+
+// settle waits (a while) for removed sandboxes' files and root mounts,
+// which go in the background, to be gone; it returns where they wait.
+func settle(data string) (aside string) {
+	aside = filepath.Join(data, "sandboxes", ".removed")
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if ents, err := os.ReadDir(aside); err != nil || len(ents) == 0 {
+			break
+		}
+	}
+	return aside
 }
 
 func TestStartFailureLeavesNothing(t *testing.T) {

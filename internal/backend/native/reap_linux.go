@@ -2,10 +2,12 @@ package native
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,6 +48,47 @@ func markerState(p string) (exists, held bool) {
 	return true, false
 }
 
+// removedDir, under the sandboxes' directory, holds removed sandboxes'
+// state while it is deleted.
+const removedDir = ".removed"
+
+var removeSeq atomic.Int64
+
+// removeDir deletes a removed sandbox's state directory and unmounts its
+// root (which syncs the data directory's file system, see rootMount). The
+// directory is first renamed aside, so the name is free at once, and the
+// rest runs in the background, after released is closed (when not nil): a
+// crash in between leaves it to ReapOrphans.
+func (b *Backend) removeDir(dir, id string, root *rootMount, released <-chan struct{}) error {
+	aside := filepath.Join(b.opts.DataDir, "sandboxes", removedDir, fmt.Sprintf("%s.%d.%d", id, os.Getpid(), removeSeq.Add(1)))
+	if err := os.Rename(dir, aside); err == nil {
+		b.removing.Add(1)
+		go func() {
+			defer b.removing.Done()
+			if released != nil {
+				<-released
+			}
+			// Files first: the unmount's sync then has none of their
+			// data left to write back.
+			if err := os.RemoveAll(aside); err != nil {
+				b.log.Warn("delete removed sandbox's files", "id", id, "err", err.Error())
+			}
+			root.close()
+		}()
+		return nil
+	}
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		root.close()
+		return nil // removed before
+	}
+	if released != nil {
+		<-released
+	}
+	err := os.RemoveAll(dir)
+	root.close()
+	return err
+}
+
 // ReapOrphans removes what sandboxes left behind when the process that ran
 // them died: runtime directories and cgroups of sandboxes whose agent is
 // gone, and the whole state of ephemeral (`warren run`) sandboxes whose
@@ -66,6 +109,16 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 		for _, e := range ents {
 			if !strings.HasPrefix(e.Name(), ".") { // .pool belongs to the warm pool
 				ids[e.Name()] = true
+			}
+		}
+	}
+	// Removed sandboxes whose deletion a crash interrupted (removeDir).
+	// One another process is deleting right now is deleted by both.
+	aside := filepath.Join(b.opts.DataDir, "sandboxes", removedDir)
+	if ents, err := os.ReadDir(aside); err == nil {
+		for _, e := range ents {
+			if err := os.RemoveAll(filepath.Join(aside, e.Name())); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/oci"
@@ -24,7 +26,7 @@ import (
 type agentProc struct {
 	proc    *initProc
 	dir     string
-	cfgW    *os.File
+	cfgW    *os.File // the host's end of the config socket
 	statusR *os.File
 	lifeW   *os.File // the host's end of the lifeline; nil unless ExitWithHost
 	// cg is the pooled agent's own cgroup (nil when spawned for a start),
@@ -91,7 +93,7 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		}
 	}()
 	a = &agentProc{dir: dir}
-	cfgR, cfgW, err := os.Pipe()
+	cfgR, cfgW, err := socketPair()
 	if err != nil {
 		return nil, err
 	}
@@ -165,9 +167,10 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 	return a, nil
 }
 
-// configure sends the agent its config and waits until it serves.
-func (a *agentProc) configure(ctx context.Context, cfg *guest.Config) error {
-	if err := json.NewEncoder(a.cfgW).Encode(cfg); err != nil {
+// configure sends the agent its config, with the root's mount when the host
+// made one (nil otherwise), and waits until it serves.
+func (a *agentProc) configure(ctx context.Context, cfg *guest.Config, rootMount *os.File) error {
+	if err := guest.SendConfig(a.cfgW, cfg, rootMount); err != nil {
 		return fmt.Errorf("send config to agent: %w", a.failure(err))
 	}
 	a.cfgW.Close()
@@ -211,4 +214,14 @@ func (a *agentProc) failure(err error) error {
 		return fmt.Errorf("%w (agent log: %s)", err, b)
 	}
 	return err
+}
+
+// socketPair is a connected unix stream socket pair: the agent's end (r)
+// and the host's (w), both close-on-exec.
+func socketPair() (r, w *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("config socket: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "config"), os.NewFile(uintptr(fds[1]), "config"), nil
 }

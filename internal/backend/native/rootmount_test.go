@@ -1,0 +1,197 @@
+package native_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/conformance"
+	"github.com/warren-sandbox/warren/internal/image"
+)
+
+// detachedMounts counts this process's descriptors of mounts in no mount
+// namespace: the sandbox roots the backend holds (rootmount_linux.go).
+func detachedMounts() int {
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	attached := map[string]bool{}
+	for _, l := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			attached[f[0]] = true
+		}
+	}
+	fds, _ := os.ReadDir("/proc/self/fd")
+	n := 0
+	for _, fd := range fds {
+		// A detached mount's descriptor is of its root: "/" from here.
+		if link, err := os.Readlink("/proc/self/fd/" + fd.Name()); err != nil || link != "/" {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(info), "\n") {
+			if id, ok := strings.CutPrefix(l, "mnt_id:"); ok && !attached[strings.TrimSpace(id)] {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestRootHeldAcrossStop: the host mounts a sandbox's root and keeps it
+// while the sandbox is stopped (so a stop does not wait for the overlay's
+// sync and a restart attaches it again); the files survive the restart and
+// Remove lets the mount go.
+func TestRootHeldAcrossStop(t *testing.T) {
+	h := harness(t)
+	ctx := context.Background()
+	settle(sharedDirs.data)
+	before := detachedMounts()
+	sb, err := h.Backend.Create(ctx, backend.Config{ID: "held-root", Image: h.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Remove(ctx)
+	for i := 0; i < 3; i++ {
+		if err := sb.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := detachedMounts(); got != before+1 {
+			t.Errorf("start %d: %d detached mounts held, want %d", i, got, before+1)
+		}
+		if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo $(( $(cat /root/n 2>/dev/null || echo 0) + 1 )) > /root/n; cat /root/n"); r.Stdout != strconv.Itoa(i+1)+"\n" {
+			t.Errorf("start %d: counter %q %+v %s", i, r.Stdout, r.ExitStatus, r.Stderr)
+		}
+		if err := sb.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := detachedMounts(); got != before+1 {
+			t.Errorf("stopped %d: %d detached mounts held, want %d (the root kept)", i, got, before+1)
+		}
+	}
+	if err := sb.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+	settle(sharedDirs.data) // unmounted in the background, with the files
+	if got := detachedMounts(); got != before {
+		t.Errorf("after remove: %d detached mounts held, want %d", got, before)
+	}
+}
+
+// testImage is a one-layer image whose /marker says name.
+func testImage(t *testing.T, b *native.Backend, dir, name string) *image.Image {
+	t.Helper()
+	uid, gid := b.RootIDs()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	host, err := b.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "marker"), []byte(name), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	img := *host
+	img.Name = name
+	img.Layers = append([]string{dir}, host.Layers...)
+	return &img
+}
+
+// TestRootRemountedForNewImage: a sandbox restarted on another image (the
+// server's SetConfig while stopped) gets a root of the new layers, not the
+// one held from its last run.
+func TestRootRemountedForNewImage(t *testing.T) {
+	h := harness(t)
+	b := h.Backend.(*native.Backend)
+	base := filepath.Join(sharedDirs.data, "images", "remount-test")
+	one, two := testImage(t, b, filepath.Join(base, "one"), "one"), testImage(t, b, filepath.Join(base, "two"), "two")
+	ctx := context.Background()
+	sb, err := b.Create(ctx, backend.Config{ID: "remount", Image: one})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Remove(ctx)
+	for _, img := range []*image.Image{one, two, one} {
+		sb.(*native.Sandbox).SetConfig(backend.Config{Image: img})
+		if err := sb.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := conformance.Exec(t, sb, 0, "/bin/cat", "/marker"); r.Stdout != img.Name {
+			t.Errorf("on image %s: /marker is %q %s", img.Name, r.Stdout, r.Stderr)
+		}
+		if err := sb.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestRootMountedByAgent: a root the host cannot mount with the new mount
+// API (here a layer path longer than its 256-byte parameters) is mounted
+// by the agent, as on kernels without it; the host holds nothing.
+func TestRootMountedByAgent(t *testing.T) {
+	h := harness(t)
+	b := h.Backend.(*native.Backend)
+	dir := filepath.Join(sharedDirs.data, "images", "long-"+strings.Repeat("x", 120), strings.Repeat("y", 120), "layer")
+	img := testImage(t, b, dir, "long")
+	t.Cleanup(func() { os.RemoveAll(filepath.Join(sharedDirs.data, "images", "long-"+strings.Repeat("x", 120))) })
+	if len(dir) <= 256 {
+		t.Fatalf("layer path is %d bytes; the test needs more than 256", len(dir))
+	}
+	settle(sharedDirs.data)
+	before := detachedMounts()
+	sb := h.Sandbox(t, backend.Config{Image: img})
+	if r := conformance.Exec(t, sb, 0, "/bin/cat", "/marker"); r.Stdout != "long" {
+		t.Errorf("/marker is %q %s", r.Stdout, r.Stderr)
+	}
+	if got := detachedMounts(); got != before {
+		t.Errorf("%d detached mounts held, want %d (the agent mounted the root)", got, before)
+	}
+}
+
+// TestRemovedInBackground: Remove frees the sandbox's name at once (its
+// files are deleted in the background), and what a crash left mid-deletion
+// is deleted by ReapOrphans.
+func TestRemovedInBackground(t *testing.T) {
+	h := harness(t)
+	b := h.Backend.(*native.Backend)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		sb, err := b.Create(ctx, backend.Config{ID: "same-name", Image: h.Image})
+		if err != nil {
+			t.Fatalf("create %d right after remove: %v", i, err)
+		}
+		if err := sb.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "test ! -e /root/mine && touch /root/mine"); r.Code != 0 {
+			t.Errorf("create %d sees an earlier sandbox's files: %+v %s", i, r.ExitStatus, r.Stderr)
+		}
+		if err := sb.Remove(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := filepath.Join(sharedDirs.data, "sandboxes", ".removed", "crashed.1.1", "upper")
+	if err := os.MkdirAll(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ReapOrphans(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Dir(left)); !os.IsNotExist(err) {
+		t.Errorf("a crashed removal's files are still there: %v", err)
+	}
+}

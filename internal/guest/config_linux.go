@@ -1,0 +1,115 @@
+package guest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// The config travels on a unix stream socket: one header byte, which
+// carries the root's detached mount (SCM_RIGHTS) when the host made one,
+// then the Config as JSON, then EOF. A socket rather than a pipe because a
+// pooled agent is spawned long before the sandbox it will run, so the mount
+// cannot be one of the descriptors it inherits.
+const configHeader = 'C'
+
+// maxConfig bounds what the agent reads.
+const maxConfig = 4 << 20
+
+// SendConfig writes cfg to an agent's config socket with rootMount (a
+// detached mount of cfg.Rootfs) attached, or none when rootMount is nil.
+func SendConfig(sock *os.File, cfg *Config, rootMount *os.File) error {
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	var rights []byte
+	if rootMount != nil {
+		rights = unix.UnixRights(int(rootMount.Fd()))
+	}
+	rc, err := sock.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), []byte{configHeader}, rights, nil, 0)
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return serr
+	}
+	_, err = sock.Write(data)
+	return err
+}
+
+// ReadConfig reads the config the host sent on sock (SendConfig). A root
+// mount that came with it is cfg.Rootfs.Mount, which the caller owns.
+func ReadConfig(sock *os.File) (*Config, error) {
+	rc, err := sock.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	p := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4*4)) // room to see a few too many
+	var n, oobn, flags int
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), p, oob, unix.MSG_CMSG_CLOEXEC)
+		return !errors.Is(rerr, unix.EAGAIN)
+	}); err != nil {
+		return nil, err
+	}
+	if rerr != nil {
+		return nil, fmt.Errorf("read config header: %w", rerr)
+	}
+	fds, err := passedFDs(oob[:oobn])
+	if err == nil && flags&unix.MSG_CTRUNC != 0 {
+		err = errors.New("config: descriptors truncated")
+	}
+	if err == nil && len(fds) > 1 {
+		err = fmt.Errorf("config: %d descriptors passed, want at most one", len(fds))
+	}
+	if err == nil && (n != 1 || p[0] != configHeader) {
+		err = errors.New("config: no header (is the host a matching warren?)")
+	}
+	var cfg Config
+	if err == nil {
+		err = json.NewDecoder(io.LimitReader(sock, maxConfig)).Decode(&cfg)
+	}
+	if err != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return nil, err
+	}
+	if len(fds) == 1 {
+		cfg.Rootfs.Mount = fds[0]
+	}
+	return &cfg, nil
+}
+
+func passedFDs(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
+			continue
+		}
+		got, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			return fds, err
+		}
+		fds = append(fds, got...)
+	}
+	return fds, nil
+}

@@ -1,0 +1,109 @@
+package guest
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func configPair(t *testing.T) (agent, host *os.File) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, host = os.NewFile(uintptr(fds[0]), "agent"), os.NewFile(uintptr(fds[1]), "host")
+	t.Cleanup(func() { agent.Close(); host.Close() })
+	return agent, host
+}
+
+// TestConfigRoundTrip: the config arrives whole, with the root mount's
+// descriptor when one is sent and without one otherwise.
+func TestConfigRoundTrip(t *testing.T) {
+	for _, withMount := range []bool{false, true} {
+		agent, host := configPair(t)
+		var mount *os.File
+		if withMount {
+			// Any descriptor travels alike; a mount is beside the point.
+			f, err := os.Open("/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			mount = f
+		}
+		sent := &Config{Rootfs: Rootfs{Lower: []string{"/l"}, Upper: "/u", Work: "/w"}, Python: strings.Repeat("p", 300<<10)}
+		done := make(chan error, 1)
+		go func() {
+			err := SendConfig(host, sent, mount)
+			host.Close()
+			done <- err
+		}()
+		got, err := ReadConfig(agent)
+		if err != nil {
+			t.Fatalf("withMount=%v: %v", withMount, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got.Python != sent.Python || got.Rootfs.Upper != "/u" {
+			t.Errorf("withMount=%v: config changed in transit", withMount)
+		}
+		if withMount != (got.Rootfs.Mount > 0) {
+			t.Errorf("withMount=%v: got mount descriptor %d", withMount, got.Rootfs.Mount)
+		}
+		if got.Rootfs.Mount > 0 {
+			var a, b unix.Stat_t
+			if err := unix.Fstat(got.Rootfs.Mount, &a); err != nil {
+				t.Fatal(err)
+			}
+			_ = unix.Stat("/", &b)
+			if a.Ino != b.Ino || a.Dev != b.Dev {
+				t.Error("the descriptor received is not the one sent")
+			}
+			unix.Close(got.Rootfs.Mount)
+		}
+	}
+}
+
+// TestReadConfigRejects: a stream without the header, with more than one
+// descriptor, or with malformed JSON is an error, and no descriptor stays
+// open.
+func TestReadConfigRejects(t *testing.T) {
+	devnull, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	two := unix.UnixRights(int(devnull.Fd()), int(devnull.Fd()))
+	for name, send := range map[string]func(*os.File) error{
+		"no header":   func(h *os.File) error { _, err := h.Write([]byte(`{"spec":null}`)); return err },
+		"two fds":     func(h *os.File) error { return unix.Sendmsg(int(h.Fd()), []byte{configHeader}, two, nil, 0) },
+		"bad json":    func(h *os.File) error { _, err := h.Write([]byte("C{not json")); return err },
+		"nothing":     func(h *os.File) error { return nil },
+		"header only": func(h *os.File) error { _, err := h.Write([]byte("C")); return err },
+	} {
+		agent, host := configPair(t)
+		if err := send(host); err != nil {
+			t.Fatal(err)
+		}
+		host.Close()
+		before := openFDs(t)
+		if _, err := ReadConfig(agent); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+		if after := openFDs(t); after != before {
+			t.Errorf("%s: %d descriptors open after, %d before", name, after, before)
+		}
+	}
+}
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
