@@ -8,6 +8,8 @@ import (
 	"os"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/fdpass"
 )
 
 // The config travels on a unix stream socket: one header byte, which
@@ -69,7 +71,7 @@ func ReadConfig(sock *os.File) (*Config, error) {
 	if rerr != nil {
 		return nil, fmt.Errorf("read config header: %w", rerr)
 	}
-	fds, err := passedFDs(oob[:oobn])
+	fds, err := fdpass.Received(oob[:oobn])
 	if err == nil && flags&unix.MSG_CTRUNC != 0 {
 		err = errors.New("config: descriptors truncated")
 	}
@@ -84,32 +86,11 @@ func ReadConfig(sock *os.File) (*Config, error) {
 		err = json.NewDecoder(io.LimitReader(sock, maxConfig)).Decode(&cfg)
 	}
 	if err != nil {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
+		fdpass.Close(fds)
 		return nil, err
 	}
 	if len(fds) == 1 {
 		cfg.Rootfs.Mount = fds[0]
 	}
 	return &cfg, nil
-}
-
-func passedFDs(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for _, m := range msgs {
-		if m.Header.Level != unix.SOL_SOCKET || m.Header.Type != unix.SCM_RIGHTS {
-			continue
-		}
-		got, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			return fds, err
-		}
-		fds = append(fds, got...)
-	}
-	return fds, nil
 }

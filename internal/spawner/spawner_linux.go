@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/fdpass"
 )
 
 // Arg is the argument that starts the agent binary as a spawner.
@@ -183,14 +184,14 @@ func recv(fd int, v any) (int, error) {
 	if err != nil {
 		return -1, err
 	}
-	fds, err := rights(oob[:oobn])
+	fds, err := fdpass.Received(oob[:oobn])
 	if err != nil {
 		return -1, err
 	}
 	one := -1
 	if len(fds) > 0 {
 		one = fds[0]
-		closeAll(fds[1:])
+		fdpass.Close(fds[1:])
 	}
 	if n == 0 {
 		if one >= 0 {
@@ -211,29 +212,6 @@ func recv(fd int, v any) (int, error) {
 		return -1, fmt.Errorf("decode: %w", err)
 	}
 	return one, nil
-}
-
-func rights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for _, m := range msgs {
-		r, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			closeAll(fds)
-			return nil, err
-		}
-		fds = append(fds, r...)
-	}
-	return fds, nil
-}
-
-func closeAll(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
 }
 
 // Main runs the spawner on descriptor 3 until the host's end closes, and
@@ -257,12 +235,12 @@ func Main() int {
 			fmt.Fprintln(os.Stderr, "warren-agent --spawner:", err)
 			return 1
 		}
-		fds, err := rights(oob[:oobn])
+		fds, err := fdpass.Received(oob[:oobn])
 		if n == 0 && len(fds) == 0 && hungUp(ctl) {
 			return 0 // the host closed its end
 		}
 		if err != nil || len(fds) == 0 || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-			closeAll(fds)
+			fdpass.Close(fds)
 			fmt.Fprintln(os.Stderr, "warren-agent --spawner: malformed request dropped")
 			continue
 		}
@@ -282,7 +260,7 @@ func hungUp(fd int) bool {
 
 // serve answers one request on its reply socket, fds[0].
 func serve(req Request, decodeErr error, fds []int) {
-	defer closeAll(fds)
+	defer fdpass.Close(fds)
 	var pid, pidfd int
 	err := decodeErr
 	switch {

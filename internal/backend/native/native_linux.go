@@ -855,12 +855,18 @@ func (s *Sandbox) releaseInBackgroundLocked() {
 	}()
 }
 
+// pendingRelease is closed when the background release of sandbox id's
+// last run is done; nil when none is under way.
+func (b *Backend) pendingRelease(id string) <-chan struct{} {
+	b.releaseMu.Lock()
+	defer b.releaseMu.Unlock()
+	return b.releasing[id]
+}
+
 // waitReleased waits for a background release of an earlier run of this
 // sandbox, through whichever handle stopped it.
 func (s *Sandbox) waitReleased(ctx context.Context) error {
-	s.b.releaseMu.Lock()
-	ch := s.b.releasing[s.cfg.ID]
-	s.b.releaseMu.Unlock()
+	ch := s.b.pendingRelease(s.cfg.ID)
 	if ch == nil {
 		return nil
 	}
@@ -883,9 +889,7 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 	// under way: a new sandbox of this name waits for it at start, and
 	// the files' deletion waits for it so that, when they are gone, all
 	// is.
-	s.b.releaseMu.Lock()
-	released := s.b.releasing[s.cfg.ID]
-	s.b.releaseMu.Unlock()
+	released := s.b.pendingRelease(s.cfg.ID)
 	if err := s.b.removeDir(s.dir, s.cfg.ID, s.takeRootLocked(), released); err != nil {
 		return fmt.Errorf("remove sandbox %s: %w", s.cfg.ID, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,12 +38,13 @@ var (
 
 // rootMount is a detached mount of one sandbox's overlay.
 type rootMount struct {
-	fd  int
-	key string // the layers it was made of (rootKey)
+	fd int
+	of guest.Rootfs // what it was made of
 }
 
-func rootKey(r guest.Rootfs) string {
-	return fmt.Sprintf("%q %q %q %v", r.Lower, r.Upper, r.Work, r.UserXattr)
+// isOf reports whether the mount is of r's layers and directories.
+func (m *rootMount) isOf(r guest.Rootfs) bool {
+	return slices.Equal(m.of.Lower, r.Lower) && m.of.Upper == r.Upper && m.of.Work == r.Work && m.of.UserXattr == r.UserXattr
 }
 
 // mountRoot mounts r's overlay, detached. Layers are added one at a time
@@ -106,7 +108,7 @@ func fsmountOverlay(r guest.Rootfs, layerByLayer bool) (*rootMount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsmount overlay: %w", err)
 	}
-	return &rootMount{fd: fd, key: rootKey(r)}, nil
+	return &rootMount{fd: fd, of: r}, nil
 }
 
 // clone is a new detached mount of the same overlay, for one agent to
@@ -132,7 +134,7 @@ type roots struct {
 // it, and the agent mounts the layers itself.
 func (s *Sandbox) rootFor(r guest.Rootfs) *os.File {
 	s.wakeRootLocked()
-	if s.root != nil && s.root.key != rootKey(r) {
+	if s.root != nil && !s.root.isOf(r) {
 		s.releaseRootLocked() // the sandbox's image changed while stopped
 	}
 	if s.root == nil {
