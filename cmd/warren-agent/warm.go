@@ -32,13 +32,11 @@ func warmUp() {
 // keeps it so). A literal rather than an encoded oci.Build result: building
 // encoding/json's encoders for the OCI types cost every agent as much CPU
 // as the decoding it warms up.
-const warmConfig = `{"spec":{"ociVersion":"1.3.0",
-"process":{"user":{"uid":0,"gid":0},"env":["A=b"],"cwd":"/",
+const warmConfig = `{"spec":{
+"process":{"env":["A=b"],"cwd":"/",
  "capabilities":{"bounding":["CAP_KILL"],"effective":["CAP_KILL"],"permitted":["CAP_KILL"]},
  "rlimits":[{"type":"RLIMIT_NOFILE","hard":1,"soft":1}],"noNewPrivileges":true},
 "root":{"path":"/"},"hostname":"warm",
 "mounts":[{"destination":"/usr","type":"bind","source":"/usr","options":["rbind","ro"]}],
-"linux":{"uidMappings":[{"containerID":0,"hostID":1,"size":1}],"gidMappings":[{"containerID":0,"hostID":1,"size":1}],
- "resources":{"memory":{"limit":1,"swap":1},"cpu":{"quota":1,"period":1},"pids":{"limit":1}},
- "namespaces":[{"type":"pid"}],"maskedPaths":["/proc/kcore"],"readonlyPaths":["/proc/sys"]}},
+"linux":{"namespaces":[{"type":"pid"}],"maskedPaths":["/proc/kcore"],"readonlyPaths":["/proc/sys"]}},
 "seccomp_filter":"AQIDBAUGBwg=","rootfs":{"lower":["/"],"upper":"/u","work":"/w"},"python":"p","user":"u","lifeline":false}`

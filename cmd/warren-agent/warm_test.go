@@ -33,8 +33,7 @@ func TestWarmConfigShape(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp.Linux.Seccomp = nil
-	real, err := json.Marshal(guest.Config{Spec: sp, SeccompFilter: []byte{1}, Rootfs: guest.Rootfs{Lower: []string{"/"}, Upper: "/u", Work: "/w"}, Python: "p", User: "u", Lifeline: true})
+	real, err := json.Marshal(guest.Config{Spec: guest.SpecFrom(sp), SeccompFilter: []byte{1}, Rootfs: guest.Rootfs{Lower: []string{"/"}, Upper: "/u", Work: "/w"}, Python: "p", User: "u", Lifeline: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"path"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -33,6 +32,11 @@ func Setup(cfg *Config, staged *Staged, phases map[string]float64) (*Launcher, e
 	if s == nil || s.Root == nil || s.Linux == nil || s.Process == nil {
 		staged.Discard()
 		return nil, errors.New("setup: incomplete spec")
+	}
+	if len(cfg.SeccompFilter) == 0 || !s.Process.NoNewPrivileges {
+		// Every sandbox has both; a config without is a host bug.
+		staged.Discard()
+		return nil, errors.New("setup: no seccomp filter or no_new_privs in the config")
 	}
 	stdAt := -1
 	if staged != nil {
@@ -146,27 +150,13 @@ func Setup(cfg *Config, staged *Staged, phases map[string]float64) (*Launcher, e
 		}
 	}
 	mark("launcher")
-	switch {
-	case len(cfg.SeccompFilter) > 0:
-		prog, err := seccomp.Decode(cfg.SeccompFilter)
-		if err != nil {
-			return nil, fmt.Errorf("seccomp filter: %w", err)
-		}
-		if err := seccomp.Install(prog); err != nil {
-			return nil, fmt.Errorf("install seccomp filter: %w", err)
-		}
-	case s.Linux.Seccomp != nil:
-		prog, err := seccomp.Compile(s.Linux.Seccomp)
-		if err != nil {
-			return nil, fmt.Errorf("compile seccomp filter: %w", err)
-		}
-		if err := seccomp.Install(prog); err != nil {
-			return nil, fmt.Errorf("install seccomp filter: %w", err)
-		}
-	case s.Process.NoNewPrivileges:
-		if _, _, e := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0); e != 0 {
-			return nil, fmt.Errorf("set no_new_privs: %w", e)
-		}
+	// Installing the filter sets no_new_privs on every thread as well.
+	prog, err := seccomp.Decode(cfg.SeccompFilter)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp filter: %w", err)
+	}
+	if err := seccomp.Install(prog); err != nil {
+		return nil, fmt.Errorf("install seccomp filter: %w", err)
 	}
 	mark("seccomp")
 	return launcher, nil

@@ -122,7 +122,7 @@ func (st *Staged) takeLauncher(c *specs.LinuxCapabilities, cgroupNS bool) *Launc
 // mount at or below /proc, /dev or /sys (which would change what the
 // masks cover, or be covered by the moved mounts in a different order).
 // It returns the index of the standard run in s.Mounts.
-func (st *Staged) fits(s *specs.Spec) (int, bool) {
+func (st *Staged) fits(s *Spec) (int, bool) {
 	if !slices.Equal(s.Linux.MaskedPaths, oci.MaskedPaths) || !slices.Equal(s.Linux.ReadonlyPaths, oci.ReadonlyPaths) {
 		return 0, false
 	}

@@ -60,7 +60,7 @@ func TestStagedFits(t *testing.T) {
 			return s
 		}(), -1},
 	} {
-		at, ok := st.fits(c.spec)
+		at, ok := st.fits(SpecFrom(c.spec))
 		if !ok {
 			at = -1
 		}

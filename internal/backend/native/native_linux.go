@@ -536,19 +536,16 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	// oci.Build puts the default profile in the spec; it travels compiled.
-	filter := s.b.seccompFilter
-	sent := *sp
-	sent.Linux = new(specs.Linux)
-	*sent.Linux = *sp.Linux
-	sent.Linux.Seccomp = nil // sent compiled, below
+	// oci.Build puts the default profile in the spec; it travels
+	// compiled (the backend's filter). The namespaces, id maps and cgroup
+	// limits are applied here, not by the agent.
 	rootfs := guest.Rootfs{
 		Lower: img.Layers, Upper: filepath.Join(s.dir, "upper"), Work: filepath.Join(s.dir, "work"),
 		UserXattr: s.b.userNS != nil,
 	}
 	return &guest.Config{
-		Spec:          &sent,
-		SeccompFilter: filter,
+		Spec:          guest.SpecFrom(sp),
+		SeccompFilter: s.b.seccompFilter,
 		Rootfs:        rootfs,
 		Python:        s.b.opts.Python, Node: s.b.opts.Node, User: img.User,
 		Lifeline: s.b.opts.ExitWithHost,
