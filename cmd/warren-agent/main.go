@@ -44,11 +44,12 @@ func run(status *os.File) error {
 	if cfgFile == nil || lf == nil || status == nil {
 		return fmt.Errorf("started without the host's descriptors; warren-agent is run by warren, not by hand")
 	}
-	go warmUp()
 	// A pooled agent mounts what every sandbox has while it waits for
 	// its config; a failure only costs the time it saves.
+	stage := os.Getenv(guest.EnvStage)
+	go warmUp(stage != "")
 	var staged *guest.Staged
-	if dir := os.Getenv(guest.EnvStage); dir != "" {
+	if dir := stage; dir != "" {
 		var err error
 		if staged, err = guest.Stage(dir); err != nil {
 			fmt.Fprintf(os.Stderr, "warren-agent: staging the standard mounts (mounting them at start instead): %v\n", err)

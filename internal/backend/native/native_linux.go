@@ -651,6 +651,12 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		undo = append(undo, a.kill)
 	}
 	pooled := a.cg != nil
+	// Written while a new agent's runtime starts, not after its setup:
+	// off the start's critical path. A failed start removes s.run.
+	pidInfo := fmt.Sprintf("%d %d\n", a.proc.pid, procStartTime(a.proc.pid))
+	if err := os.WriteFile(filepath.Join(s.run, "agent.pid"), []byte(pidInfo), 0o600); err != nil {
+		return err
+	}
 	root := s.rootFor(gcfg.Rootfs)
 	if root == nil {
 		if err := s.shortLayerPaths(&gcfg.Rootfs); err != nil {
@@ -666,10 +672,6 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		return err
 	}
 	a.statusR.Close()
-	pidInfo := fmt.Sprintf("%d %d\n", a.proc.pid, procStartTime(a.proc.pid))
-	if err := os.WriteFile(filepath.Join(s.run, "agent.pid"), []byte(pidInfo), 0o600); err != nil {
-		return err
-	}
 	s.proc, s.cg, s.lifeline = a.proc, cg, a.lifeW
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
 	attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled, "staged", a.setupPhases["staged"] == 1, "host_root", root != nil,
