@@ -9,6 +9,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // DefaultKeyTTL is how long a key lives when its creator says nothing.
@@ -19,12 +20,13 @@ const DefaultKeyTTL = 30 * 24 * time.Hour
 type Keys struct {
 	signer *auth.Signer
 	db     *sql.DB
+	stmts  *store.Stmts // Verify's check runs on every request
 	now    func() time.Time
 }
 
 // NewKeys returns the key store over db, signing with signer.
 func NewKeys(signer *auth.Signer, db *sql.DB) *Keys {
-	return &Keys{signer: signer, db: db, now: time.Now}
+	return &Keys{signer: signer, db: db, stmts: store.NewStmts(db), now: time.Now}
 }
 
 // KeyRecord is a key as listed (the key itself is shown only at creation).
@@ -115,7 +117,7 @@ func (k *Keys) Verify(ctx context.Context, key string) (auth.Claims, error) {
 		return c, nil
 	}
 	var revoked int64
-	err = k.db.QueryRowContext(ctx, `SELECT revoked FROM api_keys WHERE id = ?`, c.ID).Scan(&revoked)
+	err = k.stmts.QueryRow(ctx, `SELECT revoked FROM api_keys WHERE id = ?`, c.ID).Scan(&revoked)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key is not known to this server")

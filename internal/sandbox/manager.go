@@ -27,6 +27,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // State is where a sandbox is in its life.
@@ -212,10 +213,11 @@ type Options struct {
 
 // Manager owns the server's sandboxes.
 type Manager struct {
-	opts Options
-	be   Backend
-	db   *sql.DB
-	log  *slog.Logger
+	opts  Options
+	be    Backend
+	db    *sql.DB
+	stmts *store.Stmts // the statements of every start and stop
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	entries map[key]*entry
@@ -275,7 +277,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{opts: opts, be: opts.Backend, db: opts.DB, log: opts.Logger,
+	m := &Manager{opts: opts, be: opts.Backend, db: opts.DB, stmts: store.NewStmts(opts.DB), log: opts.Logger,
 		entries: map[key]*entry{}, stop: make(chan struct{})}
 	if err := m.recover(ctx); err != nil {
 		return nil, err
@@ -553,7 +555,7 @@ func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Imag
 	if removed {
 		return nil, notFound(e.ns, e.name)
 	}
-	if _, err := m.db.ExecContext(context.WithoutCancel(ctx), `UPDATE sandboxes SET image_id = ? WHERE id = ?`, img.ID, e.id); err != nil {
+	if _, err := m.stmts.Exec(context.WithoutCancel(ctx), `UPDATE sandboxes SET image_id = ? WHERE id = ?`, img.ID, e.id); err != nil {
 		return nil, fmt.Errorf("record sandbox image: %w", err)
 	}
 	// The name may have been removed (and the image with it) between the
@@ -668,7 +670,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 	delete(m.entries, key{ns, name})
 	e.removed = true
 	m.mu.Unlock()
-	if _, err := m.db.Exec(`DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
+	if _, err := m.stmts.Exec(context.Background(), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
 		// The sandbox is gone from the host; after a restart the row shows
 		// it again, and removing it then deletes the row.
 		m.log.Error("delete sandbox record", "id", e.id, "err", err)
@@ -748,7 +750,7 @@ func (m *Manager) insert(ctx context.Context, e *entry) error {
 	if err != nil {
 		return err
 	}
-	_, err = m.db.ExecContext(context.WithoutCancel(ctx), `INSERT INTO sandboxes (id, namespace, name, state, spec, created) VALUES (?, ?, ?, ?, ?, ?)`,
+	_, err = m.stmts.Exec(context.WithoutCancel(ctx), `INSERT INTO sandboxes (id, namespace, name, state, spec, created) VALUES (?, ?, ?, ?, ?, ?)`,
 		e.id, e.ns, e.name, string(e.state), spec, e.created.UnixNano())
 	if err != nil {
 		return fmt.Errorf("record sandbox: %w", err)
@@ -767,7 +769,7 @@ func (m *Manager) persist(e *entry) {
 	spec, _ := json.Marshal(e.spec)
 	args := []any{string(e.state), e.err, spec, unixNano(e.started), unixNano(e.stopped), e.id}
 	m.mu.Unlock()
-	if _, err := m.db.Exec(`UPDATE sandboxes SET state = ?, error = ?, spec = ?, started = ?, stopped = ? WHERE id = ?`, args...); err != nil {
+	if _, err := m.stmts.Exec(context.Background(), `UPDATE sandboxes SET state = ?, error = ?, spec = ?, started = ?, stopped = ? WHERE id = ?`, args...); err != nil {
 		m.log.Error("persist sandbox state", "id", e.id, "err", err)
 	}
 }
