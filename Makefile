@@ -20,10 +20,15 @@ all: build
 setup:
 	@./scripts/setup.sh
 
-# The agent is built static, then embedded into warren: one binary to install.
+# The agent (Go) and the spawner (C) are built static, then embedded into
+# warren: one binary to install.
+CC ?= cc
+SPAWNER_CFLAGS := -O2 -Wall -Wextra -Werror -static
+
 build: setup
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(BIN)/warren-agent ./cmd/warren-agent
-	cp $(BIN)/warren-agent internal/agentbin/warren-agent
+	$(CC) $(SPAWNER_CFLAGS) -s -o $(BIN)/warren-spawner cmd/warren-spawner/spawner.c
+	cp $(BIN)/warren-agent $(BIN)/warren-spawner internal/agentbin/
 	go build -trimpath -tags embedagent -o $(BIN)/warren ./cmd/warren
 
 # Checks the kernel, shows one sandboxed command, then serves the API on
@@ -63,10 +68,10 @@ bench: build
 
 # The server over HTTP on loopback, with API keys (issue #4's targets).
 bench-server: build
-	WARREN_AGENT=$(CURDIR)/$(BIN)/warren-agent go test -count=1 -run XXX -bench HTTP -benchtime 400x ./internal/rpc
+	WARREN_AGENT=$(CURDIR)/$(BIN)/warren-agent WARREN_SPAWNER=$(CURDIR)/$(BIN)/warren-spawner go test -count=1 -run XXX -bench HTTP -benchtime 400x ./internal/rpc
 
 doctor: build
 	$(BIN)/warren doctor
 
 clean:
-	rm -rf $(BIN) internal/agentbin/warren-agent
+	rm -rf $(BIN) internal/agentbin/warren-agent internal/agentbin/warren-spawner

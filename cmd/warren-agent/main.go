@@ -2,9 +2,6 @@
 // starts it in fresh namespaces with three inherited descriptors (see
 // guest.FDConfig, FDListener, FDStatus); it sets the sandbox up, reports
 // readiness and serves the agent protocol until the sandbox is stopped.
-//
-// With the single argument --spawner it is instead the server's spawner,
-// the small process that starts agents (see package spawner).
 package main
 
 import (
@@ -19,14 +16,9 @@ import (
 	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/guest/fs"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
-	"github.com/warren-sandbox/warren/internal/spawner"
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == spawner.Arg {
-		// The same binary starts agents for a server (package spawner).
-		os.Exit(spawner.Main())
-	}
 	status := os.NewFile(guest.FDStatus, "status")
 	if err := run(status); err != nil {
 		fmt.Fprintf(status, "%v\n", err)

@@ -19,9 +19,7 @@ Measures, in one run and as medians, what Warren promises to be fast, next
 to baselines run at the same time on the same machine:
 
   fork+exec of /bin/true               the floor for any sandbox
-  warren cold create -> exec -> destroy  vs bubblewrap and crun (when installed),
-                                       agents started by a spawner process (as the
-                                       server does) and by the caller (warren run),
+  warren cold create -> exec -> destroy  vs bubblewrap and crun (when installed);
                                        the same from a pool of pre-spawned agents,
                                        and from a stored image vs the host image
   exec /bin/true in a running sandbox  through the agent
@@ -43,20 +41,13 @@ func benchCmd(ctx context.Context, args []string) error {
 	if *n < 5 || *n > 100000 {
 		return fmt.Errorf("-n %d: want 5..100000", *n)
 	}
-	// Agents spawned by a spawner process, as the server does.
-	be, err := hf.backend(native.Options{ExitWithHost: true, Spawner: true})
+	be, err := hf.backend(native.Options{ExitWithHost: true})
 	if err != nil {
 		return err
 	}
 	defer be.Close()
-	// Spawned by this process, as `warren run` does.
-	direct, err := hf.backend(native.Options{ExitWithHost: true})
-	if err != nil {
-		return err
-	}
-	defer direct.Close()
 	// With a warm pool as well: what a daemon uses.
-	pooled, err := hf.backend(native.Options{ExitWithHost: true, Spawner: true, Prewarm: 2})
+	pooled, err := hf.backend(native.Options{ExitWithHost: true, Prewarm: 2})
 	if err != nil {
 		return err
 	}
@@ -101,12 +92,6 @@ func benchCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	row("warren create+exec true+destroy", cold, floor, "fork+exec")
-	denv := &bench.Env{Backend: direct, Image: img}
-	coldDirect, err := measure("warren cold cycle, spawned by the calling process", *n, func() error { return denv.ColdCycle(ctx) })
-	if err != nil {
-		return err
-	}
-	row("  same, spawned by the caller (warren run)", coldDirect, cold, "spawner")
 	penv := &bench.Env{Backend: pooled, Image: img}
 	warm, err := measure("warren cold cycle, warm agent pool", *n, func() error { return penv.ColdCycle(ctx) })
 	if err != nil {

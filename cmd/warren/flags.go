@@ -19,6 +19,7 @@ type hostFlags struct {
 	runDir  string
 	userNS  string
 	agent   string
+	spawner string
 	verbose bool
 	// log, when set, replaces the -v text logger (the server logs JSON).
 	log *slog.Logger
@@ -29,6 +30,7 @@ func (h *hostFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.runDir, "run-dir", envOr("WARREN_RUN_DIR", "/run/warren"), "where runtime state (agent sockets) lives (env WARREN_RUN_DIR)")
 	fs.StringVar(&h.userNS, "userns", "auto", "user namespace: auto (use when the kernel allows), on (require), off")
 	fs.StringVar(&h.agent, "agent", "", "path of the warren-agent binary (default: embedded, or next to warren; env WARREN_AGENT)")
+	fs.StringVar(&h.spawner, "spawner", "", "path of the warren-spawner binary (default: embedded, or next to warren; env WARREN_SPAWNER)")
 	fs.BoolVar(&h.verbose, "v", false, "log what happens to stderr")
 }
 
@@ -43,13 +45,18 @@ func (h *hostFlags) logger() *slog.Logger {
 }
 
 // backend builds the native backend from the flags and the command's own
-// choices in opts (ExitWithHost, Prewarm, Spawner).
+// choices in opts (ExitWithHost, Prewarm).
 func (h *hostFlags) backend(opts native.Options) (*native.Backend, error) {
-	agentPath, err := agentbin.Find(h.agent, filepath.Join(h.dataDir, "bin"))
+	bin := filepath.Join(h.dataDir, "bin")
+	agentPath, err := agentbin.Find(h.agent, bin)
 	if err != nil {
 		return nil, err
 	}
-	opts.DataDir, opts.RunDir, opts.AgentPath, opts.UserNS, opts.Logger = h.dataDir, h.runDir, agentPath, h.userNS, h.logger()
+	spawnerPath, err := agentbin.FindSpawner(h.spawner, bin)
+	if err != nil {
+		return nil, err
+	}
+	opts.DataDir, opts.RunDir, opts.AgentPath, opts.SpawnerPath, opts.UserNS, opts.Logger = h.dataDir, h.runDir, agentPath, spawnerPath, h.userNS, h.logger()
 	return native.New(opts)
 }
 

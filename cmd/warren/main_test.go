@@ -53,7 +53,7 @@ func warren(t *testing.T, dir string, args ...string) *exec.Cmd {
 		t.Fatalf("build warren: %v", buildErr)
 	}
 	cmd := exec.Command(warrenBin, args...)
-	cmd.Env = append(os.Environ(), "WARREN_AGENT="+agentPath,
+	cmd.Env = append(os.Environ(), "WARREN_AGENT="+agentPath, "WARREN_SPAWNER="+testenv.SpawnerBinary(t),
 		"WARREN_DATA_DIR="+filepath.Join(dir, "data"), "WARREN_RUN_DIR="+filepath.Join(dir, "run"))
 	return cmd
 }
@@ -79,7 +79,9 @@ func run(t *testing.T, cmd *exec.Cmd, stdin string) result {
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatal(err)
+		// Error, not Fatal: run is called from goroutines too.
+		t.Error(err)
+		code = -1
 	}
 	return result{code, out.String(), errb.String()}
 }
@@ -191,11 +193,12 @@ func assertNoSandboxState(t *testing.T, dir string) {
 		}
 		var names []string
 		for _, e := range ents {
-			// .agent holds the backend's copy of the agent binary, shared
-			// by every sandbox and every run: not a sandbox's state;
-			// .removed is where removed sandboxes' files are deleted.
+			// .agent holds the backend's copy of the agent binary and
+			// .spawner.log the spawner's log, shared by every sandbox and
+			// every run: not a sandbox's state; .removed is where removed
+			// sandboxes' files are deleted.
 			switch e.Name() {
-			case ".agent":
+			case ".agent", ".spawner.log":
 			case ".removed":
 				if left, _ := os.ReadDir(filepath.Join(d, e.Name())); len(left) > 0 {
 					t.Errorf("removed sandboxes' files left: %v", left)
@@ -274,8 +277,10 @@ func TestConcurrentRuns(t *testing.T) {
 	const n = 6
 	errs := make(chan string, n)
 	for i := range n {
+		// Built here: a Fatal in a goroutine would leave errs unsent.
+		cmd := warren(t, dir, "run", "--", "/bin/sh", "-c", fmt.Sprintf("sleep 0.3; echo %d", i))
 		go func() {
-			r := run(t, warren(t, dir, "run", "--", "/bin/sh", "-c", fmt.Sprintf("sleep 0.3; echo %d", i)), "")
+			r := run(t, cmd, "")
 			if r.code != 0 || r.stdout != fmt.Sprintf("%d\n", i) {
 				errs <- fmt.Sprintf("run %d: %+v", i, r)
 				return

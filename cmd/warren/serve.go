@@ -114,7 +114,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	c.hf.log = log // the backend logs into the server's log
-	be, err := c.hf.backend(native.Options{Prewarm: c.prewarm, Spawner: true})
+	be, err := c.hf.backend(native.Options{Prewarm: c.prewarm})
 	if err != nil {
 		return err
 	}

@@ -5,4 +5,7 @@ package agentbin
 import _ "embed"
 
 //go:embed warren-agent
-var embedded []byte
+var embeddedAgent []byte
+
+//go:embed warren-spawner
+var embeddedSpawner []byte

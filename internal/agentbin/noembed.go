@@ -2,4 +2,4 @@
 
 package agentbin
 
-var embedded []byte
+var embeddedAgent, embeddedSpawner []byte

@@ -29,7 +29,7 @@ func envWith(b *testing.B, prewarm int) *bench.Env {
 	if err := os.Chmod(dir, 0o711); err != nil {
 		b.Fatal(err)
 	}
-	be, err := native.New(native.Options{DataDir: filepath.Join(dir, "data"), RunDir: filepath.Join(dir, "run"), AgentPath: agentPath, CgroupPrefix: "warren-bench", ExitWithHost: true, Prewarm: prewarm})
+	be, err := native.New(native.Options{DataDir: filepath.Join(dir, "data"), RunDir: filepath.Join(dir, "run"), AgentPath: agentPath, SpawnerPath: testenv.SpawnerBinary(b), CgroupPrefix: "warren-bench", ExitWithHost: true, Prewarm: prewarm})
 	if err != nil {
 		b.Fatal(err)
 	}

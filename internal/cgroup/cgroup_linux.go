@@ -7,7 +7,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -208,7 +207,8 @@ func (c *Cgroup) Stats() (Stats, error) {
 
 // Procs returns the pids of the processes in the cgroup and its descendant
 // cgroups, in every hierarchy, sorted. The daemon's own pid is never
-// reported (in v1 it shows up while SpawnInto's thread is inside).
+// reported (in v1 it shows up while a thread of it is inside, as the tests'
+// spawn helper puts one).
 func (c *Cgroup) Procs() ([]int, error) {
 	pids, err := c.procs()
 	if err != nil {
@@ -239,7 +239,8 @@ func (c *Cgroup) procs() ([]int, error) {
 }
 
 // Add moves an existing process into the cgroup (every hierarchy). Prefer
-// SpawnInto: a process added after it started has already run outside.
+// a spawn into a SpawnTarget: a process added after it started has already
+// run outside.
 func (c *Cgroup) Add(pid int) error {
 	for _, d := range c.dirs {
 		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
@@ -264,8 +265,10 @@ func (t SpawnTarget) Close() {
 	}
 }
 
-// OpenSpawnTarget opens the cgroup for SpawnInto (package spawner passes it
-// to the spawner process); the caller closes it.
+// OpenSpawnTarget opens the cgroup so that a process can be started inside
+// it (package spawner passes the files to warren-spawner, which clones into
+// the v2 directory or writes its child's pid to each v1 tasks file before
+// the child runs); the caller closes it.
 func (c *Cgroup) OpenSpawnTarget() (SpawnTarget, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -286,65 +289,6 @@ func (c *Cgroup) OpenSpawnTarget() (SpawnTarget, error) {
 		}
 	}
 	return t, nil
-}
-
-// SpawnInto calls start so that the process it creates is born inside the
-// cgroup of a SpawnTarget's descriptors, which may have been opened by
-// another process. On v2 start receives the directory fd and must start the
-// process with SysProcAttr{UseCgroupFD: true, CgroupFD: fd} (clone3
-// CLONE_INTO_CGROUP). On v1 start receives -1 (it must then not set
-// UseCgroupFD) and its thread has joined every hierarchy through the tasks
-// files, so a fork from it lands there.
-//
-// In both modes start runs on a dedicated OS thread that is discarded
-// afterwards, so it may change per-thread state the child should inherit
-// (the capability bounding set, say). start must create the process
-// synchronously and must not leave goroutines depending on the thread.
-func SpawnInto(v2 bool, fds []int, start func(cgroupFD int) error) error {
-	if len(fds) == 0 {
-		return errors.New("no cgroup to spawn in")
-	}
-	var err error
-	runOnFreshThread(func() {
-		if v2 {
-			err = start(fds[0])
-			return
-		}
-		// Every v1 migration waits for an RCU grace period, so the
-		// thread is not moved back: it is discarded right after start
-		// returns, and a thread leaves its cgroups on exit at no such
-		// cost.
-		tid := []byte(strconv.Itoa(unix.Gettid()))
-		for _, fd := range fds {
-			if _, werr := unix.Write(fd, tid); werr != nil {
-				err = fmt.Errorf("cgroup: join by tasks file: %w", werr)
-				return
-			}
-		}
-		err = start(-1)
-	})
-	return err
-}
-
-// runOnFreshThread runs f on a goroutine locked to an OS thread that is
-// destroyed when f returns. If that thread is the process's main thread
-// (which the runtime never destroys), it stays locked to hold the main thread
-// and f runs on a nested goroutine, which therefore gets another thread.
-func runOnFreshThread(f func()) {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			runOnFreshThread(f)
-			runtime.UnlockOSThread()
-			return
-		}
-		f()
-		// No UnlockOSThread: the goroutine exits locked, so the runtime
-		// terminates this thread instead of reusing it.
-	}()
-	<-done
 }
 
 // Kill SIGKILLs every process in the cgroup and waits (bounded) until none

@@ -402,7 +402,7 @@ func TestBuildBasePython(t *testing.T) {
 	}
 	be, err := native.New(native.Options{
 		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"), AgentPath: agentPath,
-		CgroupPrefix: fmt.Sprintf("warren-basetest-%d", os.Getpid()),
+		SpawnerPath: testenv.SpawnerBinary(t), CgroupPrefix: fmt.Sprintf("warren-basetest-%d", os.Getpid()),
 	})
 	if err != nil {
 		t.Fatal(err)

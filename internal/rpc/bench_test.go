@@ -113,12 +113,6 @@ func BenchmarkHTTPReplRun(b *testing.B) {
 // cycles on their own sandbox; reports complete cycles per second.
 func BenchmarkHTTPParallelCycles(b *testing.B) { parallelCycles(b, newEnv(b, false, nil)) }
 
-// BenchmarkHTTPParallelCyclesNoSpawner is the same with agents spawned by
-// the server process itself: the baseline for what the spawner saves.
-func BenchmarkHTTPParallelCyclesNoSpawner(b *testing.B) {
-	parallelCycles(b, newEnvSpawner(b, false, nil, false))
-}
-
 func parallelCycles(b *testing.B, e *env) {
 	const clients = 8
 	var next atomic.Int64

@@ -52,13 +52,6 @@ type env struct {
 // without root.
 func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	t.Helper()
-	return newEnvSpawner(t, dev, tweak, true)
-}
-
-// newEnvSpawner is newEnv with the backend's spawner process on or off
-// (off: agents are spawned by this process, as `warren run` does).
-func newEnvSpawner(t testing.TB, dev bool, tweak func(*sandbox.Options), spawner bool) *env {
-	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireFile(t, "/usr/bin/python3")
 	agentPath := testenv.AgentBinary(t)
@@ -72,7 +65,8 @@ func newEnvSpawner(t testing.TB, dev bool, tweak func(*sandbox.Options), spawner
 	e := &env{t: t, dir: base, dev: dev}
 	e.be, err = native.New(native.Options{
 		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"), AgentPath: agentPath,
-		CgroupPrefix: fmt.Sprintf("warren-rpctest-%d-%d", os.Getpid(), envSeq.Add(1)), Prewarm: 1, Spawner: spawner,
+		SpawnerPath:  testenv.SpawnerBinary(t),
+		CgroupPrefix: fmt.Sprintf("warren-rpctest-%d-%d", os.Getpid(), envSeq.Add(1)), Prewarm: 1,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -1,34 +1,39 @@
-// Package spawner starts sandbox agents on behalf of a long-lived host
-// process (the server) from a small helper process, the spawner.
+// Package spawner starts sandbox agents through warren-spawner
+// (cmd/warren-spawner), a small single-threaded C process that the host
+// starts once and that forks every agent: into new namespaces, into its
+// cgroup, with a narrowed capability bounding set. This package is its
+// client.
 //
-// Why a separate process: Go cannot vfork a child that enters a new user
-// namespace (the parent must write the child's uid map while the child
-// waits, so syscall drops CLONE_VFORK|CLONE_VM). Every such spawn therefore
-// copies the parent's page tables, and afterwards every write the parent
-// makes to a shared page takes a copy-on-write fault and a TLB shootdown
-// across CPUs. In the server under load that was 12% of all CPU, and a
-// spawn took 2.7 ms against 1.3 ms from a small process. The spawner is the
-// agent binary in another mode: a few MiB, nearly no heap, so the copy is
-// cheap and the server's pages are never shared with a child.
+// Why a separate process, and why C: Go cannot vfork a child that enters a
+// new user namespace (the parent must write the child's id maps while the
+// child waits, so package syscall drops CLONE_VFORK|CLONE_VM). A spawn from
+// a Go process therefore copies the page tables of a multi-threaded
+// runtime, and every page the runtime writes until the child execs takes a
+// copy-on-write fault and a TLB shootdown across CPUs. The bounding set and
+// a v1 cgroup's membership are per thread, so each spawn also needed a
+// fresh OS thread that was discarded after it. From the server that cost
+// 12% of all CPU under load; from a Go spawner process 1.3 ms of CPU per
+// spawn on the project's machine; from warren-spawner 0.5 ms, about half of
+// it the kernel creating the namespaces.
 //
-// Protocol: the host holds one end of a SOCK_SEQPACKET socket pair and the
-// spawner the other, as descriptor 3. A request is one message: a JSON
-// Request and, as SCM_RIGHTS, a reply socket, the cgroup's spawn target
-// (cgroup.SpawnTarget) and the child's descriptors 1..n. The spawner answers
-// on the reply socket with one message: a JSON reply and, on success, a
-// pidfd of the child. Requests are served concurrently. The spawner reaps
-// its children and exits when the host's end closes; the children keep
-// running (a daemon's sandboxes outlive the daemon).
+// Protocol (cmd/warren-spawner/spawner.c has the C side): the host holds
+// one end of a SOCK_SEQPACKET socket pair and the spawner the other, as
+// descriptor 3. A request is one message: a fixed header and the strings
+// it counts (encode), with a reply socket, the cgroup's spawn target
+// (cgroup.SpawnTarget) and the child's descriptors 1..n as SCM_RIGHTS. The
+// spawner answers on the reply socket with one fixed-size reply and, on
+// success, a pidfd of the child. It serves requests in order, reaps its
+// children, and exits when the host's end closes; the children keep running
+// (a daemon's sandboxes outlive the daemon).
 package spawner
 
 import (
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
-	"sync"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -37,45 +42,103 @@ import (
 	"github.com/warren-sandbox/warren/internal/fdpass"
 )
 
-// Arg is the argument that starts the agent binary as a spawner.
-const Arg = "--spawner"
-
-// Limits on a request, which only the host sends, and on a reply.
+// Limits of the protocol; the spawner enforces the same.
 const (
-	maxRequest = 64 << 10
-	maxFiles   = 64
-	maxReply   = 8 << 10
+	maxRequest   = 64 << 10
+	maxFiles     = 64
+	maxCgroupFDs = 16
+	maxStrings   = 8192
+)
+
+// The wire format, in the host's byte order (both ends run on it).
+const (
+	requestMagic  = 0x31505357 // "WSP1"
+	headerSize    = 56
+	replySize     = 208
+	flagSetsid    = 1
+	flagUserNS    = 2
+	flagCgroupV2  = 4
+	replyWhatSize = replySize - 8
 )
 
 // Request describes one child.
 type Request struct {
-	Path       string   `json:"path"`
-	Args       []string `json:"args"`
-	Env        []string `json:"env"`
-	Cloneflags uintptr  `json:"cloneflags"`
-	Setsid     bool     `json:"setsid"`
+	Path string
+	Args []string
+	Env  []string
+	// Cloneflags are the namespaces to create (CLONE_NEW*); CLONE_NEWUSER
+	// is added when UserNS is set.
+	Cloneflags uintptr
+	Setsid     bool
 	// UserNS maps the child's uids and gids 0..Size-1 to Host..; the child
 	// becomes root of its new user namespace before exec.
-	UserNS *IDMap `json:"userns,omitempty"`
-	// KeepCaps is the capability bounding set the child inherits, as a
-	// bit mask; the spawning thread drops every other capability first.
-	KeepCaps uint64 `json:"keep_caps"`
-	// CgroupV2 and NCgroup describe the spawn target's descriptors.
-	CgroupV2 bool `json:"cgroup_v2"`
-	NCgroup  int  `json:"ncgroup"`
-	// NFiles descriptors follow, the child's 1..NFiles (0 is /dev/null).
-	NFiles int `json:"nfiles"`
+	UserNS *IDMap
+	// KeepCaps is the capability bounding set the child keeps, as a bit
+	// mask; every other capability leaves it before the exec.
+	KeepCaps uint64
 }
 
 // IDMap is a user namespace's id mapping.
 type IDMap struct {
-	Host uint32 `json:"host"`
-	Size uint32 `json:"size"`
+	Host uint32
+	Size uint32
 }
 
-type reply struct {
-	Pid int    `json:"pid"`
-	Err string `json:"err,omitempty"`
+// encode lays out req as the spawner reads it (struct request in
+// spawner.c, then the NUL-terminated strings: path, args, env).
+func encode(req Request, target cgroup.SpawnTarget, nfiles int) ([]byte, error) {
+	switch {
+	case req.Path == "":
+		return nil, errors.New("spawner: no path")
+	case len(req.Args) == 0:
+		return nil, errors.New("spawner: no args (argv[0] at least)")
+	case len(target.Files) == 0 || len(target.Files) > maxCgroupFDs:
+		return nil, fmt.Errorf("spawner: a cgroup spawn target needs 1 to %d descriptors, has %d", maxCgroupFDs, len(target.Files))
+	case nfiles > maxFiles:
+		return nil, fmt.Errorf("spawner: %d descriptors for the child, limit %d", nfiles, maxFiles)
+	case 1+len(req.Args)+len(req.Env) > maxStrings:
+		return nil, fmt.Errorf("spawner: %d strings, limit %d", 1+len(req.Args)+len(req.Env), maxStrings)
+	}
+	var flags uint32
+	if req.Setsid {
+		flags |= flagSetsid
+	}
+	var uidHost, uidSize uint32
+	if req.UserNS != nil {
+		flags |= flagUserNS
+		uidHost, uidSize = req.UserNS.Host, req.UserNS.Size
+	}
+	if target.V2 {
+		flags |= flagCgroupV2
+	}
+	all := append(append([]string{req.Path}, req.Args...), req.Env...)
+	strs := 0
+	for _, s := range all {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, fmt.Errorf("spawner: %q contains a NUL byte", s)
+		}
+		strs += len(s) + 1
+	}
+	if headerSize+strs > maxRequest {
+		return nil, fmt.Errorf("spawner: request of %d bytes, limit %d", headerSize+strs, maxRequest)
+	}
+	b := make([]byte, headerSize, headerSize+strs)
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], requestMagic)
+	ne.PutUint32(b[4:], flags)
+	ne.PutUint64(b[8:], uint64(req.Cloneflags))
+	ne.PutUint64(b[16:], req.KeepCaps)
+	ne.PutUint32(b[24:], uidHost)
+	ne.PutUint32(b[28:], uidSize)
+	ne.PutUint32(b[32:], uint32(len(target.Files)))
+	ne.PutUint32(b[36:], uint32(nfiles))
+	ne.PutUint32(b[40:], uint32(len(req.Args)))
+	ne.PutUint32(b[44:], uint32(len(req.Env)))
+	ne.PutUint32(b[48:], uint32(strs))
+	for _, s := range all {
+		b = append(append(b, s...), 0)
+	}
+	return b, nil
 }
 
 // Client is the host's end of a running spawner.
@@ -90,8 +153,8 @@ type Client struct {
 // with another spawner.
 var ErrGone = errors.New("spawner exited")
 
-// Start starts the spawner from the agent binary at path. Its output goes
-// to log (nil: discarded).
+// Start starts the spawner binary at path. Its output goes to log (nil:
+// discarded).
 func Start(path string, log *os.File) (*Client, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -99,7 +162,7 @@ func Start(path string, log *os.File) (*Client, error) {
 	}
 	host, child := os.NewFile(uintptr(fds[0]), "spawner"), os.NewFile(uintptr(fds[1]), "spawner-child")
 	defer child.Close()
-	cmd := &exec.Cmd{Path: path, Args: []string{"warren-agent", Arg}, Env: []string{}, ExtraFiles: []*os.File{child}}
+	cmd := &exec.Cmd{Path: path, Args: []string{"warren-spawner"}, Env: []string{}, ExtraFiles: []*os.File{child}}
 	if log != nil {
 		cmd.Stdout, cmd.Stderr = log, log
 	}
@@ -111,6 +174,9 @@ func Start(path string, log *os.File) (*Client, error) {
 	go func() { _ = cmd.Wait(); close(c.done) }()
 	return c, nil
 }
+
+// Pid is the spawner's process id.
+func (c *Client) Pid() int { return c.cmd.Process.Pid }
 
 // Alive reports whether the spawner still runs.
 func (c *Client) Alive() bool {
@@ -132,15 +198,14 @@ func (c *Client) Close() error {
 // Spawn starts a child as req describes, in the cgroup of target, with
 // files as its descriptors 1..len(files). It returns the child's pid and a
 // pidfd the caller owns. The child is the spawner's, which reaps it; the
-// pidfd polls readable once it has exited.
+// pidfd polls readable once it has exited. Concurrent calls are safe.
 func (c *Client) Spawn(req Request, target cgroup.SpawnTarget, files []*os.File) (pid, pidfd int, err error) {
-	if !c.Alive() {
-		return 0, -1, ErrGone
-	}
-	req.CgroupV2, req.NCgroup, req.NFiles = target.V2, len(target.Files), len(files)
-	msg, err := json.Marshal(req)
+	msg, err := encode(req, target, len(files))
 	if err != nil {
 		return 0, -1, err
+	}
+	if !c.Alive() {
+		return 0, -1, ErrGone
 	}
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -157,142 +222,48 @@ func (c *Client) Spawn(req Request, target cgroup.SpawnTarget, files []*os.File)
 		}
 		return 0, -1, fmt.Errorf("spawner: send request: %w", err)
 	}
-	var rep reply
-	pidfd, err = recv(pair[0], &rep)
-	if err != nil {
-		return 0, -1, fmt.Errorf("spawner: %w", err)
-	}
-	if rep.Err != "" {
-		if pidfd >= 0 {
-			unix.Close(pidfd)
-		}
-		return 0, -1, errors.New(rep.Err)
-	}
-	if pidfd < 0 || rep.Pid <= 0 {
-		return 0, -1, errors.New("spawner: reply without a child")
-	}
-	return rep.Pid, pidfd, nil
+	return recvReply(pair[0])
 }
 
-// recv reads one reply into v and returns the one descriptor it may carry
-// (-1 if none). Extra descriptors are closed. A reply is a pid or an
-// error message: small buffers, allocated once per spawn.
-func recv(fd int, v any) (int, error) {
-	buf := make([]byte, maxReply)
-	oob := make([]byte, unix.CmsgSpace(4*4))
+// recvReply reads the spawner's answer: a child's pid and pidfd, or the
+// step that failed and its errno.
+func recvReply(fd int) (pid, pidfd int, err error) {
+	buf := make([]byte, replySize+1)
+	oob := make([]byte, unix.CmsgSpace(4*4)) // room to see a few too many
 	n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
-		return -1, err
+		return 0, -1, fmt.Errorf("spawner: read reply: %w", err)
 	}
 	fds, err := fdpass.Received(oob[:oobn])
 	if err != nil {
-		return -1, err
-	}
-	one := -1
-	if len(fds) > 0 {
-		one = fds[0]
-		fdpass.Close(fds[1:])
+		return 0, -1, fmt.Errorf("spawner: read reply: %w", err)
 	}
 	if n == 0 {
-		if one >= 0 {
-			unix.Close(one)
-		}
-		return -1, errors.New("connection closed")
+		fdpass.Close(fds)
+		return 0, -1, errors.New("spawner: closed without a reply (did it crash? see its log)")
 	}
-	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-		if one >= 0 {
-			unix.Close(one)
-		}
-		return -1, errors.New("message truncated")
+	if n != replySize || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		fdpass.Close(fds)
+		return 0, -1, fmt.Errorf("spawner: malformed reply of %d bytes", n)
 	}
-	if err := json.Unmarshal(buf[:n], v); err != nil {
-		if one >= 0 {
-			unix.Close(one)
+	ne := binary.NativeEndian
+	pid, errno := int(int32(ne.Uint32(buf[0:]))), syscall.Errno(ne.Uint32(buf[4:]))
+	if errno != 0 {
+		fdpass.Close(fds)
+		what := buf[8:replySize]
+		for i, c := range what {
+			if c == 0 {
+				what = what[:i]
+				break
+			}
 		}
-		return -1, fmt.Errorf("decode: %w", err)
+		return 0, -1, fmt.Errorf("spawner: %s: %w", what, errno)
 	}
-	return one, nil
-}
-
-// Main runs the spawner on descriptor 3 until the host's end closes, and
-// returns the process's exit code.
-func Main() int {
-	ctl := 3
-	if _, err := unix.FcntlInt(uintptr(ctl), unix.F_GETFD, 0); err != nil {
-		fmt.Fprintln(os.Stderr, "warren-agent --spawner: no control socket; it is started by warren, not by hand")
-		return 2
+	if len(fds) != 1 || pid <= 0 {
+		fdpass.Close(fds)
+		return 0, -1, errors.New("spawner: reply without a child")
 	}
-	unix.CloseOnExec(ctl)
-	go reap()
-	buf := make([]byte, maxRequest)
-	oob := make([]byte, unix.CmsgSpace(4*(maxFiles+2*16)))
-	for {
-		n, oobn, flags, _, err := unix.Recvmsg(ctl, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "warren-agent --spawner:", err)
-			return 1
-		}
-		fds, err := fdpass.Received(oob[:oobn])
-		if n == 0 && len(fds) == 0 && hungUp(ctl) {
-			return 0 // the host closed its end
-		}
-		if err != nil || len(fds) == 0 || flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
-			fdpass.Close(fds)
-			fmt.Fprintln(os.Stderr, "warren-agent --spawner: malformed request dropped")
-			continue
-		}
-		var req Request
-		err = json.Unmarshal(buf[:n], &req)
-		go serve(req, err, fds)
-	}
-}
-
-// hungUp tells the end of the connection from an empty message, which
-// reads the same.
-func hungUp(fd int) bool {
-	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
-	n, err := unix.Poll(p, 0)
-	return err != nil || (n == 1 && p[0].Revents&(unix.POLLHUP|unix.POLLRDHUP) != 0)
-}
-
-// serve answers one request on its reply socket, fds[0].
-func serve(req Request, decodeErr error, fds []int) {
-	defer fdpass.Close(fds)
-	var pid, pidfd int
-	err := decodeErr
-	switch {
-	case err != nil:
-		err = fmt.Errorf("spawner: decode request: %w", err)
-	case req.NCgroup < 1 || req.NFiles < 0 || req.NCgroup+req.NFiles != len(fds)-1:
-		err = fmt.Errorf("spawner: request names %d+%d descriptors, carries %d", req.NCgroup, req.NFiles, len(fds)-1)
-	default:
-		pid, pidfd, err = spawn(req, req.CgroupV2, fds[1:1+req.NCgroup], fds[1+req.NCgroup:])
-	}
-	rep := reply{Pid: pid}
-	var oob []byte
-	if err != nil {
-		rep.Err = err.Error()
-		if len(rep.Err) > maxReply/8 {
-			// At most 6 bytes each once escaped in JSON: it still fits.
-			rep.Err = rep.Err[:maxReply/8]
-		}
-	} else {
-		oob = unix.UnixRights(pidfd)
-		defer unix.Close(pidfd)
-	}
-	msg, _ := json.Marshal(rep)
-	_ = unix.Sendmsg(fds[0], msg, oob, nil, 0)
-}
-
-// Local does in this process what the spawner does: it starts the child
-// req describes, in the cgroup of target, with files as its descriptors
-// 1..n, and returns its pid and a pidfd the caller owns. The child is this
-// process's, which must reap it.
-func Local(req Request, target cgroup.SpawnTarget, files []*os.File) (pid, pidfd int, err error) {
-	return spawn(req, target.V2, fileFDs(target.Files), fileFDs(files))
+	return pid, fds[0], nil
 }
 
 func fileFDs(fs []*os.File) []int {
@@ -301,86 +272,4 @@ func fileFDs(fs []*os.File) []int {
 		fds[i] = int(f.Fd())
 	}
 	return fds
-}
-
-var devNull = sync.OnceValues(func() (*os.File, error) { return os.Open(os.DevNull) })
-
-func spawn(req Request, v2 bool, cgFDs, files []int) (pid, pidfd int, err error) {
-	if req.Path == "" {
-		return 0, -1, errors.New("spawner: no path")
-	}
-	null, err := devNull()
-	if err != nil {
-		return 0, -1, err
-	}
-	childFiles := []uintptr{null.Fd()}
-	for _, fd := range files {
-		childFiles = append(childFiles, uintptr(fd))
-	}
-	pidfd = -1
-	attr := &syscall.SysProcAttr{Setsid: req.Setsid, Cloneflags: req.Cloneflags, PidFD: &pidfd}
-	if m := req.UserNS; m != nil {
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		ids := []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.Host), Size: int(m.Size)}}
-		attr.UidMappings, attr.GidMappings = ids, ids
-		attr.GidMappingsEnableSetgroups = true
-		// The clone child still has host uid 0, which is unmapped in the
-		// new namespace; it becomes that namespace's root before exec, or
-		// exec would drop every capability.
-		attr.Credential = &syscall.Credential{Uid: 0, Gid: 0, Groups: []uint32{}}
-	}
-	err = cgroup.SpawnInto(v2, cgFDs, func(cgFD int) error {
-		// A discarded thread: its bounding set can be narrowed for the
-		// clone to inherit.
-		if err := DropBounding(req.KeepCaps); err != nil {
-			return err
-		}
-		if cgFD >= 0 {
-			attr.UseCgroupFD, attr.CgroupFD = true, cgFD
-		}
-		var err error
-		pid, err = syscall.ForkExec(req.Path, req.Args, &syscall.ProcAttr{Env: req.Env, Files: childFiles, Sys: attr})
-		return err
-	})
-	if err != nil {
-		return 0, -1, fmt.Errorf("start %s: %w", req.Path, err)
-	}
-	return pid, pidfd, nil
-}
-
-// DropBounding removes every capability not in keep from the calling
-// thread's bounding set; the thread must not be used for anything else
-// afterwards (a child it forks inherits the narrowed set).
-func DropBounding(keep uint64) error {
-	for c := 0; c < 64; c++ {
-		if keep&(1<<c) != 0 {
-			continue
-		}
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-			if errors.Is(err, unix.EINVAL) {
-				return nil // past the kernel's last capability
-			}
-			return fmt.Errorf("narrow bounding set: %w", err)
-		}
-	}
-	return nil
-}
-
-// reap collects exited children, which are the sandboxes' agents: their
-// parent is this process.
-func reap() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGCHLD)
-	for range ch {
-		for {
-			var ws unix.WaitStatus
-			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if pid <= 0 || err != nil {
-				break
-			}
-		}
-	}
 }

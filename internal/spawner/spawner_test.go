@@ -2,8 +2,15 @@ package spawner
 
 import (
 	"bufio"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,11 +19,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
-// setup starts a spawner from the real agent binary and makes a cgroup to
-// spawn into. Privileged.
+// setup starts a spawner from the real binary and makes a cgroup to spawn
+// into. Privileged.
 func setup(t *testing.T) (*Client, *cgroup.Cgroup) {
 	t.Helper()
 	testenv.RequireRoot(t)
@@ -30,7 +38,7 @@ func setup(t *testing.T) (*Client, *cgroup.Cgroup) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cg.Destroy() })
-	c, err := Start(testenv.AgentBinary(t), nil)
+	c, err := Start(testenv.SpawnerBinary(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,20 +46,15 @@ func setup(t *testing.T) (*Client, *cgroup.Cgroup) {
 	return c, cg
 }
 
-// spawnShell spawns sh -c script with its stdout on a pipe.
-func spawnShell(t *testing.T, c *Client, cg *cgroup.Cgroup, script string) (pid, pidfd int, out *bufio.Reader) {
+// spawn starts req with its stdout and stderr on a pipe.
+func spawn(t *testing.T, c *Client, target cgroup.SpawnTarget, req Request) (pid, pidfd int, out *bufio.Reader) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close() })
-	target, err := cg.OpenSpawnTarget()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
-	pid, pidfd, err = c.Spawn(Request{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Setsid: true, KeepCaps: ^uint64(0)}, target, []*os.File{w, w})
+	pid, pidfd, err = c.Spawn(req, target, []*os.File{w, w})
 	w.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +66,17 @@ func spawnShell(t *testing.T, c *Client, cg *cgroup.Cgroup, script string) (pid,
 	return pid, pidfd, bufio.NewReader(r)
 }
 
+// spawnShell spawns sh -c script in cg.
+func spawnShell(t *testing.T, c *Client, cg *cgroup.Cgroup, script string) (pid, pidfd int, out *bufio.Reader) {
+	t.Helper()
+	target, err := cg.OpenSpawnTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	return spawn(t, c, target, Request{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Setsid: true, KeepCaps: ^uint64(0)})
+}
+
 func waitExited(t *testing.T, pidfd int) {
 	t.Helper()
 	n, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 10000)
@@ -71,28 +85,23 @@ func waitExited(t *testing.T, pidfd int) {
 	}
 }
 
+func readyLine(t *testing.T, out *bufio.Reader, want string) {
+	t.Helper()
+	if line, err := out.ReadString('\n'); line != want+"\n" {
+		t.Fatalf("child said %q (%v), want %q", line, err, want)
+	}
+}
+
 func TestSpawn(t *testing.T) {
 	c, cg := setup(t)
 	pid, pidfd, out := spawnShell(t, c, cg, "echo ready; exec sleep 60")
-	if line, err := out.ReadString('\n'); line != "ready\n" {
-		t.Fatalf("child said %q, %v", line, err)
+	readyLine(t, out, "ready")
+	if got := testenv.ParentPID(pid); got != c.Pid() {
+		t.Errorf("child's parent is %d, want the spawner %d", got, c.Pid())
 	}
-	if got := testenv.ParentPID(pid); got != c.cmd.Process.Pid {
-		t.Errorf("child's parent is %d, want the spawner %d", got, c.cmd.Process.Pid)
-	}
-	// On cgroup v1 the spawner forks from a thread it moved into the
-	// cgroup and then discards; the thread leaves as it exits, which may
-	// be just after the spawn was answered.
-	var procs []int
-	var err error
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		procs, err = cg.Procs()
-		if err != nil || (len(procs) == 1 && procs[0] == pid) || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil || len(procs) != 1 || procs[0] != pid {
-		t.Errorf("cgroup holds %v (%v), want the child %d born in it", procs, err, pid)
+	// The child joined the cgroup before it ran: it is the only member.
+	if procs, err := cg.Procs(); err != nil || !slices.Equal(procs, []int{pid}) {
+		t.Errorf("cgroup holds %v (%v), want the child %d", procs, err, pid)
 	}
 	if err := unix.PidfdSendSignal(pidfd, syscall.SIGKILL, nil, 0); err != nil {
 		t.Fatal(err)
@@ -111,6 +120,178 @@ func TestSpawn(t *testing.T) {
 	}
 }
 
+// TestSpawnNamespaces checks, from the host's view of the child, everything
+// a request asks for: new namespaces with the child as PID 1, root of a
+// user namespace mapped to the unprivileged range, the narrowed bounding
+// set, its own session, exactly descriptors 0..n, and no blocked or ignored
+// signal inherited from the spawner.
+func TestSpawnNamespaces(t *testing.T) {
+	testenv.Require(t, unix.Access("/proc/self/ns/user", unix.F_OK) == nil, "user namespaces")
+	testenv.RequireRoot(t)
+	// The spawner inherits this supplementary group; the child must not.
+	groups, err := syscall.Getgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setgroups([]int{4242}); err != nil {
+		t.Fatal(err)
+	}
+	c, cg := setup(t)
+	if err := syscall.Setgroups(groups); err != nil {
+		t.Fatal(err)
+	}
+	target, err := cg.OpenSpawnTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	keep, err := oci.CapMask([]string{"CAP_CHOWN", "CAP_KILL", "CAP_SYS_ADMIN"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const host = 0x60000000
+	// The spawner answers once the child has exec'd: what is looked at
+	// below is sleep as the spawner left it.
+	pid, _, _ := spawn(t, c, target, Request{
+		Path: "/bin/sleep", Args: []string{"sleep", "60"}, Env: []string{"A=b"},
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		Setsid:     true, UserNS: &IDMap{Host: host, Size: 65536}, KeepCaps: keep,
+	})
+	status := procStatus(t, pid)
+	if got := strings.Fields(status["NSpid"]); len(got) != 2 || got[1] != "1" {
+		t.Errorf("NSpid %q: want the child to be PID 1 of a new pid namespace", status["NSpid"])
+	}
+	if got := strings.Fields(status["Uid"]); len(got) != 4 || got[0] != strconv.Itoa(host) || got[1] != strconv.Itoa(host) {
+		t.Errorf("Uid %q: want %d (root of its user namespace)", status["Uid"], host)
+	}
+	if status["Groups"] != "" {
+		t.Errorf("supplementary groups %q leaked from the spawner", status["Groups"])
+	}
+	if m, _ := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid)); strings.Join(strings.Fields(string(m)), " ") != fmt.Sprintf("0 %d 65536", host) {
+		t.Errorf("uid_map %q", m)
+	}
+	if m, _ := os.ReadFile(fmt.Sprintf("/proc/%d/gid_map", pid)); strings.Join(strings.Fields(string(m)), " ") != fmt.Sprintf("0 %d 65536", host) {
+		t.Errorf("gid_map %q", m)
+	}
+	if bnd, _ := strconv.ParseUint(status["CapBnd"], 16, 64); bnd != keep {
+		t.Errorf("bounding set %#x, want %#x", bnd, keep)
+	}
+	for _, k := range []string{"SigBlk", "SigIgn"} {
+		if v, _ := strconv.ParseUint(status[k], 16, 64); v != 0 {
+			t.Errorf("%s %s: the spawner's signal state leaked into the child", k, status[k])
+		}
+	}
+	for _, ns := range []string{"mnt", "pid", "net", "ipc", "uts", "user"} {
+		mine, _ := os.Readlink("/proc/self/ns/" + ns)
+		theirs, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, ns))
+		if err != nil || theirs == mine {
+			t.Errorf("%s namespace %q (%v), same as the host's %q", ns, theirs, err, mine)
+		}
+	}
+	if sid, err := unix.Getsid(pid); err != nil || sid != pid {
+		t.Errorf("session %d (%v), want its own (%d)", sid, err, pid)
+	}
+	// The dynamic loader of sleep may still hold a library open for a
+	// moment after the exec; a descriptor leaked by the spawner stays.
+	var fds []string
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds = fds[:0]
+		for _, e := range ents {
+			fds = append(fds, e.Name())
+		}
+		if slices.Equal(fds, []string{"0", "1", "2"}) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if !slices.Equal(fds, []string{"0", "1", "2"}) {
+		t.Errorf("child holds descriptors %v, want exactly 0 1 2", fds)
+	}
+	if p, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/0", pid)); p != "/dev/null" {
+		t.Errorf("stdin is %q, want /dev/null", p)
+	}
+	environ, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if string(environ) != "A=b\x00" {
+		t.Errorf("environment %q, want exactly A=b", environ)
+	}
+}
+
+func procStatus(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+// TestSpawnV2 spawns through CLONE_INTO_CGROUP, into a cgroup made on this
+// host's cgroup2 mount (which needs no controller for that).
+func TestSpawnV2(t *testing.T) {
+	c, _ := setup(t)
+	own := ownV2Cgroup(t)
+	dir := filepath.Join(own, fmt.Sprintf("warren-spawnertest-v2-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(5 * time.Second); os.Remove(dir) != nil && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	target := cgroup.SpawnTarget{V2: true, Files: []*os.File{f}}
+	pid, pidfd, out := spawn(t, c, target, Request{Path: "/bin/sh", Args: []string{"sh", "-c", "echo ready; exec sleep 60"}, KeepCaps: ^uint64(0)})
+	readyLine(t, out, "ready")
+	procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if strings.TrimSpace(string(procs)) != strconv.Itoa(pid) {
+		t.Errorf("v2 cgroup holds %q, want the child %d", procs, pid)
+	}
+	_ = unix.PidfdSendSignal(pidfd, syscall.SIGKILL, nil, 0)
+	waitExited(t, pidfd)
+}
+
+// ownV2Cgroup is this process's cgroup directory on the cgroup2 mount.
+func ownV2Cgroup(t *testing.T) string {
+	t.Helper()
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mnt string
+	for _, l := range strings.Split(string(mounts), "\n") {
+		if pre, post, ok := strings.Cut(l, " - "); ok && strings.HasPrefix(post, "cgroup2 ") {
+			mnt = strings.Fields(pre)[4]
+			break
+		}
+	}
+	testenv.Require(t, mnt != "", "a cgroup2 mount")
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(self), "\n") {
+		if p, ok := strings.CutPrefix(l, "0::"); ok {
+			return filepath.Join(mnt, p)
+		}
+	}
+	t.Fatal("no cgroup2 entry in /proc/self/cgroup")
+	return ""
+}
+
 func TestSpawnErrors(t *testing.T) {
 	c, cg := setup(t)
 	target, err := cg.OpenSpawnTarget()
@@ -118,56 +299,144 @@ func TestSpawnErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer target.Close()
-	if _, _, err := c.Spawn(Request{Path: "/nonexistent/agent", Args: []string{"x"}}, target, nil); err == nil || !strings.Contains(err.Error(), "no such file") {
+	_, _, err = c.Spawn(Request{Path: "/nonexistent/agent", Args: []string{"x"}}, target, nil)
+	if err == nil || !strings.Contains(err.Error(), "exec /nonexistent/agent") || !errorsIsNotExist(err) {
 		t.Errorf("missing binary: got %v", err)
 	}
-	if _, _, err := c.Spawn(Request{Args: []string{"x"}}, target, nil); err == nil || !strings.Contains(err.Error(), "no path") {
-		t.Errorf("no path: got %v", err)
+	for _, tc := range []struct {
+		name   string
+		req    Request
+		target cgroup.SpawnTarget
+		want   string
+	}{
+		{"no path", Request{Args: []string{"x"}}, target, "no path"},
+		{"no args", Request{Path: "/bin/true"}, target, "no args"},
+		{"no cgroup", Request{Path: "/bin/true", Args: []string{"x"}}, cgroup.SpawnTarget{}, "cgroup spawn target"},
+		{"NUL in env", Request{Path: "/bin/true", Args: []string{"x"}, Env: []string{"A=\x00"}}, target, "NUL"},
+		{"too large", Request{Path: "/bin/true", Args: []string{"x", strings.Repeat("a", maxRequest)}}, target, "limit"},
+	} {
+		if _, _, err := c.Spawn(tc.req, tc.target, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error with %q", tc.name, err, tc.want)
+		}
 	}
-	if _, _, err := c.Spawn(Request{Path: "/bin/true"}, cgroup.SpawnTarget{}, nil); err == nil || !strings.Contains(err.Error(), "descriptors") {
-		t.Errorf("no cgroup: got %v", err)
-	}
-	// Hostile or broken messages: a request that is not JSON, one without
-	// a reply socket, an empty one. Each is refused and the spawner goes
+	// Broken messages straight to the spawner: each is refused and it goes
 	// on serving.
-	reply := func(msg []byte, withSocket bool) string {
-		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(pair[0])
-		var oob []byte
-		if withSocket {
-			oob = unix.UnixRights(pair[1])
-		}
-		if err := unix.Sendmsg(int(c.ctl.Fd()), msg, oob, nil, 0); err != nil {
-			t.Fatal(err)
-		}
-		unix.Close(pair[1])
-		if !withSocket {
-			return ""
-		}
-		var rep reply
-		if _, err := recv(pair[0], &rep); err != nil {
-			t.Fatal(err)
-		}
-		return rep.Err
+	one := cgroup.SpawnTarget{Files: target.Files[:1]}
+	valid, err := encode(Request{Path: "/nonexistent", Args: []string{"x"}}, one, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if e := reply([]byte("{not json"), true); !strings.Contains(e, "decode request") {
-		t.Errorf("garbage request: got %q", e)
+	badMagic := slices.Clone(valid)
+	badMagic[0] ^= 0xff
+	badCount := slices.Clone(valid)
+	binary.NativeEndian.PutUint32(badCount[36:], 9) // nfiles
+	fewer := slices.Clone(valid)
+	binary.NativeEndian.PutUint32(fewer[44:], 3) // nenv, with no env strings
+	more := append(slices.Clone(valid), "extra\x00"...)
+	binary.NativeEndian.PutUint32(more[48:], binary.NativeEndian.Uint32(more[48:])+6)
+	unterminated := slices.Clone(valid[:len(valid)-1])
+	binary.NativeEndian.PutUint32(unterminated[48:], binary.NativeEndian.Uint32(unterminated[48:])-1)
+	for _, tc := range []struct {
+		name string
+		msg  []byte
+		want string
+	}{
+		{"short", valid[:10], "shorter than its header"},
+		{"bad magic", badMagic, "not a warren spawner request"},
+		{"descriptor count", badCount, "carries 1"},
+		{"fewer strings", fewer, "fewer strings"},
+		{"more strings", more, "more strings"},
+		{"unterminated", unterminated, "strings do not match"},
+	} {
+		if got := rawRequest(t, c, tc.msg, target.Files[:1]); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: reply %q, want %q", tc.name, got, tc.want)
+		}
 	}
-	if e := reply([]byte(`{"path":"/bin/true","ncgroup":3,"nfiles":9}`), true); !strings.Contains(e, "carries 0") {
-		t.Errorf("descriptor count mismatch: got %q", e)
-	}
-	reply([]byte(`{"path":"/bin/true"}`), false)
-	reply(nil, false)
+	rawNoReply(t, c, []byte("garbage"))
+	rawNoReply(t, c, nil)
 	if !c.Alive() {
 		t.Fatal("the spawner died of a malformed request")
 	}
 	_, pidfd, out := spawnShell(t, c, cg, "echo still serving")
-	if line, _ := out.ReadString('\n'); line != "still serving\n" {
-		t.Errorf("after malformed requests: %q", line)
+	readyLine(t, out, "still serving")
+	waitExited(t, pidfd)
+}
+
+func errorsIsNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
+
+// rawRequest sends msg with a reply socket and extra descriptors, and
+// returns the spawner's error text ("" for a child, which it kills).
+func rawRequest(t *testing.T, c *Client, msg []byte, extra []*os.File) string {
+	t.Helper()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer unix.Close(pair[0])
+	fds := append([]int{pair[1]}, fileFDs(extra)...)
+	if err := unix.Sendmsg(int(c.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(pair[1])
+	pid, pidfd, err := recvReply(pair[0])
+	if err == nil {
+		_ = unix.PidfdSendSignal(pidfd, syscall.SIGKILL, nil, 0)
+		unix.Close(pidfd)
+		t.Errorf("a raw request started child %d", pid)
+		return ""
+	}
+	return err.Error()
+}
+
+// rawNoReply sends msg without any descriptor: there is nobody to answer.
+func rawNoReply(t *testing.T, c *Client, msg []byte) {
+	t.Helper()
+	if err := unix.Sendmsg(int(c.ctl.Fd()), msg, nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSpawnerSurvivesGarbage sends random and randomly corrupted requests
+// (their path never names a real file, so nothing can start); every one
+// with a reply socket gets an error, and the spawner keeps serving.
+func TestSpawnerSurvivesGarbage(t *testing.T) {
+	c, cg := setup(t)
+	target, err := cg.OpenSpawnTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	valid, err := encode(Request{Path: "/nonexistent/x", Args: []string{"a", "b"}, Env: []string{"K=V"}}, cgroup.SpawnTarget{Files: target.Files[:1]}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 500; i++ {
+		var msg []byte
+		if i%2 == 0 {
+			msg = make([]byte, rng.IntN(2*len(valid)))
+			for j := range msg {
+				msg[j] = byte(rng.Uint32())
+			}
+		} else {
+			msg = slices.Clone(valid)
+			for k := rng.IntN(4) + 1; k > 0; k-- {
+				msg[rng.IntN(len(msg))] = byte(rng.Uint32())
+			}
+			// Keep the path unrunnable: no byte of "/nonexistent/x" may
+			// turn it into another file that exists.
+			copy(msg[headerSize:], "/nonexistent/x")
+		}
+		extra := target.Files[:rng.IntN(2)]
+		if got := rawRequest(t, c, msg, extra); got == "" {
+			t.Fatalf("request %d (%x) was not refused", i, msg)
+		}
+	}
+	if !c.Alive() {
+		t.Fatal("the spawner died")
+	}
+	_, pidfd, out := spawnShell(t, c, cg, "echo still serving")
+	readyLine(t, out, "still serving")
 	waitExited(t, pidfd)
 }
 
@@ -176,9 +445,7 @@ func TestSpawnErrors(t *testing.T) {
 func TestCloseLeavesChildren(t *testing.T) {
 	c, cg := setup(t)
 	pid, pidfd, out := spawnShell(t, c, cg, "echo up; exec sleep 60")
-	if line, _ := out.ReadString('\n'); line != "up\n" {
-		t.Fatalf("child said %q", line)
-	}
+	readyLine(t, out, "up")
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -188,11 +455,74 @@ func TestCloseLeavesChildren(t *testing.T) {
 	if err := unix.Kill(pid, 0); err != nil {
 		t.Errorf("child %d did not survive the spawner: %v", pid, err)
 	}
-	if _, _, err := c.Spawn(Request{Path: "/bin/true"}, cgroup.SpawnTarget{}, nil); err == nil {
+	target, err := cg.OpenSpawnTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	if _, _, err := c.Spawn(Request{Path: "/bin/true", Args: []string{"true"}}, target, nil); err == nil {
 		t.Error("Spawn after Close succeeded")
 	}
 	if err := unix.PidfdSendSignal(pidfd, syscall.SIGKILL, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	waitExited(t, pidfd)
+}
+
+// BenchmarkSpawn measures one spawn of an agent-shaped child (all the
+// namespaces a sandbox gets, a user namespace, a narrowed bounding set)
+// that exits at once, and reports the spawner's own CPU time per spawn:
+// what a sandbox start costs the host before the agent runs.
+func BenchmarkSpawn(b *testing.B) {
+	testenv.RequireRoot(b)
+	m, err := cgroup.New(fmt.Sprintf("warren-spawnerbench-%d", os.Getpid()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	cg, err := m.Create("b", cgroup.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cg.Destroy()
+	c, err := Start(testenv.SpawnerBinary(b), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	keep, _ := oci.CapMask(oci.DefaultCapabilities)
+	req := Request{
+		Path: "/bin/true", Args: []string{"true"}, Setsid: true, KeepCaps: keep,
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
+		UserNS:     &IDMap{Host: 0x60000000, Size: 65536},
+	}
+	cpu0 := cpuTime(b, c.Pid())
+	for b.Loop() {
+		target, err := cg.OpenSpawnTarget()
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, pidfd, err := c.Spawn(req, target, nil)
+		target.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 10000); err != nil {
+			b.Fatal(err)
+		}
+		unix.Close(pidfd)
+	}
+	b.ReportMetric(float64((cpuTime(b, c.Pid())-cpu0).Microseconds())/1000/float64(b.N), "spawner-cpu-ms/op")
+}
+
+// cpuTime is a process's user+system CPU time so far.
+func cpuTime(b *testing.B, pid int) time.Duration {
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+stime) * time.Second / 100 // USER_HZ
 }

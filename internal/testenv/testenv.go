@@ -1,5 +1,5 @@
-// Package testenv holds what tests share: the privileged-test policy and a
-// freshly built agent binary.
+// Package testenv holds what tests share: the privileged-test policy and
+// freshly built agent and spawner binaries.
 //
 // Privileged tests call Require for the capability they need. Outside CI a
 // missing capability skips the test; with WARREN_TEST_PRIVILEGED=1 (set by
@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,11 +46,44 @@ func RequireFile(t testing.TB, path string) {
 	Require(t, err == nil, path)
 }
 
-var (
-	agentOnce sync.Once
-	agentPath string
-	agentErr  error
-)
+// built is a helper binary a test process builds once.
+type built struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// get builds name with the command args, in which "OUT" stands for the
+// output path.
+func (b *built) get(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", name+"-build-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path = filepath.Join(dir, name)
+		args = slices.Clone(args)
+		for i, a := range args {
+			if a == "OUT" {
+				args[i] = b.path
+			}
+		}
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Dir = ModuleRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = &buildError{out: string(out), err: err}
+		}
+	})
+	if b.err != nil {
+		t.Fatalf("build %s: %v", name, b.err)
+	}
+	return b.path
+}
+
+var agent, spawner built
 
 // AgentBinary builds cmd/warren-agent once per test process (statically, as
 // shipped) and returns its path. WARREN_AGENT overrides the build.
@@ -58,24 +92,18 @@ func AgentBinary(t testing.TB) string {
 	if p := os.Getenv("WARREN_AGENT"); p != "" {
 		return p
 	}
-	agentOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "warren-agent-build-")
-		if err != nil {
-			agentErr = err
-			return
-		}
-		agentPath = filepath.Join(dir, "warren-agent")
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", agentPath, "./cmd/warren-agent")
-		cmd.Dir = ModuleRoot()
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentErr = &buildError{out: string(out), err: err}
-		}
-	})
-	if agentErr != nil {
-		t.Fatalf("build agent: %v", agentErr)
+	return agent.get(t, "warren-agent", "go", "build", "-trimpath", "-ldflags=-s -w", "-o", "OUT", "./cmd/warren-agent")
+}
+
+// SpawnerBinary builds cmd/warren-spawner once per test process (with the C
+// compiler, as `make build` does) and returns its path. WARREN_SPAWNER
+// overrides the build.
+func SpawnerBinary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("WARREN_SPAWNER"); p != "" {
+		return p
 	}
-	return agentPath
+	return spawner.get(t, "warren-spawner", "cc", "-O2", "-Wall", "-Wextra", "-Werror", "-static", "-o", "OUT", "cmd/warren-spawner/spawner.c")
 }
 
 type buildError struct {

@@ -67,7 +67,7 @@ func (s *Sandbox) attach() error {
 	}
 	// Not this process's child: watched through its pidfd, never reaped
 	// here.
-	s.proc = watchProc(pid, pidfd, false)
+	s.proc = watchProc(pid, pidfd)
 	s.cg = cg
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
 	return nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -45,7 +46,7 @@ func TestReattach(t *testing.T) {
 	run(sb, "sh", "-c", "echo kept > /marker")
 
 	b2, err := native.New(native.Options{
-		DataDir: sharedDirs.data, RunDir: sharedDirs.run, AgentPath: sharedDirs.agent,
+		DataDir: sharedDirs.data, RunDir: sharedDirs.run, AgentPath: sharedDirs.agent, SpawnerPath: testenv.SpawnerBinary(t),
 		CgroupPrefix: fmt.Sprintf("warren-test-%d", os.Getpid()),
 	})
 	if err != nil {

@@ -61,13 +61,14 @@ const DefaultUIDBase = 0x60000000
 
 // Options configure the backend.
 type Options struct {
-	DataDir   string // default /var/lib/warren
-	RunDir    string // default /run/warren
-	AgentPath string // the warren-agent binary
-	UserNS    string // UserNSAuto (default), UserNSOn, UserNSOff
-	UIDBase   uint32 // default DefaultUIDBase
-	Python    string // interpreter paths inside the sandbox
-	Node      string
+	DataDir     string // default /var/lib/warren
+	RunDir      string // default /run/warren
+	AgentPath   string // the warren-agent binary
+	SpawnerPath string // the warren-spawner binary (package spawner)
+	UserNS      string // UserNSAuto (default), UserNSOn, UserNSOff
+	UIDBase     uint32 // default DefaultUIDBase
+	Python      string // interpreter paths inside the sandbox
+	Node        string
 	// CgroupPrefix names the cgroup under the process's own one (default
 	// "warren" for the default RunDir, "warren-<hash of RunDir>" otherwise).
 	CgroupPrefix string
@@ -78,15 +79,6 @@ type Options struct {
 	// skips clone, namespace creation, exec and the agent's runtime start
 	// (0 = spawn at each start; right for one-shot use like `warren run`).
 	Prewarm int
-	// Spawner starts agents from a small helper process (package spawner)
-	// instead of this one: right for a long-lived process with a large
-	// heap that starts many sandboxes (the server), whose own fork of an
-	// agent in a new user namespace costs a copy of its page tables and
-	// copy-on-write faults afterwards. One-shot use (`warren run`) leaves
-	// it off and saves starting the helper. With it, this process becomes
-	// a child subreaper, so the agents of a spawner that died become its
-	// children and are reaped when they exit.
-	Spawner bool
 	// StartTimeout bounds a sandbox's start (default 10s).
 	StartTimeout time.Duration
 	Logger       *slog.Logger
@@ -102,7 +94,7 @@ type Backend struct {
 	log       *slog.Logger
 
 	pool *pool
-	// sp is the spawner process when Options.Spawner is set, started
+	// sp is the spawner process, which starts every agent; it is started
 	// again should it die.
 	spMu sync.Mutex
 	sp   *spawner.Client
@@ -200,6 +192,9 @@ func New(opts Options) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("native backend: user namespace mode %q: want auto, on or off", opts.UserNS)
 	}
+	if opts.SpawnerPath == "" {
+		return nil, errors.New("native backend: no spawner binary (build cmd/warren-spawner with `make build`, or set WARREN_SPAWNER)")
+	}
 	if err := b.openAgent(); err != nil {
 		return nil, err
 	}
@@ -209,11 +204,11 @@ func New(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	b.cgroups = cg
-	if opts.Spawner {
-		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-			b.agentHeld.Close()
-			return nil, fmt.Errorf("native backend: become child subreaper: %w", err)
-		}
+	// The agents of a spawner that died become this process's children,
+	// to be reaped when they exit.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		b.agentHeld.Close()
+		return nil, fmt.Errorf("native backend: become child subreaper: %w", err)
 	}
 	if _, err := b.liveSpawner(); err != nil {
 		b.agentHeld.Close()
@@ -230,11 +225,8 @@ func New(opts Options) (*Backend, error) {
 }
 
 // liveSpawner returns the running spawner, starting one if there is none
-// or the last one died; nil without Options.Spawner.
+// or the last one died.
 func (b *Backend) liveSpawner() (*spawner.Client, error) {
-	if !b.opts.Spawner {
-		return nil, nil
-	}
 	b.spMu.Lock()
 	defer b.spMu.Unlock()
 	if b.sp != nil && b.sp.Alive() {
@@ -248,7 +240,7 @@ func (b *Backend) liveSpawner() (*spawner.Client, error) {
 		return nil, fmt.Errorf("spawner log: %w", err)
 	}
 	defer logf.Close()
-	sp, err := spawner.Start(b.agentPath, logf)
+	sp, err := spawner.Start(b.opts.SpawnerPath, logf)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,7 @@ func newBackend(t testing.TB) *native.Backend {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireFile(t, "/usr/bin/python3")
-	agentPath := testenv.AgentBinary(t)
+	agentPath, spawnerPath := testenv.AgentBinary(t), testenv.SpawnerBinary(t)
 	sharedOnce.Do(func() {
 		base, err := os.MkdirTemp("", "warren-native-test-")
 		if err != nil {
@@ -51,9 +51,8 @@ func newBackend(t testing.TB) *native.Backend {
 		}
 		sharedDirs.data, sharedDirs.run, sharedDirs.agent = filepath.Join(base, "data"), filepath.Join(base, "run"), agentPath
 		shared, sharedErr = native.New(native.Options{
-			DataDir: sharedDirs.data, RunDir: sharedDirs.run, AgentPath: agentPath,
+			DataDir: sharedDirs.data, RunDir: sharedDirs.run, AgentPath: agentPath, SpawnerPath: spawnerPath,
 			CgroupPrefix: fmt.Sprintf("warren-test-%d", os.Getpid()),
-			Spawner:      true, // the server's way
 		})
 	})
 	if sharedErr != nil {
@@ -110,8 +109,8 @@ func TestConformancePooled(t *testing.T) {
 	data, run := filepath.Join(base, "data"), filepath.Join(base, "run")
 	var log syncBuffer
 	b, err := native.New(native.Options{
-		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t),
-		CgroupPrefix: fmt.Sprintf("warren-test-pooled-%d", os.Getpid()), Spawner: true, Prewarm: 1,
+		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
+		CgroupPrefix: fmt.Sprintf("warren-test-pooled-%d", os.Getpid()), Prewarm: 1,
 		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
@@ -311,7 +310,7 @@ func TestDataDirOnOverlayRefused(t *testing.T) {
 		t.Fatalf("mount overlay: %v", err)
 	}
 	defer unix.Unmount(m, unix.MNT_DETACH)
-	_, err := native.New(native.Options{DataDir: filepath.Join(m, "data"), RunDir: filepath.Join(base, "run"), AgentPath: testenv.AgentBinary(t)})
+	_, err := native.New(native.Options{DataDir: filepath.Join(m, "data"), RunDir: filepath.Join(base, "run"), AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t)})
 	if err == nil || !strings.Contains(err.Error(), "overlayfs") {
 		t.Errorf("New on an overlayfs data dir: %v", err)
 	}
@@ -411,7 +410,7 @@ func TestAgentCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := native.Options{DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"), AgentPath: agentPath,
-		CgroupPrefix: fmt.Sprintf("warren-agentcopy-%d", os.Getpid())}
+		SpawnerPath: testenv.SpawnerBinary(t), CgroupPrefix: fmt.Sprintf("warren-agentcopy-%d", os.Getpid())}
 	a, err := native.New(opts)
 	if err != nil {
 		t.Fatal(err)

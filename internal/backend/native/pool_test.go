@@ -29,7 +29,7 @@ func TestWarmPool(t *testing.T) {
 	others := countAgents()
 	b, err := native.New(native.Options{
 		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"),
-		AgentPath: agentPath, CgroupPrefix: prefix, Prewarm: 2, Spawner: true,
+		AgentPath: agentPath, SpawnerPath: testenv.SpawnerBinary(t), CgroupPrefix: prefix, Prewarm: 2,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,7 @@ func TestPoolSeesLaterHostMounts(t *testing.T) {
 	prefix := fmt.Sprintf("warren-pool-mount-test-%d", os.Getpid())
 	b, err := native.New(native.Options{
 		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"),
-		AgentPath: testenv.AgentBinary(t), CgroupPrefix: prefix, Prewarm: 1, Spawner: true,
+		AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t), CgroupPrefix: prefix, Prewarm: 1,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -9,39 +9,24 @@ import (
 )
 
 // initProc is a sandbox's agent, its PID 1, as the host holds it: by
-// pidfd, so a signal can never reach a process that reused its pid, and
-// whether or not it is this process's child (the spawner's children and
-// agents of an earlier daemon are not).
+// pidfd, so a signal can never reach a process that reused its pid. It is
+// not this process's child: the spawner's, or an earlier daemon's.
 type initProc struct {
 	pid   int
 	pidfd *os.File
 	done  chan struct{} // closed once the process has exited
 }
 
-// watchProc takes ownership of pidfd. reap is set for this process's own
-// children: the watcher then collects the exit status too.
-func watchProc(pid, pidfd int, reap bool) *initProc {
-	if !reap {
-		// Non-blocking puts the pidfd in the runtime's poller: a waiting
-		// sandbox costs no OS thread.
-		_ = unix.SetNonblock(pidfd, true)
-	}
+// watchProc takes ownership of pidfd.
+func watchProc(pid, pidfd int) *initProc {
+	// Non-blocking puts the pidfd in the runtime's poller: a waiting
+	// sandbox costs no OS thread.
+	_ = unix.SetNonblock(pidfd, true)
 	p := &initProc{pid: pid, pidfd: os.NewFile(uintptr(pidfd), "pidfd"), done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		rc, err := p.pidfd.SyscallConn()
 		if err != nil {
-			return
-		}
-		if reap {
-			_ = rc.Control(func(fd uintptr) {
-				for {
-					err := unix.Waitid(unix.P_PIDFD, int(fd), nil, unix.WEXITED, nil)
-					if !errors.Is(err, unix.EINTR) {
-						return
-					}
-				}
-			})
 			return
 		}
 		exited := func(fd uintptr) bool {

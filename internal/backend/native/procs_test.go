@@ -1,8 +1,6 @@
 package native_test
 
 import (
-	"bytes"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,11 +9,14 @@ import (
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
-// ourAgents lists this test binary's agent processes and its spawner
-// processes: warren-agent processes that are its children, or children of
-// one of its spawners (which is where a spawner's agents are).
+// ourAgents lists this test binary's spawner processes and their agents,
+// and the agents that became this process's children when their spawner
+// died (it is a child subreaper).
 func ourAgents() (agents, spawners []int) {
-	type proc struct{ pid, ppid int }
+	type proc struct {
+		pid, ppid int
+		name      string
+	}
 	var all []proc
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
@@ -23,15 +24,16 @@ func ourAgents() (agents, spawners []int) {
 		if err != nil {
 			continue
 		}
-		if exe, err := os.Readlink("/proc/" + p.Name() + "/exe"); err == nil && strings.HasPrefix(filepath.Base(exe), "warren-agent") {
-			all = append(all, proc{pid, testenv.ParentPID(pid)})
+		exe, err := os.Readlink("/proc/" + p.Name() + "/exe")
+		if name := filepath.Base(exe); err == nil && (strings.HasPrefix(name, "warren-agent") || strings.HasPrefix(name, "warren-spawner")) {
+			all = append(all, proc{pid, testenv.ParentPID(pid), name})
 		}
 	}
 	for _, p := range all {
 		if p.ppid != os.Getpid() {
 			continue
 		}
-		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.pid)); bytes.Contains(cmd, []byte("--spawner")) {
+		if strings.HasPrefix(p.name, "warren-spawner") {
 			spawners = append(spawners, p.pid)
 		} else {
 			agents = append(agents, p.pid)

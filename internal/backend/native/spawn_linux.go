@@ -64,8 +64,7 @@ var setupCapabilities = func() uint64 {
 }()
 
 // spawnAgent starts an agent in new namespaces, in cgroup cg, its socket
-// and log in dir: through the spawner process when the backend has one,
-// from this process otherwise. With a stage directory (pooled agents) the
+// and log in dir, through the spawner process. With a stage directory (pooled agents) the
 // agent stages its standard mounts there while it waits (guest.Stage).
 func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *agentProc, err error) {
 	sock := filepath.Join(dir, "agent.sock")
@@ -142,17 +141,13 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		return nil, err
 	}
 	defer target.Close()
-	var sp *spawner.Client
 	var pid, pidfd int
 	// A spawner found dead before it got the request (ErrGone) is
 	// replaced once. One that dies while serving it is not retried: a
 	// child it may have started shares this request's pipes.
 	for try := 0; try < 2; try++ {
+		var sp *spawner.Client
 		if sp, err = b.liveSpawner(); err != nil {
-			break
-		}
-		if sp == nil {
-			pid, pidfd, err = spawner.Local(req, target, files)
 			break
 		}
 		if pid, pidfd, err = sp.Spawn(req, target, files); !errors.Is(err, spawner.ErrGone) {
@@ -163,7 +158,7 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		a.closePipes()
 		return nil, fmt.Errorf("start agent: %w", err)
 	}
-	a.proc = watchProc(pid, pidfd, sp == nil)
+	a.proc = watchProc(pid, pidfd)
 	return a, nil
 }
 

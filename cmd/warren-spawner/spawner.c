@@ -1,0 +1,511 @@
+// warren-spawner starts sandbox agents for a warren process (the server,
+// `warren run`, `warren bench`): each in new namespaces, born in its cgroup,
+// with a narrowed capability bounding set. It is the host side's only fork
+// of a sandbox; package spawner (internal/spawner) is its Go client and
+// documents why it exists. In short: it is written in C so that it is one
+// small, single-threaded process. A Go process cannot vfork a child that
+// enters a new user namespace, so every spawn from Go copied the page tables
+// of a multi-threaded runtime and paid copy-on-write faults and TLB
+// shootdowns afterwards, and each spawn needed a fresh OS thread (the
+// bounding set and the v1 cgroup are per thread). Here a spawn is a fork of
+// a process of a few hundred KiB.
+//
+// Protocol. Descriptor 3 is one end of a SOCK_SEQPACKET socket pair whose
+// other end the host holds. A request is one message: a struct request,
+// then the strings it counts (path, args, env, each NUL-terminated), and
+// as SCM_RIGHTS: a reply socket, the cgroup's spawn target (ncgroup
+// descriptors: v2 the cgroup directory, v1 a `tasks` file per hierarchy)
+// and the child's descriptors 1..nfiles (0 is /dev/null). The answer is
+// one struct reply on the reply socket, with a pidfd of the child as
+// SCM_RIGHTS on success. Requests are served one at a time, in order.
+// The spawner reaps its children and exits when the host's end closes; the
+// children keep running (a daemon's sandboxes outlive the daemon).
+//
+// Only the host that started it can send requests (the socket pair is
+// inherited, nothing is bound to a path), but every request is still
+// checked against its own length and descriptor count: a bad one is
+// answered with an error and never crashes the spawner.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+// Keep in step with internal/spawner (encode, decodeReply).
+#define REQUEST_MAGIC 0x31505357u // "WSP1" in little-endian byte order
+#define FLAG_SETSID 1u
+#define FLAG_USERNS 2u
+#define FLAG_CGROUP_V2 4u
+
+#define MAX_REQUEST (64 << 10)
+#define MAX_FILES 64
+#define MAX_CGROUP_FDS 16
+#define MAX_STRINGS 8192
+// How long a child may take from its clone to its exec before the spawn
+// is abandoned (the child is killed and the host told).
+#define EXEC_TIMEOUT_MS 10000
+
+struct request {
+	uint32_t magic;
+	uint32_t flags;
+	uint64_t cloneflags; // namespaces; CLONE_NEWUSER is added for FLAG_USERNS
+	uint64_t keep_caps;  // bounding set the child keeps, a bit per capability
+	uint32_t uid_host;   // FLAG_USERNS: ids 0..uid_size-1 map to uid_host..
+	uint32_t uid_size;
+	uint32_t ncgroup;
+	uint32_t nfiles;
+	uint32_t nargs;
+	uint32_t nenv;
+	uint32_t strbytes; // bytes of strings after the header: all the rest
+	uint32_t reserved;
+};
+
+struct reply {
+	int32_t pid; // > 0 on success
+	int32_t err; // errno of the failed step, 0 on success
+	char what[200]; // the failed step, e.g. "exec /path"
+};
+
+// What a child that failed before its exec tells the spawner.
+struct child_failure {
+	int32_t err;
+	int32_t step;
+};
+
+enum { STEP_SETGROUPS = 1, STEP_SETGID, STEP_SETUID, STEP_SETSID, STEP_BOUNDING, STEP_FDS, STEP_EXEC };
+
+static const char *step_name(int step) {
+	switch (step) {
+	case STEP_SETGROUPS: return "setgroups";
+	case STEP_SETGID: return "setresgid";
+	case STEP_SETUID: return "setresuid";
+	case STEP_SETSID: return "setsid";
+	case STEP_BOUNDING: return "narrow the bounding set";
+	case STEP_FDS: return "set up descriptors";
+	default: return "exec";
+	}
+}
+
+static int dev_null = -1;
+
+static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logmsg(const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("warren-spawner: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+// send_reply answers on fd; it returns 0 when the host got the answer.
+static int send_reply(int fd, int pid, int pidfd, int err, const char *what) {
+	struct reply r;
+	memset(&r, 0, sizeof r);
+	r.pid = pid;
+	r.err = err;
+	if (what != NULL)
+		snprintf(r.what, sizeof r.what, "%s", what);
+	struct iovec iov = {.iov_base = &r, .iov_len = sizeof r};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh;
+	memset(&mh, 0, sizeof mh);
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	if (pidfd >= 0) {
+		memset(&ctl, 0, sizeof ctl);
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof ctl.buf;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pidfd, sizeof(int));
+	}
+	return sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof r ? 0 : -1;
+}
+
+static int write_proc_file(long pid, const char *name, const char *data) {
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%ld/%s", pid, name);
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t len = strlen(data);
+	ssize_t n = write(fd, data, len);
+	int saved = errno;
+	close(fd);
+	if (n == (ssize_t)len)
+		return 0;
+	errno = n < 0 ? saved : EIO;
+	return -1;
+}
+
+// child runs between the clone and the exec, in a copy of the spawner's
+// memory: only system calls, no allocation, no stdio.
+static void __attribute__((noreturn))
+child(const struct request *req, const char *path, char *const argv[], char *const envp[],
+      int sync_fd, int fail_fd, const int *files) {
+	struct child_failure f = {0, 0};
+	char go;
+	// The spawner writes one byte once the id maps and the cgroup are in
+	// place; EOF means it gave up.
+	if (read(sync_fd, &go, 1) != 1)
+		_exit(126);
+#define FAIL(s)                  \
+	do {                     \
+		f.err = errno;   \
+		f.step = (s);    \
+		goto fail;       \
+	} while (0)
+	if (req->flags & FLAG_USERNS) {
+		// Become root of the new user namespace (uid 0 there is
+		// uid_host on the host), or exec would drop every capability.
+		if (setgroups(0, NULL) < 0)
+			FAIL(STEP_SETGROUPS);
+		if (syscall(SYS_setresgid, 0, 0, 0) < 0)
+			FAIL(STEP_SETGID);
+		if (syscall(SYS_setresuid, 0, 0, 0) < 0)
+			FAIL(STEP_SETUID);
+	}
+	if ((req->flags & FLAG_SETSID) && setsid() < 0)
+		FAIL(STEP_SETSID);
+	for (int cap = 0; cap < 64; cap++) {
+		if (req->keep_caps & (1ULL << cap))
+			continue;
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
+			if (errno == EINVAL)
+				break; // past the kernel's last capability
+			FAIL(STEP_BOUNDING);
+		}
+	}
+	// Descriptors 0..nfiles: first the failure pipe and every source are
+	// copied above all the targets, so that no dup2 overwrites one still
+	// needed.
+	int n = (int)req->nfiles;
+	int fail_copy = fcntl(fail_fd, F_DUPFD_CLOEXEC, n + 1);
+	if (fail_copy < 0)
+		FAIL(STEP_FDS);
+	fail_fd = fail_copy;
+	int moved[MAX_FILES + 1];
+	for (int i = 0; i <= n; i++) {
+		moved[i] = fcntl(i == 0 ? dev_null : files[i - 1], F_DUPFD_CLOEXEC, n + 1);
+		if (moved[i] < 0)
+			FAIL(STEP_FDS);
+	}
+	for (int i = 0; i <= n; i++)
+		if (dup2(moved[i], i) < 0)
+			FAIL(STEP_FDS);
+	// Everything else closes at exec, whatever the spawner inherited.
+	if (syscall(SYS_close_range, n + 1, ~0U, CLOSE_RANGE_CLOEXEC) < 0)
+		FAIL(STEP_FDS);
+	// Every signal to its default: the spawner ignores SIGPIPE and may
+	// have inherited other ignored signals from whoever started warren;
+	// none of that may reach the sandbox. A zeroed kernel sigaction is
+	// SIG_DFL on every architecture's layout (the raw call also reaches
+	// 32 and 33, which glibc's sigaction refuses to touch).
+	for (int sig = 1; sig <= 64; sig++) {
+		unsigned long dfl[4] = {0, 0, 0, 0};
+		if (sig != SIGKILL && sig != SIGSTOP)
+			syscall(SYS_rt_sigaction, sig, dfl, NULL, 8);
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	execve(path, argv, envp);
+	FAIL(STEP_EXEC);
+fail:
+	(void)!write(fail_fd, &f, sizeof f);
+	_exit(127);
+#undef FAIL
+}
+
+// wait_exec waits until the child has exec'd (fail_fd reads EOF) or
+// reports why it could not; it returns 0, or an errno with *step set.
+static int wait_exec(int fail_fd, int *step) {
+	struct pollfd p = {.fd = fail_fd, .events = POLLIN};
+	for (;;) {
+		int n = poll(&p, 1, EXEC_TIMEOUT_MS);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			*step = -1;
+			return n == 0 ? ETIMEDOUT : errno;
+		}
+		break;
+	}
+	struct child_failure f;
+	ssize_t got = read(fail_fd, &f, sizeof f);
+	if (got == 0)
+		return 0;
+	if (got == (ssize_t)sizeof f) {
+		*step = f.step;
+		return f.err != 0 ? f.err : EIO;
+	}
+	*step = -1;
+	return got < 0 ? errno : EIO;
+}
+
+// serve answers one request; fds[0] is its reply socket.
+static void serve(char *msg, size_t len, const int *fds, int nfds) {
+	int reply_fd = fds[0];
+	struct request req;
+	char what[160];
+	if (len < sizeof req) {
+		send_reply(reply_fd, 0, -1, EINVAL, "malformed request: shorter than its header");
+		return;
+	}
+	memcpy(&req, msg, sizeof req);
+	if (req.magic != REQUEST_MAGIC) {
+		send_reply(reply_fd, 0, -1, EPROTO, "malformed request: not a warren spawner request (version mismatch?)");
+		return;
+	}
+	if (req.ncgroup < 1 || req.ncgroup > MAX_CGROUP_FDS || req.nfiles > MAX_FILES ||
+	    (int)(1 + req.ncgroup + req.nfiles) != nfds) {
+		snprintf(what, sizeof what, "malformed request: names %u+%u descriptors, carries %d", req.ncgroup,
+			 req.nfiles, nfds - 1);
+		send_reply(reply_fd, 0, -1, EINVAL, what);
+		return;
+	}
+	uint64_t nstr = 1 + (uint64_t)req.nargs + req.nenv;
+	if (req.strbytes != len - sizeof req || req.strbytes == 0 || msg[len - 1] != '\0' || req.nargs < 1 ||
+	    nstr > MAX_STRINGS) {
+		send_reply(reply_fd, 0, -1, EINVAL, "malformed request: strings do not match the header");
+		return;
+	}
+	// path, argv..., NULL, envp..., NULL; the strings stay in msg.
+	char **vec = calloc(nstr + 2, sizeof(char *));
+	if (vec == NULL) {
+		send_reply(reply_fd, 0, -1, ENOMEM, "allocate");
+		return;
+	}
+	char *s = msg + sizeof req, *end = msg + len;
+	for (uint64_t i = 0; i < nstr; i++) {
+		if (s >= end) {
+			free(vec);
+			send_reply(reply_fd, 0, -1, EINVAL, "malformed request: fewer strings than counted");
+			return;
+		}
+		vec[i < 1 + req.nargs ? i : i + 1] = s;
+		s += strlen(s) + 1;
+	}
+	if (s != end || vec[0][0] == '\0') {
+		free(vec);
+		send_reply(reply_fd, 0, -1, EINVAL, s != end ? "malformed request: more strings than counted"
+							     : "malformed request: no path");
+		return;
+	}
+	const char *path = vec[0];
+	char **argv = vec + 1, **envp = vec + 2 + req.nargs;
+
+	int sync_pipe[2], fail_pipe[2];
+	if (pipe2(sync_pipe, O_CLOEXEC) < 0) {
+		send_reply(reply_fd, 0, -1, errno, "pipe");
+		free(vec);
+		return;
+	}
+	if (pipe2(fail_pipe, O_CLOEXEC) < 0) {
+		send_reply(reply_fd, 0, -1, errno, "pipe");
+		close(sync_pipe[0]);
+		close(sync_pipe[1]);
+		free(vec);
+		return;
+	}
+	int pidfd = -1;
+	struct clone_args ca;
+	memset(&ca, 0, sizeof ca);
+	ca.flags = req.cloneflags | CLONE_PIDFD;
+	if (req.flags & FLAG_USERNS)
+		ca.flags |= CLONE_NEWUSER;
+	if (req.flags & FLAG_CGROUP_V2) {
+		ca.flags |= CLONE_INTO_CGROUP;
+		ca.cgroup = (uint64_t)fds[1];
+	}
+	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	ca.exit_signal = SIGCHLD;
+	long pid = syscall(SYS_clone3, &ca, sizeof ca);
+	if (pid == 0) {
+		close(sync_pipe[1]);
+		close(fail_pipe[0]);
+		child(&req, path, argv, envp, sync_pipe[0], fail_pipe[1], fds + 1 + req.ncgroup);
+	}
+	close(sync_pipe[0]);
+	close(fail_pipe[1]);
+	int err = 0;
+	if (pid < 0) {
+		err = errno;
+		snprintf(what, sizeof what, "clone");
+	}
+	if (err == 0 && (req.flags & FLAG_USERNS)) {
+		char map[64];
+		snprintf(map, sizeof map, "0 %u %u", req.uid_host, req.uid_size);
+		const char *files[3][2] = {{"uid_map", map}, {"setgroups", "allow"}, {"gid_map", map}};
+		for (int i = 0; i < 3 && err == 0; i++) {
+			if (write_proc_file(pid, files[i][0], files[i][1]) < 0) {
+				err = errno;
+				snprintf(what, sizeof what, "write %s", files[i][0]);
+			}
+		}
+	}
+	if (err == 0 && !(req.flags & FLAG_CGROUP_V2)) {
+		// v1: the child joins every hierarchy before it runs anything of
+		// its own.
+		char num[24];
+		int l = snprintf(num, sizeof num, "%ld", pid);
+		for (uint32_t i = 0; i < req.ncgroup && err == 0; i++) {
+			if (write(fds[1 + i], num, l) != l) {
+				err = errno;
+				snprintf(what, sizeof what, "join cgroup");
+			}
+		}
+	}
+	if (err == 0 && write(sync_pipe[1], "x", 1) != 1) {
+		err = errno;
+		snprintf(what, sizeof what, "release child");
+	}
+	close(sync_pipe[1]);
+	if (err == 0) {
+		int step = 0;
+		err = wait_exec(fail_pipe[0], &step);
+		if (err != 0 && step == STEP_EXEC)
+			snprintf(what, sizeof what, "exec %s", path);
+		else if (err != 0 && step > 0)
+			snprintf(what, sizeof what, "child: %s", step_name(step));
+		else if (err != 0)
+			snprintf(what, sizeof what, "wait for the child's exec");
+	}
+	close(fail_pipe[0]);
+	if (err != 0) {
+		if (pid > 0) {
+			kill(pid, SIGKILL);
+			waitpid(pid, NULL, 0);
+		}
+		send_reply(reply_fd, 0, -1, err, what);
+	} else if (send_reply(reply_fd, (int)pid, pidfd, 0, NULL) < 0) {
+		// Nobody owns this child: the host gave up on the request.
+		logmsg("reply for child %ld undelivered (%s); killing it", pid, strerror(errno));
+		kill(pid, SIGKILL);
+	}
+	if (pidfd >= 0)
+		close(pidfd);
+	free(vec);
+}
+
+static int hung_up(int fd) {
+	struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLRDHUP)) != 0;
+}
+
+int main(void) {
+	const int ctl = 3;
+	if (fcntl(ctl, F_GETFD) < 0) {
+		fprintf(stderr, "warren-spawner: no control socket; it is started by warren, not by hand\n");
+		return 2;
+	}
+	fcntl(ctl, F_SETFD, FD_CLOEXEC);
+	// A child that dies before it is released closes its end of the sync
+	// pipe: the write must fail with EPIPE, not kill the spawner. (The
+	// child resets every signal before its exec.)
+	signal(SIGPIPE, SIG_IGN);
+	dev_null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (dev_null < 0) {
+		logmsg("open /dev/null: %s", strerror(errno));
+		return 1;
+	}
+	// Children are reaped from the main loop, through a signalfd.
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
+	int sig_fd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sig_fd < 0) {
+		logmsg("signalfd: %s", strerror(errno));
+		return 1;
+	}
+	static char msg[MAX_REQUEST];
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * (1 + MAX_CGROUP_FDS + MAX_FILES))];
+		struct cmsghdr align;
+	} oob;
+	for (;;) {
+		struct pollfd p[2] = {{.fd = ctl, .events = POLLIN}, {.fd = sig_fd, .events = POLLIN}};
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			logmsg("poll: %s", strerror(errno));
+			return 1;
+		}
+		if (p[1].revents) {
+			struct signalfd_siginfo si;
+			while (read(sig_fd, &si, sizeof si) > 0) {
+			}
+			while (waitpid(-1, NULL, WNOHANG) > 0) {
+			}
+		}
+		if (!p[0].revents)
+			continue;
+		struct iovec iov = {.iov_base = msg, .iov_len = sizeof msg};
+		struct msghdr mh;
+		memset(&mh, 0, sizeof mh);
+		mh.msg_iov = &iov;
+		mh.msg_iovlen = 1;
+		mh.msg_control = oob.buf;
+		mh.msg_controllen = sizeof oob.buf;
+		ssize_t n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC);
+		if (n < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			logmsg("recvmsg: %s", strerror(errno));
+			return 1;
+		}
+		int fds[1 + MAX_CGROUP_FDS + MAX_FILES];
+		int nfds = 0;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (size_t i = 0; i < k; i++) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+				if (nfds < (int)(sizeof fds / sizeof fds[0]))
+					fds[nfds++] = fd;
+				else
+					close(fd);
+			}
+		}
+		if (n == 0 && nfds == 0 && hung_up(ctl))
+			return 0; // the host closed its end
+		if (nfds == 0) {
+			logmsg("request without a reply socket dropped");
+		} else if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+			send_reply(fds[0], 0, -1, EMSGSIZE, "malformed request: truncated");
+		} else {
+			serve(msg, (size_t)n, fds, nfds);
+		}
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+	}
+}
