@@ -1,7 +1,6 @@
 package guest
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,7 +13,7 @@ import (
 
 // The config travels on a unix stream socket: one header byte, which
 // carries the root's detached mount (SCM_RIGHTS) when the host made one,
-// then the Config as JSON, then EOF. A socket rather than a pipe because a
+// then the Config in its binary form (codec.go), then EOF. A socket rather than a pipe because a
 // pooled agent is spawned long before the sandbox it will run, so the mount
 // cannot be one of the descriptors it inherits.
 const configHeader = 'C'
@@ -25,9 +24,9 @@ const maxConfig = 4 << 20
 // SendConfig writes cfg to an agent's config socket with rootMount (a
 // detached mount of cfg.Rootfs) attached, or none when rootMount is nil.
 func SendConfig(sock *os.File, cfg *Config, rootMount *os.File) error {
-	data, err := json.Marshal(cfg)
-	if err != nil {
-		return err
+	data := encodeConfig(cfg)
+	if len(data) > maxConfig {
+		return fmt.Errorf("config of %d bytes, limit %d", len(data), maxConfig)
 	}
 	var rights []byte
 	if rootMount != nil {
@@ -81,9 +80,16 @@ func ReadConfig(sock *os.File) (*Config, error) {
 	if err == nil && (n != 1 || p[0] != configHeader) {
 		err = errors.New("config: no header (is the host a matching warren?)")
 	}
-	var cfg Config
+	var cfg *Config
 	if err == nil {
-		err = json.NewDecoder(io.LimitReader(sock, maxConfig)).Decode(&cfg)
+		var data []byte
+		data, err = io.ReadAll(io.LimitReader(sock, maxConfig+1))
+		if err == nil && len(data) > maxConfig {
+			err = fmt.Errorf("config: more than %d bytes", maxConfig)
+		}
+		if err == nil {
+			cfg, err = decodeConfig(data)
+		}
 	}
 	if err != nil {
 		fdpass.Close(fds)
@@ -92,5 +98,5 @@ func ReadConfig(sock *os.File) (*Config, error) {
 	if len(fds) == 1 {
 		cfg.Rootfs.Mount = fds[0]
 	}
-	return &cfg, nil
+	return cfg, nil
 }

@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -69,8 +70,8 @@ func TestConfigRoundTrip(t *testing.T) {
 }
 
 // TestReadConfigRejects: a stream without the header, with more than one
-// descriptor, or with malformed JSON is an error, and no descriptor stays
-// open.
+// descriptor, or with a malformed config is an error, and no descriptor
+// stays open.
 func TestReadConfigRejects(t *testing.T) {
 	devnull, err := os.Open("/dev/null")
 	if err != nil {
@@ -79,23 +80,42 @@ func TestReadConfigRejects(t *testing.T) {
 	defer devnull.Close()
 	two := unix.UnixRights(int(devnull.Fd()), int(devnull.Fd()))
 	for name, send := range map[string]func(*os.File) error{
-		"no header":   func(h *os.File) error { _, err := h.Write([]byte(`{"spec":null}`)); return err },
-		"two fds":     func(h *os.File) error { return unix.Sendmsg(int(h.Fd()), []byte{configHeader}, two, nil, 0) },
-		"bad json":    func(h *os.File) error { _, err := h.Write([]byte("C{not json")); return err },
+		"no header":  func(h *os.File) error { _, err := h.Write(encodeConfig(&Config{})); return err },
+		"two fds":    func(h *os.File) error { return unix.Sendmsg(int(h.Fd()), []byte{configHeader}, two, nil, 0) },
+		"bad config": func(h *os.File) error { _, err := h.Write([]byte("C{not a config")); return err },
+		"JSON":       func(h *os.File) error { _, err := h.Write([]byte(`C{"spec":null}`)); return err },
+		"truncated": func(h *os.File) error {
+			b := encodeConfig(&Config{Python: "/usr/bin/python3"})
+			_, err := h.Write(append([]byte{configHeader}, b[:len(b)-1]...))
+			return err
+		},
+		"too large": func(h *os.File) error {
+			_, err := h.Write(append([]byte{configHeader}, make([]byte, maxConfig+1)...))
+			return err
+		},
 		"nothing":     func(h *os.File) error { return nil },
 		"header only": func(h *os.File) error { _, err := h.Write([]byte("C")); return err },
 	} {
 		agent, host := configPair(t)
-		if err := send(host); err != nil {
-			t.Fatal(err)
-		}
-		host.Close()
 		before := openFDs(t)
+		done := make(chan error, 1)
+		go func() {
+			err := send(host)
+			if errors.Is(err, unix.EPIPE) {
+				err = nil // the reader gave up on an oversized config
+			}
+			host.Close()
+			done <- err
+		}()
 		if _, err := ReadConfig(agent); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
-		if after := openFDs(t); after != before {
-			t.Errorf("%s: %d descriptors open after, %d before", name, after, before)
+		agent.Close() // unblocks a sender still writing
+		if err := <-done; err != nil {
+			t.Fatalf("%s: send: %v", name, err)
+		}
+		if after := openFDs(t); after != before-2 {
+			t.Errorf("%s: %d descriptors open after, %d before (less the pair's two)", name, after, before)
 		}
 	}
 }
