@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	status := os.NewFile(guest.FDStatus, "status")
+	status := inherited(guest.FDStatus, "status")
 	if err := run(status); err != nil {
 		fmt.Fprintf(status, "%v\n", err)
 		fmt.Fprintf(os.Stderr, "warren-agent: %v\n", err)
@@ -27,11 +27,20 @@ func main() {
 	}
 }
 
+// inherited returns a descriptor the host passed, made non-blocking first so
+// that the runtime's poller waits on it: a blocking one ties up an OS
+// thread for as long as a read waits (the host's Go runtime hands them
+// over blocking). Only this process holds these open file descriptions.
+func inherited(fd int, name string) *os.File {
+	_ = syscall.SetNonblock(fd, true)
+	return os.NewFile(uintptr(fd), name)
+}
+
 func run(status *os.File) error {
 	// A small heap matters more here than GC throughput: one agent idles
 	// in every sandbox.
 	debug.SetGCPercent(50)
-	cfgFile := os.NewFile(guest.FDConfig, "config")
+	cfgFile := inherited(guest.FDConfig, "config")
 	lf := os.NewFile(guest.FDListener, "listener")
 	if cfgFile == nil || lf == nil || status == nil {
 		return fmt.Errorf("started without the host's descriptors; warren-agent is run by warren, not by hand")
@@ -53,7 +62,7 @@ func run(status *os.File) error {
 	}
 	cfgFile.Close()
 	if cfg.Lifeline {
-		life := os.NewFile(guest.FDLifeline, "lifeline")
+		life := inherited(guest.FDLifeline, "lifeline")
 		go func() {
 			// Blocks until the host's end closes; then the sandbox ends:
 			// PID 1 exiting kills every process in the namespace.
@@ -66,6 +75,12 @@ func run(status *os.File) error {
 		return fmt.Errorf("listener: %w", err)
 	}
 	lf.Close()
+	cf := os.NewFile(guest.FDConn, "conn")
+	first, err := net.FileConn(cf)
+	if err != nil {
+		return fmt.Errorf("first connection: %w", err)
+	}
+	cf.Close()
 	phases := map[string]float64{}
 	launcher, err := guest.Setup(cfg, staged, phases)
 	if err != nil {
@@ -101,5 +116,5 @@ func run(status *os.File) error {
 		return fmt.Errorf("report ready: %w", err)
 	}
 	status.Close()
-	return srv.Serve(l)
+	return srv.Serve(guest.FirstConn(l, first))
 }

@@ -181,11 +181,12 @@ child(const struct request *req, const char *path, char *const argv[], char *con
 		f.step = (s);    \
 		goto fail;       \
 	} while (0)
+	// No supplementary group of the host's comes along.
+	if (setgroups(0, NULL) < 0)
+		FAIL(STEP_SETGROUPS);
 	if (req->flags & FLAG_USERNS) {
 		// Become root of the new user namespace (uid 0 there is
 		// uid_host on the host), or exec would drop every capability.
-		if (setgroups(0, NULL) < 0)
-			FAIL(STEP_SETGROUPS);
 		if (syscall(SYS_setresgid, 0, 0, 0) < 0)
 			FAIL(STEP_SETGID);
 		if (syscall(SYS_setresuid, 0, 0, 0) < 0)

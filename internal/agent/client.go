@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/wire"
@@ -25,9 +26,21 @@ type Client struct {
 }
 
 // NewClient returns a client for the agent listening at socketPath.
-func NewClient(socketPath string) *Client {
+func NewClient(socketPath string) *Client { return NewClientConn(socketPath, nil) }
+
+// NewClientConn is NewClient with a connection to the agent already made
+// (nil: none), which the first request uses instead of dialling.
+func NewClientConn(socketPath string, first net.Conn) *Client {
+	var mu sync.Mutex
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			mu.Lock()
+			c := first
+			first = nil
+			mu.Unlock()
+			if c != nil {
+				return c, nil
+			}
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socketPath)
 		},

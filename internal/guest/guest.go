@@ -107,5 +107,9 @@ const (
 	FDConfig   = 3 // a unix stream socket to read the Config from (ReadConfig)
 	FDListener = 4 // the agent protocol's listening unix socket
 	FDStatus   = 5 // write: "ok\n" once set up, or an error message
-	FDLifeline = 6 // read, when Config.Lifeline: EOF means the host is gone
+	// FDConn is a connection the host made at spawn (one end of a socket
+	// pair), served like the listener's first: the host's first request
+	// skips connect and accept.
+	FDConn     = 6
+	FDLifeline = 7 // read, when Config.Lifeline: EOF means the host is gone
 )

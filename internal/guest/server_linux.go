@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/guest/fs"
@@ -382,4 +383,27 @@ func writeError(w httpd.ResponseWriter, err error) {
 	w.Header()["Content-Type"] = "application/json"
 	w.WriteHeader(kindStatus[kind])
 	_ = json.NewEncoder(w).Encode(wire.ErrorBody{Kind: kind, Message: err.Error()})
+}
+
+// FirstConn returns l with conn (nil: none) handed out by the first Accept,
+// before any connection of l's own.
+func FirstConn(l net.Listener, conn net.Conn) net.Listener {
+	return &firstConnListener{Listener: l, first: conn}
+}
+
+type firstConnListener struct {
+	net.Listener
+	mu    sync.Mutex
+	first net.Conn
+}
+
+func (l *firstConnListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	c := l.first
+	l.first = nil
+	l.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	return l.Listener.Accept()
 }

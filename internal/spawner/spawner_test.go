@@ -46,6 +46,25 @@ func setup(t *testing.T) (*Client, *cgroup.Cgroup) {
 	return c, cg
 }
 
+// setupWithGroup is setup with a spawner that has a supplementary group
+// (4242), which its children must not get.
+func setupWithGroup(t *testing.T) (*Client, *cgroup.Cgroup) {
+	t.Helper()
+	testenv.RequireRoot(t)
+	groups, err := syscall.Getgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setgroups([]int{4242}); err != nil {
+		t.Fatal(err)
+	}
+	c, cg := setup(t)
+	if err := syscall.Setgroups(groups); err != nil {
+		t.Fatal(err)
+	}
+	return c, cg
+}
+
 // spawn starts req with its stdout and stderr on a pipe.
 func spawn(t *testing.T, c *Client, target cgroup.SpawnTarget, req Request) (pid, pidfd int, out *bufio.Reader) {
 	t.Helper()
@@ -93,9 +112,12 @@ func readyLine(t *testing.T, out *bufio.Reader, want string) {
 }
 
 func TestSpawn(t *testing.T) {
-	c, cg := setup(t)
+	c, cg := setupWithGroup(t)
 	pid, pidfd, out := spawnShell(t, c, cg, "echo ready; exec sleep 60")
 	readyLine(t, out, "ready")
+	if g := procStatus(t, pid)["Groups"]; g != "" {
+		t.Errorf("supplementary groups %q leaked from the spawner", g)
+	}
 	if got := testenv.ParentPID(pid); got != c.Pid() {
 		t.Errorf("child's parent is %d, want the spawner %d", got, c.Pid())
 	}
@@ -127,19 +149,7 @@ func TestSpawn(t *testing.T) {
 // signal inherited from the spawner.
 func TestSpawnNamespaces(t *testing.T) {
 	testenv.Require(t, unix.Access("/proc/self/ns/user", unix.F_OK) == nil, "user namespaces")
-	testenv.RequireRoot(t)
-	// The spawner inherits this supplementary group; the child must not.
-	groups, err := syscall.Getgroups()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Setgroups([]int{4242}); err != nil {
-		t.Fatal(err)
-	}
-	c, cg := setup(t)
-	if err := syscall.Setgroups(groups); err != nil {
-		t.Fatal(err)
-	}
+	c, cg := setupWithGroup(t)
 	target, err := cg.OpenSpawnTarget()
 	if err != nil {
 		t.Fatal(err)

@@ -665,7 +665,8 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	a.statusR.Close()
 	s.proc, s.cg, s.lifeline = a.proc, cg, a.lifeW
-	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
+	s.client = agent.NewClientConn(filepath.Join(s.run, "agent.sock"), a.conn)
+	a.conn = nil
 	attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled, "staged", a.setupPhases["staged"] == 1, "host_root", root != nil,
 		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
 	for _, p := range []string{"overlay", "mounts", "pivot", "mask_and_misc", "launcher", "seccomp"} {

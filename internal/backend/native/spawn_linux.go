@@ -28,7 +28,10 @@ type agentProc struct {
 	dir     string
 	cfgW    *os.File // the host's end of the config socket
 	statusR *os.File
-	lifeW   *os.File // the host's end of the lifeline; nil unless ExitWithHost
+	// conn is the host's end of the first agent connection (guest.FDConn),
+	// until the agent's client takes it.
+	conn  net.Conn
+	lifeW *os.File // the host's end of the lifeline; nil unless ExitWithHost
 	// cg is the pooled agent's own cgroup (nil when spawned for a start),
 	// in the scheduler's idle class when idle.
 	cg   *cgroup.Cgroup
@@ -47,6 +50,9 @@ func (a *agentProc) kill() {
 func (a *agentProc) closePipes() {
 	a.cfgW.Close()
 	a.statusR.Close()
+	if a.conn != nil {
+		a.conn.Close()
+	}
 	if a.lifeW != nil {
 		a.lifeW.Close()
 	}
@@ -105,8 +111,15 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 	}
 	closers = append(closers, statusW)
 	a.statusR = statusR
+	connAgent, connHost, err := connPair()
+	if err != nil {
+		a.closePipes()
+		return nil, err
+	}
+	closers = append(closers, connAgent)
+	a.conn = connHost
 	// The child's descriptors 1.. (guest.FDConfig is 3).
-	files := []*os.File{logf, logf, cfgR, lf, statusW}
+	files := []*os.File{logf, logf, cfgR, lf, statusW, connAgent}
 	if b.opts.ExitWithHost {
 		lifeR, lifeW, err := os.Pipe()
 		if err != nil {
@@ -209,6 +222,22 @@ func (a *agentProc) failure(err error) error {
 		return fmt.Errorf("%w (agent log: %s)", err, b)
 	}
 	return err
+}
+
+// connPair is the first agent connection: the agent's end as a file to
+// pass, the host's as a connection.
+func connPair() (agent *os.File, host net.Conn, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agent connection: %w", err)
+	}
+	hf := os.NewFile(uintptr(fds[1]), "agent-conn")
+	defer hf.Close()
+	if host, err = net.FileConn(hf); err != nil {
+		unix.Close(fds[0])
+		return nil, nil, fmt.Errorf("agent connection: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "agent-conn"), host, nil
 }
 
 // socketPair is a connected unix stream socket pair: the agent's end (r)
