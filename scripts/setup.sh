@@ -6,7 +6,8 @@ set -euo pipefail
 GO_VERSION=1.26.8
 # mmdebstrap and debian-archive-keyring: `warren image build-base` (Debian's
 # keys, which Ubuntu's apt does not trust by itself).
-APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 nodejs iproute2 procps util-linux bubblewrap crun mmdebstrap debian-archive-keyring)
+# qemu-system-x86, cpio, xz-utils: scripts/v2vm.sh (the cgroup v2 test lane).
+APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 nodejs iproute2 procps util-linux bubblewrap crun mmdebstrap debian-archive-keyring qemu-system-x86 cpio xz-utils)
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 

@@ -145,6 +145,11 @@ func (c *Cgroup) SetIdle(idle bool) error {
 	}
 	err := writeFile(filepath.Join(d, "cpu.idle"), v)
 	if errors.Is(err, fs.ErrNotExist) {
+		// A cgroup that is gone has no cpu.idle either: not a kernel
+		// without the file.
+		if _, serr := os.Stat(d); serr != nil {
+			return fmt.Errorf("cgroup: set idle of %q: %w", c.name, serr)
+		}
 		return &controllerError{ctrl: "cpu", reason: "no cpu.idle (Linux 5.15 or later)"}
 	}
 	return err
@@ -481,9 +486,17 @@ func (c *Cgroup) Destroy() error {
 // spawned ahead of time into a cgroup of its own can be handed to a sandbox
 // by renaming. An existing cgroup of the new name is an error matching
 // fs.ErrExist; a failed rename leaves the old name in place.
+//
+// Only cgroup v1 can rename: the kernel refuses to rename a cgroup v2
+// directory (EPERM; cgroup2 has no rename operation), so on v2 Rename
+// changes nothing and returns ErrRenameUnsupported (which matches
+// errors.ErrUnsupported). Manager.CanRename tells beforehand.
 func (c *Cgroup) Rename(name string) error {
 	if err := validName(name); err != nil {
 		return err
+	}
+	if !c.m.CanRename() {
+		return fmt.Errorf("cgroup: rename %q to %q: %w", c.name, name, ErrRenameUnsupported)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -17,11 +17,21 @@
 // <own> is this process's own cgroup in that hierarchy (never the hierarchy
 // root unless the process itself sits at the root). In v2 mode New enables the
 // available controllers in cgroup.subtree_control of <own> and of every
-// directory of <prefix>. The kernel refuses that (EBUSY) when <own> holds
-// processes and is not the root ("no internal processes"); the controllers are
-// then reported unusable by Probe, with the reason, and a Create that needs
-// them fails. Run the daemon in a delegated cgroup whose processes sit in a
-// leaf (systemd: Delegate=yes with DelegateSubgroup=) to avoid that.
+// directory of <prefix>.
+//
+// On v2 a cgroup other than the root that holds processes can enable no
+// domain controller (memory) for its children ("no internal processes"), and
+// enabling a threaded one (cpu, pids) there makes it a thread root, below
+// which no cgroup can hold a process. <own> holds this process, so unless it
+// is the root, New enables nothing in it. If its parent is delegated to it
+// (systemd: Delegate=yes with DelegateSubgroup=, which puts the service's
+// processes in a leaf and marks the service's cgroup with the
+// trusted.delegate or user.delegate xattr), <own> is taken to be that parent:
+// the sandbox cgroups go beside the leaf, with every controller the service
+// was given. Otherwise (a login shell's session scope, a service without
+// delegation, a container's cgroup namespace root) the sandbox cgroups go
+// below <own> without controllers: sandboxes without limits still run, and
+// Probe and a Create that needs a controller report why it is unusable.
 //
 // # Limits
 //
@@ -31,6 +41,12 @@
 // limit is never silently dropped. The memory limit also caps memory+swap at
 // the same value where the kernel accounts swap (v1
 // memory.memsw.limit_in_bytes, v2 memory.swap.max=0).
+//
+// Cgroup.Rename works on v1 only: the kernel cannot rename a cgroup v2
+// directory, and Rename returns ErrRenameUnsupported there
+// (Manager.CanRename). Create makes the prefix directories again (and on v2
+// enables the controllers in them again) when another Manager's Close
+// removed them.
 //
 // # Starting processes inside a cgroup
 //
@@ -52,11 +68,13 @@
 // they verify the whole v1 path: Create/Open/List/Reap/Destroy with rollback,
 // spawn placement and thread hygiene, memory (OOM kill and oom_kill count),
 // pids and cpu quota enforcement, freezer-based Kill of a setsid'd tree. For
-// v2 they verify, on the controller-less cgroup2 mount: Create and Destroy with
-// zero limits, spawns through CLONE_INTO_CGROUP, Kill through cgroup.kill, and
-// the error of a Create that asks for an absent controller. Controller
-// enablement in cgroup.subtree_control and the v2 limit and statistics files
-// (memory.max, memory.swap.max, cpu.max, pids.max, memory.events, cpu.stat
-// throttling) are exercised only on a pure cgroup v2 host, where the same
-// tests run in v2 mode.
+// v2 they verify there, on the controller-less cgroup2 mount: Create and
+// Destroy with zero limits, spawns through CLONE_INTO_CGROUP, Kill through
+// cgroup.kill, and the error of a Create that asks for an absent controller.
+// The v2 path with controllers (enablement in cgroup.subtree_control, the
+// populated-<own> and delegated layouts, memory.max, memory.swap.max,
+// cpu.max, cpu.idle, pids.max, memory.events, cpu.stat throttling) runs in
+// scripts/v2vm.sh's virtual machine, whose kernel has a pure cgroup v2
+// hierarchy: there WARREN_TEST_CGROUP_V2=1 makes every test fail unless the
+// Manager is in v2 mode with memory, cpu and pids usable.
 package cgroup

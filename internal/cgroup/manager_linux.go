@@ -243,8 +243,7 @@ func newManager(lay layout, prefix string) (*Manager, error) {
 			return nil, errors.New("cgroup: v2 layout needs exactly one hierarchy")
 		}
 		h := lay.hiers[0]
-		h.parent = filepath.Join(h.mount, h.own, prefix)
-		if err := m.setupV2(h); err != nil {
+		if err := m.setupV2(&h); err != nil {
 			return nil, err
 		}
 		m.hiers = []hierarchy{h}
@@ -256,11 +255,39 @@ func newManager(lay layout, prefix string) (*Manager, error) {
 
 // setupV2 creates <own>/<prefix> and enables the wanted controllers in the
 // subtree_control of <own> and of each directory down to the parent.
-func (m *Manager) setupV2(h hierarchy) error {
+//
+// A cgroup other than the root that holds processes (this one, at least)
+// can enable no domain controller (memory) for its children, and enabling
+// a threaded one (cpu, pids) there turns it into a thread root, under which
+// no cgroup can hold a process at all. So when <own> is such a cgroup,
+// nothing is enabled in it: if its parent is delegated to it (systemd's
+// Delegate=yes with DelegateSubgroup=, which marks the parent with the
+// trusted.delegate or user.delegate xattr) the sandbox cgroups go beside
+// <own>, in that parent; otherwise they go below <own> without controllers,
+// which are then reported unusable.
+func (m *Manager) setupV2(h *hierarchy) error {
 	ownDir := filepath.Join(h.mount, h.own)
+	if !isRootCgroup(ownDir) {
+		parent := path.Dir(h.own)
+		if h.own != "/" && delegated(filepath.Join(h.mount, parent)) {
+			h.own = parent
+		} else {
+			why := fmt.Sprintf("%s holds processes (this one among them), so no controller can be enabled for cgroups below it; "+
+				"run warren in a cgroup delegated to it with its processes in a leaf (systemd: Delegate=yes and DelegateSubgroup=, "+
+				"or systemd-run -p Delegate=yes -p DelegateSubgroup=supervisor ...)", ownDir)
+			for _, c := range wantV2 {
+				m.unavail[c] = why
+			}
+		}
+		ownDir = filepath.Join(h.mount, h.own)
+	}
+	h.parent = filepath.Join(ownDir, m.prefix)
 	offered := readWords(filepath.Join(ownDir, "cgroup.controllers"))
 	var enable []string
 	for _, c := range wantV2 {
+		if _, bad := m.unavail[c]; bad {
+			continue
+		}
 		if slices.Contains(offered, c) {
 			enable = append(enable, c)
 		} else {
@@ -286,7 +313,7 @@ func (m *Manager) setupV2(h hierarchy) error {
 			if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c); err != nil {
 				why := "cannot enable in " + dir + "/cgroup.subtree_control: " + errno(err)
 				if i == 0 && errors.Is(err, errBusy) {
-					why += " (the cgroup holds processes; run the daemon in a leaf of a delegated cgroup, e.g. systemd DelegateSubgroup=)"
+					why += " (the cgroup holds processes; run warren in a leaf of a delegated cgroup, e.g. systemd DelegateSubgroup=)"
 				}
 				m.unavail[c] = why
 				continue
@@ -301,8 +328,69 @@ func (m *Manager) setupV2(h hierarchy) error {
 	}
 }
 
+// isRootCgroup reports whether dir is the root of a cgroup v2 hierarchy,
+// the one cgroup that may hold processes and enable controllers for its
+// children. Every other cgroup, the root of a cgroup namespace included,
+// has a cgroup.type file.
+func isRootCgroup(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "cgroup.type"))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// delegated reports whether systemd marked dir as delegated to the processes
+// below it (Delegate=yes): xattr trusted.delegate or user.delegate "1".
+func delegated(dir string) bool {
+	for _, attr := range []string{"trusted.delegate", "user.delegate"} {
+		buf := make([]byte, 16)
+		n, err := unix.Getxattr(dir, attr, buf)
+		if err == nil && string(buf[:n]) == "1" {
+			return true
+		}
+	}
+	return false
+}
+
+// restorePrefixV2 makes the prefix directories again after another
+// Manager's Close removed them, enabling in <own> and in each of them the
+// controllers this Manager uses, as New did.
+func (m *Manager) restorePrefixV2() error {
+	var use []string
+	for _, c := range wantV2 {
+		if _, bad := m.unavail[c]; !bad {
+			use = append(use, c)
+		}
+	}
+	h := m.hiers[0]
+	dir := filepath.Join(h.mount, h.own)
+	for i, comp := range append([]string{""}, strings.Split(m.prefix, "/")...) {
+		if i > 0 {
+			dir = filepath.Join(dir, comp)
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+		}
+		enabled := readWords(filepath.Join(dir, "cgroup.subtree_control"))
+		for _, c := range use {
+			if slices.Contains(enabled, c) {
+				continue
+			}
+			if err := writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Mode returns "v1" or "v2".
 func (m *Manager) Mode() string { return m.mode }
+
+// ErrRenameUnsupported is returned by Cgroup.Rename on cgroup v2, whose
+// kernel interface cannot rename a cgroup. It matches errors.ErrUnsupported.
+var ErrRenameUnsupported = fmt.Errorf("cgroup v2 cannot rename a cgroup: %w", errors.ErrUnsupported)
+
+// CanRename reports whether Cgroup.Rename works: on cgroup v1 only.
+func (m *Manager) CanRename() bool { return m.mode == ModeV1 }
 
 // controllerErr returns nil when controller c is usable.
 func (m *Manager) controllerErr(c string) error {
@@ -416,9 +504,17 @@ func (m *Manager) Create(name string, l Limits) (*Cgroup, error) {
 	}
 	for _, d := range c.dirs {
 		err := os.Mkdir(d, 0o755)
-		if errors.Is(err, fs.ErrNotExist) && m.mode == ModeV1 {
-			// Another process's Close removed the empty prefix meanwhile.
-			if err = os.MkdirAll(filepath.Dir(d), 0o755); err == nil {
+		// Another Manager's Close (this process's or another's) may have
+		// removed the empty prefix meanwhile: make it again. On v2 a new
+		// directory has no controller enabled, so they are enabled again
+		// too, or the sandbox cgroup would have no limit files.
+		for try := 0; errors.Is(err, fs.ErrNotExist) && try < 3; try++ {
+			if m.mode == ModeV2 {
+				err = m.restorePrefixV2()
+			} else {
+				err = os.MkdirAll(filepath.Dir(d), 0o755)
+			}
+			if err == nil {
 				err = os.Mkdir(d, 0o755)
 			}
 		}

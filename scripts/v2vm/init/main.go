@@ -36,7 +36,7 @@ import (
 const (
 	jobDir   = "/run/v2vm"
 	newRoot  = "/newroot"
-	ninepOpt = "trans=virtio,version=9p2000.L,msize=524288"
+	ninepOpt = "trans=virtio,version=9p2000.L,msize=512000"
 )
 
 func main() {
@@ -47,6 +47,10 @@ func main() {
 		poweroff()
 	}
 	say("=== V2VM INIT up=%s (init took %.2fs)", uptime(), time.Since(start).Seconds())
+	var uts unix.Utsname
+	_ = unix.Uname(&uts)
+	say("=== V2VM kernel %s; cgroup2 alone at /sys/fs/cgroup, controllers: %s", unix.ByteSliceToString(uts.Release[:]),
+		strings.TrimSpace(readFile("/sys/fs/cgroup/cgroup.controllers")))
 	if err := runPlan(); err != nil {
 		say("=== V2VM PLAN FAILED: %v", err)
 	}
