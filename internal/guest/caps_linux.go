@@ -69,21 +69,23 @@ type Launcher struct {
 // cgroupNS the thread first enters a new cgroup namespace, rooted at the
 // cgroup the host has placed the agent in, which its children inherit.
 func NewLauncher(c *specs.LinuxCapabilities, cgroupNS bool) (*Launcher, error) {
+	return startLauncher(func() error { return narrowLauncher(c, cgroupNS) })
+}
+
+// startLauncher starts the launcher thread, which runs setup (nil: none)
+// before it serves anything.
+func startLauncher(setup func() error) (*Launcher, error) {
 	l := &Launcher{reqs: make(chan func())}
 	ready := make(chan error)
 	go func() {
 		// Never unlocked: the thread's credentials differ from the
 		// process's, so no other goroutine may run on it.
 		runtime.LockOSThread()
-		if cgroupNS {
-			if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-				ready <- fmt.Errorf("new cgroup namespace: %w", err)
+		if setup != nil {
+			if err := setup(); err != nil {
+				ready <- err
 				return
 			}
-		}
-		if err := dropThreadCapabilities(c); err != nil {
-			ready <- err
-			return
 		}
 		ready <- nil
 		for f := range l.reqs {
@@ -96,16 +98,34 @@ func NewLauncher(c *specs.LinuxCapabilities, cgroupNS bool) (*Launcher, error) {
 	return l, nil
 }
 
-// Close ends the launcher thread (a Launcher staged for a spec that turned
-// out to want other capabilities).
+// narrowLauncher is what makes the calling (launcher) thread the one
+// sandbox processes start from: the new cgroup namespace (entering it needs
+// the capabilities dropped next) and the sandbox's capabilities.
+func narrowLauncher(c *specs.LinuxCapabilities, cgroupNS bool) error {
+	if cgroupNS {
+		if err := enterCgroupNS(); err != nil {
+			return err
+		}
+	}
+	return dropThreadCapabilities(c)
+}
+
+// Close ends the launcher thread.
 func (l *Launcher) Close() {
 	if l != nil {
 		close(l.reqs)
 	}
 }
 
-// Run calls f on the launcher thread; f must fork synchronously (for
-// example exec.Cmd.Start).
+func enterCgroupNS() error {
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("new cgroup namespace: %w", err)
+	}
+	return nil
+}
+
+// Run calls f on the launcher thread. What f starts must be started by the
+// time it returns (exec.Cmd.Start forks synchronously, for example).
 func (l *Launcher) Run(f func() error) error {
 	if l == nil {
 		return f()

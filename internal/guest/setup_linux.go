@@ -142,7 +142,13 @@ func Setup(cfg *Config, staged *Staged, phases map[string]float64) (*Launcher, e
 	}
 	var launcher *Launcher
 	if staged != nil {
-		launcher = staged.takeLauncher(s.Process.Capabilities, cgroupNS)
+		launcher = staged.takeLauncher()
+	}
+	if launcher != nil {
+		if err := launcher.Run(func() error { return narrowLauncher(s.Process.Capabilities, cgroupNS) }); err != nil {
+			launcher.Close()
+			return nil, err
+		}
 	}
 	if launcher == nil {
 		if launcher, err = NewLauncher(s.Process.Capabilities, cgroupNS); err != nil {

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/oci"
@@ -30,14 +29,16 @@ var stagedTops = []string{"/proc", "/dev", "/sys"}
 //     read-only as oci.MaskedPaths and oci.ReadonlyPaths say, on a private
 //     tmpfs;
 //   - the loopback interface, up;
-//   - a Launcher with oci.ProcessCapabilities in a new cgroup namespace
-//     (the agent is in its cgroup from birth, and a pooled agent's cgroup
-//     is renamed, not changed, when it becomes the sandbox's).
+//   - the Launcher's thread, still with the agent's capabilities: at start
+//     (Setup) it enters its cgroup namespace and takes the spec's
+//     capabilities. By then the host has made the agent's cgroup the
+//     sandbox's (renamed on cgroup v1, moved into on v2), so the namespace
+//     is rooted there.
 //
 // A start whose spec asks for exactly these moves three mounts into its
-// root instead of making some thirty and takes the launcher as it is. Any
-// other spec discards what does not fit and builds it from scratch, so the
-// result is the same either way.
+// root instead of making some thirty. Any other spec discards the mounts
+// and builds them from scratch, so the result is the same either way; the
+// launcher's thread serves any spec.
 type Staged struct {
 	dir      string
 	launcher *Launcher
@@ -91,7 +92,7 @@ func Stage(dir string) (st *Staged, err error) {
 	if err := loopbackUp(); err != nil {
 		return nil, err
 	}
-	if st.launcher, err = NewLauncher(oci.ProcessCapabilities(), true); err != nil {
+	if st.launcher, err = startLauncher(nil); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -101,19 +102,15 @@ func Stage(dir string) (st *Staged, err error) {
 func (st *Staged) Discard() {
 	if st != nil {
 		_ = unix.Unmount(st.dir, unix.MNT_DETACH)
-		st.takeLauncher(nil, false).Close()
+		st.takeLauncher().Close()
 	}
 }
 
-// takeLauncher returns the staged launcher if it is the one c and cgroupNS
-// ask for, nil otherwise; either way the staging no longer holds it.
-func (st *Staged) takeLauncher(c *specs.LinuxCapabilities, cgroupNS bool) *Launcher {
+// takeLauncher returns the staged launcher, which the staging then no
+// longer holds.
+func (st *Staged) takeLauncher() *Launcher {
 	l := st.launcher
 	st.launcher = nil
-	if !cgroupNS || !reflect.DeepEqual(c, oci.ProcessCapabilities()) {
-		l.Close()
-		return nil
-	}
 	return l
 }
 

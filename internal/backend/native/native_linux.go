@@ -109,6 +109,10 @@ type Backend struct {
 	// deleted (removeDir).
 	removing sync.WaitGroup
 
+	// poolMigrates moves a pooled agent into a new cgroup at start instead
+	// of renaming its pool cgroup: cgroup v2 cannot rename.
+	poolMigrates bool
+
 	// seccompFilter is the default seccomp profile (every sandbox's),
 	// compiled once: agents install it without compiling.
 	seccompFilter []byte
@@ -204,6 +208,7 @@ func New(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	b.cgroups = cg
+	b.poolMigrates = !cg.CanRename()
 	// The agents of a spawner that died become this process's children,
 	// to be reaped when they exit.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -602,23 +607,9 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	var cg *cgroup.Cgroup
 	a := s.b.pool.take()
 	if a != nil {
-		cg = a.cg
 		undo = append(undo, a.discard)
-		err := cg.Rename(s.cfg.ID)
-		if errors.Is(err, fs.ErrExist) {
-			s.destroyStaleCgroup()
-			err = cg.Rename(s.cfg.ID)
-		}
-		if err != nil {
+		if cg, err = s.adoptPoolCgroup(a, limits); err != nil {
 			return err
-		}
-		if err := cg.SetLimits(limits); err != nil {
-			return err
-		}
-		if a.idle {
-			if err := cg.SetIdle(false); err != nil {
-				return err
-			}
 		}
 		if err := os.Rename(a.dir, s.run); err != nil {
 			return err
@@ -674,6 +665,57 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	s.b.log.Debug("sandbox started", attrs...)
 	return nil
+}
+
+// adoptPoolCgroup makes a pooled agent's cgroup the sandbox's. On cgroup v1
+// the pool's cgroup is renamed, limited and taken out of the idle class: no
+// process migration, which waits for an RCU grace period there. cgroup v2
+// cannot rename a cgroup, so the agent moves into a new cgroup of the
+// sandbox's name and the pool's goes. Either way the agent is in its
+// sandbox's cgroup before it reads its config, so the cgroup namespace it
+// enters then is rooted there. On error, discarding a removes what it
+// holds.
+func (s *Sandbox) adoptPoolCgroup(a *agentProc, limits cgroup.Limits) (*cgroup.Cgroup, error) {
+	if !s.b.poolMigrates {
+		cg := a.cg
+		err := cg.Rename(s.cfg.ID)
+		if errors.Is(err, fs.ErrExist) {
+			s.destroyStaleCgroup()
+			err = cg.Rename(s.cfg.ID)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := cg.SetLimits(limits); err != nil {
+			return nil, err
+		}
+		if a.idle {
+			if err := cg.SetIdle(false); err != nil {
+				return nil, err
+			}
+		}
+		return cg, nil
+	}
+	cg, err := s.b.cgroups.Create(s.cfg.ID, limits)
+	if errors.Is(err, fs.ErrExist) {
+		s.destroyStaleCgroup()
+		cg, err = s.b.cgroups.Create(s.cfg.ID, limits)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	if err := cg.Add(a.proc.pid); err != nil {
+		_ = cg.Destroy()
+		return nil, err
+	}
+	pool := a.cg
+	a.cg = cg
+	if err := pool.Destroy(); err != nil {
+		// Empty now; what is left goes with the next pool's start
+		// (reapPoolCgroups).
+		s.b.log.Warn("remove a pooled agent's cgroup", "err", err.Error())
+	}
+	return cg, nil
 }
 
 // maxLowerOpts keeps the overlay's option string, which the kernel takes

@@ -18,12 +18,20 @@ import (
 
 // TestWarmPool runs sandboxes from pre-spawned agents: they must end up in
 // their own cgroup (limits hold, the cgroup namespace is rooted there) and
-// closing the backend must leave no agent, directory or cgroup behind.
+// closing the backend must leave no agent, directory or cgroup behind. It
+// runs with the pool's cgroups renamed at start (cgroup v1) and with the
+// agents moved into new ones (what cgroup v2 needs, forced here).
 func TestWarmPool(t *testing.T) {
+	for _, migrate := range []bool{false, true} {
+		t.Run(map[bool]string{false: "rename", true: "migrate"}[migrate], func(t *testing.T) { testWarmPool(t, migrate) })
+	}
+}
+
+func testWarmPool(t *testing.T, migrate bool) {
 	testenv.RequireRoot(t)
 	agentPath := testenv.AgentBinary(t)
 	base := testenv.SearchableDir(t, "warren-pool-test-")
-	prefix := fmt.Sprintf("warren-pool-test-%d", os.Getpid())
+	prefix := fmt.Sprintf("warren-pool-test-%d-%v", os.Getpid(), migrate)
 	// Other tests' backends (the shared one) may have agents and a
 	// spawner of their own.
 	others := countAgents()
@@ -33,6 +41,9 @@ func TestWarmPool(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if migrate {
+		native.ForcePoolMigration(b)
 	}
 	img, err := b.HostImage()
 	if err != nil {
@@ -56,7 +67,11 @@ func TestWarmPool(t *testing.T) {
 		t.Errorf("%d agents in pool cgroups, want at least 2", waiting)
 	}
 	for i := range 5 {
-		sb := h.Sandbox(t, backend.Config{ID: fmt.Sprintf("pooled-%d", i), MemoryBytes: 64 << 20})
+		id := fmt.Sprintf("pooled-%d", i)
+		sb := h.Sandbox(t, backend.Config{ID: id, MemoryBytes: 64 << 20})
+		if cg := cgroupOf(t, sb.(*native.Sandbox).Pid()); !strings.HasSuffix(cg, "/"+prefix+"/"+id) {
+			t.Errorf("pooled sandbox %d's agent is in cgroup %s, not its own", i, cg)
+		}
 		if v := cpuIdle(t, sb.(*native.Sandbox).Pid()); v != "0" {
 			t.Errorf("pooled sandbox %d: cpu.idle %q, want 0", i, v)
 		}

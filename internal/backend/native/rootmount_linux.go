@@ -111,6 +111,32 @@ func fsmountOverlay(r guest.Rootfs, layerByLayer bool) (*rootMount, error) {
 	return &rootMount{fd: fd, of: r}, nil
 }
 
+// HostHoldsRoots reports whether this kernel lets the host hold sandbox
+// roots: it must clone a detached mount (open_tree OPEN_TREE_CLONE of an
+// fsmount descriptor), which Linux 6.1 and 6.12 refuse (EINVAL) and 6.18
+// allows. Without it every agent mounts its own root, as before.
+var HostHoldsRoots = sync.OnceValue(func() bool {
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fsfd)
+	if unix.FsconfigCreate(fsfd) != nil {
+		return false
+	}
+	fd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	c, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return false
+	}
+	unix.Close(c)
+	return true
+})
+
 // clone is a new detached mount of the same overlay, for one agent to
 // attach (a mount can be attached once).
 func (m *rootMount) clone() (*os.File, error) {
@@ -133,6 +159,9 @@ type roots struct {
 // first if it holds none for these layers; nil when the host cannot mount
 // it, and the agent mounts the layers itself.
 func (s *Sandbox) rootFor(r guest.Rootfs) *os.File {
+	if !HostHoldsRoots() {
+		return nil
+	}
 	s.wakeRootLocked()
 	if s.root != nil && !s.root.isOf(r) {
 		s.releaseRootLocked() // the sandbox's image changed while stopped

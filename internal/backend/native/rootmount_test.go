@@ -47,11 +47,18 @@ func detachedMounts() int {
 // TestRootHeldAcrossStop: the host mounts a sandbox's root and keeps it
 // while the sandbox is stopped (so a stop does not wait for the overlay's
 // sync and a restart attaches it again); the files survive the restart and
-// Remove lets the mount go.
+// Remove lets the mount go. On a kernel that cannot clone a detached mount
+// the agents mount their roots and the host holds none, files surviving
+// all the same.
 func TestRootHeldAcrossStop(t *testing.T) {
 	h := harness(t)
 	ctx := context.Background()
 	settle(sharedDirs.data)
+	held := 1
+	if !native.HostHoldsRoots() {
+		t.Log("this kernel cannot clone a detached mount: the agents mount their roots")
+		held = 0
+	}
 	before := detachedMounts()
 	sb, err := h.Backend.Create(ctx, backend.Config{ID: "held-root", Image: h.Image})
 	if err != nil {
@@ -62,8 +69,8 @@ func TestRootHeldAcrossStop(t *testing.T) {
 		if err := sb.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := detachedMounts(); got != before+1 {
-			t.Errorf("start %d: %d detached mounts held, want %d", i, got, before+1)
+		if got := detachedMounts(); got != before+held {
+			t.Errorf("start %d: %d detached mounts held, want %d", i, got, before+held)
 		}
 		if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo $(( $(cat /root/n 2>/dev/null || echo 0) + 1 )) > /root/n; cat /root/n"); r.Stdout != strconv.Itoa(i+1)+"\n" {
 			t.Errorf("start %d: counter %q %+v %s", i, r.Stdout, r.ExitStatus, r.Stderr)
@@ -71,8 +78,8 @@ func TestRootHeldAcrossStop(t *testing.T) {
 		if err := sb.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := detachedMounts(); got != before+1 {
-			t.Errorf("stopped %d: %d detached mounts held, want %d (the root kept)", i, got, before+1)
+		if got := detachedMounts(); got != before+held {
+			t.Errorf("stopped %d: %d detached mounts held, want %d (the root kept)", i, got, before+held)
 		}
 	}
 	if err := sb.Remove(ctx); err != nil {
