@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -32,8 +33,7 @@ a running server sees changes immediately.`
 
 func keyCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren key", "warren key create|list|revoke [flags]", keyAbout)
-	var hf hostFlags
-	hf.register(fs)
+	dataDir := fs.String("data-dir", envOr("WARREN_DATA_DIR", "/var/lib/warren"), "where the key database and the signing secret are (env WARREN_DATA_DIR)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -41,28 +41,20 @@ func keyCmd(ctx context.Context, args []string) error {
 		fs.Usage()
 		return exitError{2}
 	}
-	db, err := store.Open(filepath.Join(hf.dataDir, "warren.db"))
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	secret, err := auth.LoadOrCreateSecret(filepath.Join(hf.dataDir, "secret.key"))
-	if err != nil {
-		return err
-	}
-	signer, err := auth.NewSigner(secret)
-	if err != nil {
-		return err
-	}
-	keys := rpc.NewKeys(signer, db.DB())
+	// Every flag, before or after the subcommand, is parsed before
+	// anything is created on disk: a mistyped flag or a --data-dir given
+	// after the subcommand must not leave a database and a secret in the
+	// wrong directory.
 	sub, rest := fs.Arg(0), fs.Args()[1:]
+	var run func(keys *rpc.Keys) error
 	switch sub {
 	case "create":
-		cfs := newFlagSet("warren key create", "warren key create --namespace NS [--expire 30d] [--description TEXT]", keyAbout)
+		cfs := newFlagSet("warren key create", "warren key create --namespace NS [--expire 30d] [--description TEXT] [--data-dir DIR]", keyAbout)
+		cfs.StringVar(dataDir, "data-dir", *dataDir, "where the key database and the signing secret are (env WARREN_DATA_DIR)")
 		ns := cfs.String("namespace", "", "namespace the key may use ('*' = all)")
 		expire := cfs.String("expire", "30d", "lifetime: a duration like 12h, 30d or 1y")
 		desc := cfs.String("description", "", "a note shown by 'warren key list'")
-		if err := cfs.Parse(rest); err != nil {
+		if _, err := parseArgs(cfs, rest, 0); err != nil {
 			return err
 		}
 		if *ns == "" {
@@ -72,42 +64,93 @@ func keyCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		k, rec, err := keys.Create(ctx, *ns, ttl, *desc)
-		if err != nil {
-			return err
-		}
-		fmt.Println(k)
-		fmt.Fprintf(os.Stderr, "key %s for namespace %q, expires %s\n", rec.ID, rec.Namespace, rec.Expires.Format(time.RFC3339))
-		return nil
-	case "list":
-		recs, err := keys.List(ctx)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAMESPACE\tCREATED\tEXPIRES\tSTATUS\tDESCRIPTION")
-		for _, r := range recs {
-			status := "valid"
-			switch {
-			case r.Revoked != nil:
-				status = "revoked " + r.Revoked.Format(time.RFC3339)
-			case time.Now().After(r.Expires):
-				status = "expired"
+		run = func(keys *rpc.Keys) error {
+			k, rec, err := keys.Create(ctx, *ns, ttl, *desc)
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Namespace, r.Created.Format(time.RFC3339), r.Expires.Format(time.RFC3339), status, r.Description)
+			fmt.Println(k)
+			fmt.Fprintf(os.Stderr, "key %s for namespace %q, expires %s\n", rec.ID, rec.Namespace, rec.Expires.Format(time.RFC3339))
+			return nil
 		}
-		return tw.Flush()
-	case "revoke":
-		if len(rest) != 1 {
-			return fmt.Errorf("usage: warren key revoke ID (ids are listed by 'warren key list')")
-		}
-		if err := keys.Revoke(ctx, rest[0]); err != nil {
+	case "list":
+		lfs := newFlagSet("warren key list", "warren key list [--data-dir DIR]", keyAbout)
+		lfs.StringVar(dataDir, "data-dir", *dataDir, "where the key database and the signing secret are (env WARREN_DATA_DIR)")
+		if _, err := parseArgs(lfs, rest, 0); err != nil {
 			return err
 		}
-		fmt.Fprintf(os.Stderr, "key %s revoked\n", rest[0])
-		return nil
+		run = func(keys *rpc.Keys) error { return listKeys(ctx, keys) }
+	case "revoke":
+		rfs := newFlagSet("warren key revoke", "warren key revoke ID [--data-dir DIR]", keyAbout)
+		rfs.StringVar(dataDir, "data-dir", *dataDir, "where the key database and the signing secret are (env WARREN_DATA_DIR)")
+		pos, err := parseArgs(rfs, rest, 1)
+		if err != nil {
+			return fmt.Errorf("%w (usage: warren key revoke ID; ids are listed by 'warren key list')", err)
+		}
+		run = func(keys *rpc.Keys) error {
+			if err := keys.Revoke(ctx, pos[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "key %s revoked\n", pos[0])
+			return nil
+		}
+	default:
+		return fmt.Errorf("unknown subcommand %q: want create, list or revoke", sub)
 	}
-	return fmt.Errorf("unknown subcommand %q: want create, list or revoke", sub)
+	db, err := store.Open(filepath.Join(*dataDir, "warren.db"))
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	secret, err := auth.LoadOrCreateSecret(filepath.Join(*dataDir, "secret.key"))
+	if err != nil {
+		return err
+	}
+	signer, err := auth.NewSigner(secret)
+	if err != nil {
+		return err
+	}
+	return run(rpc.NewKeys(signer, db.DB()))
+}
+
+// parseArgs parses fs from args with flags and want positional arguments
+// in any order (the flag package stops at the first non-flag).
+func parseArgs(fs *flag.FlagSet, args []string, want int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(pos) != want {
+		return nil, fmt.Errorf("%s: want %d argument(s) besides flags, got %d: %q", fs.Name(), want, len(pos), pos)
+	}
+	return pos, nil
+}
+
+func listKeys(ctx context.Context, keys *rpc.Keys) error {
+	recs, err := keys.List(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAMESPACE\tCREATED\tEXPIRES\tSTATUS\tDESCRIPTION")
+	for _, r := range recs {
+		status := "valid"
+		switch {
+		case r.Revoked != nil:
+			status = "revoked " + r.Revoked.Format(time.RFC3339)
+		case time.Now().After(r.Expires):
+			status = "expired"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Namespace, r.Created.Format(time.RFC3339), r.Expires.Format(time.RFC3339), status, r.Description)
+	}
+	return tw.Flush()
 }
 
 // parseLifetime reads a duration that may use d (days) and y (365 days).

@@ -51,6 +51,7 @@ type serveConfig struct {
 	nodeImage        string
 	logText          bool
 	volumeRoots      stringList
+	maxTarDownload   string
 }
 
 func serveCmd(ctx context.Context, args []string) error {
@@ -69,6 +70,7 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&c.nodeImage, "node-image", envOr("WARREN_NODE_IMAGE", image.HostName), "image for the language name node (and microsandbox/node)")
 	fs.BoolVar(&c.logText, "log-text", false, "log human-readable text instead of JSON")
 	fs.Var(&c.volumeRoots, "volume-root", "allow sandbox.start volumes from beneath this host directory (repeatable; env WARREN_VOLUME_ROOTS,\ncolon-separated); without it volumes are refused. Sandbox root writes there as host uid 1610612736")
+	fs.StringVar(&c.maxTarDownload, "max-tar-download", "1G", "largest tar stream one download sends: a size like 512M or 2G (plain numbers are MiB)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -109,6 +111,10 @@ func imageResolver(host func() (*image.Image, error), st *image.Store, python, n
 
 func serve(ctx context.Context, c *serveConfig) error {
 	log := c.logger()
+	maxTar, err := parseSize(c.maxTarDownload)
+	if err != nil || maxTar <= 0 {
+		return fmt.Errorf("--max-tar-download %q: want a positive size like 512M or 2G (plain numbers are MiB)", c.maxTarDownload)
+	}
 	roots, err := volumeRoots(append(filepath.SplitList(os.Getenv("WARREN_VOLUME_ROOTS")), c.volumeRoots...))
 	if err != nil {
 		return err
@@ -147,7 +153,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	defer mgr.Close()
-	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg})
+	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar})
 	if err != nil {
 		return err
 	}

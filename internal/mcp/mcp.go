@@ -92,7 +92,8 @@ Start one with sandbox_start (pick any name), then run code (sandbox_run_code),
 commands (sandbox_run_command, sandbox_shell) and work with its files
 (sandbox_read_file, sandbox_write_file, sandbox_list_files). Stop it with
 sandbox_stop when done (its files are kept; sandbox_remove deletes it).
-The namespace argument is optional everywhere; omit it to use the API key's default.`
+The namespace argument is optional everywhere; omitted, it is the API key's
+namespace ("default" with a key for every namespace).`
 
 // textResult is a successful tool result holding text.
 func textResult(text string) *sdk.CallToolResult {

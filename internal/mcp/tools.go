@@ -29,20 +29,20 @@ type StartConfig struct {
 // StartArgs are sandbox_start's arguments (sandbox.start).
 type StartArgs struct {
 	Sandbox   string       `json:"sandbox" jsonschema:"name of the sandbox to start (created if it does not exist)"`
-	Namespace string       `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace)"`
+	Namespace string       `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace, or \"default\" with a key for every namespace)"`
 	Config    *StartConfig `json:"config,omitempty" jsonschema:"settings used when the sandbox is created"`
 }
 
 // SandboxArgs name one sandbox (sandbox_stop, sandbox_remove).
 type SandboxArgs struct {
 	Sandbox   string `json:"sandbox" jsonschema:"name of the sandbox"`
-	Namespace string `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace)"`
+	Namespace string `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace, or \"default\" with a key for every namespace)"`
 }
 
 // RunCodeArgs are sandbox_run_code's arguments (sandbox.repl.run).
 type RunCodeArgs struct {
 	Sandbox   string  `json:"sandbox" jsonschema:"name of a started sandbox"`
-	Namespace string  `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace)"`
+	Namespace string  `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace, or \"default\" with a key for every namespace)"`
 	Language  string  `json:"language" jsonschema:"language of the code: python, nodejs, node or javascript"`
 	Code      string  `json:"code" jsonschema:"the code to run; state (variables, imports) persists between runs in the same sandbox and language"`
 	Timeout   float64 `json:"timeout,omitempty" jsonschema:"time limit in seconds (default: the server's)"`
@@ -51,7 +51,7 @@ type RunCodeArgs struct {
 // RunCommandArgs are sandbox_run_command's arguments (sandbox.command.run).
 type RunCommandArgs struct {
 	Sandbox   string   `json:"sandbox" jsonschema:"name of a started sandbox"`
-	Namespace string   `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace)"`
+	Namespace string   `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace, or \"default\" with a key for every namespace)"`
 	Command   string   `json:"command" jsonschema:"program to run, e.g. ls (no shell: use sandbox_shell for pipes and redirections)"`
 	Args      []string `json:"args,omitempty" jsonschema:"arguments to the program, e.g. [\"-la\", \"/tmp\"]"`
 	Timeout   float64  `json:"timeout,omitempty" jsonschema:"time limit in seconds (default: the server's)"`
@@ -60,19 +60,19 @@ type RunCommandArgs struct {
 // MetricsArgs are sandbox_get_metrics's arguments (sandbox.metrics.get).
 type MetricsArgs struct {
 	Sandbox   string `json:"sandbox,omitempty" jsonschema:"name of one sandbox (default: all in the namespace)"`
-	Namespace string `json:"namespace,omitempty" jsonschema:"namespace (default: the API key's; * means every namespace the key may see)"`
+	Namespace string `json:"namespace,omitempty" jsonschema:"namespace (default: the API key's, or \"default\" with a key for every namespace; * means every namespace the key may see)"`
 }
 
 // ListArgs are sandbox_list's arguments (sandbox.list).
 type ListArgs struct {
-	Namespace string `json:"namespace,omitempty" jsonschema:"namespace (default: the API key's; * means every namespace the key may see)"`
+	Namespace string `json:"namespace,omitempty" jsonschema:"namespace (default: the API key's, or \"default\" with a key for every namespace; * means every namespace the key may see)"`
 	State     string `json:"state,omitempty" jsonschema:"only sandboxes in this state: starting, running, stopping, stopped or error"`
 }
 
 // ShellArgs are sandbox_shell's arguments (sandbox.shell).
 type ShellArgs struct {
 	Sandbox   string  `json:"sandbox" jsonschema:"name of a started sandbox"`
-	Namespace string  `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace)"`
+	Namespace string  `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace, or \"default\" with a key for every namespace)"`
 	Script    string  `json:"script" jsonschema:"shell script run by /bin/sh -c (pipes, redirections and && work)"`
 	Timeout   float64 `json:"timeout,omitempty" jsonschema:"time limit in seconds (default: the server's); on timeout the result says timed_out"`
 }
@@ -80,14 +80,14 @@ type ShellArgs struct {
 // PathArgs name one path in a sandbox (sandbox_read_file, sandbox_list_files).
 type PathArgs struct {
 	Sandbox   string `json:"sandbox" jsonschema:"name of a started sandbox"`
-	Namespace string `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace)"`
+	Namespace string `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace, or \"default\" with a key for every namespace)"`
 	Path      string `json:"path" jsonschema:"absolute path inside the sandbox"`
 }
 
 // WriteFileArgs are sandbox_write_file's arguments.
 type WriteFileArgs struct {
 	Sandbox   string `json:"sandbox" jsonschema:"name of a started sandbox"`
-	Namespace string `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace)"`
+	Namespace string `json:"namespace,omitempty" jsonschema:"namespace of the sandbox (default: the API key's namespace, or \"default\" with a key for every namespace)"`
 	Path      string `json:"path" jsonschema:"absolute path inside the sandbox; the file is created or replaced"`
 	Content   string `json:"content" jsonschema:"the file's new content, as text"`
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -41,11 +42,13 @@ func (c *call) decode(v any, strict bool) error {
 	return nil
 }
 
-// namespace resolves a request's namespace (default when absent) and checks
-// the caller may touch it.
+// namespace resolves a request's namespace and checks the caller may touch
+// it. Absent, it is the key's namespace when the key is for one namespace
+// (the only one it may touch), and "default" for a key for every
+// namespace and in dev mode, as microsandbox clients that send none expect.
 func (c *call) namespace(ns string) (string, error) {
 	if ns == "" {
-		ns = DefaultNamespace
+		ns = c.defaultNamespace()
 	}
 	if !sandbox.ValidName(ns) {
 		return "", errdefs.Errorf(errInvalidParams, "namespace %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", ns)
@@ -54,6 +57,14 @@ func (c *call) namespace(ns string) (string, error) {
 		return "", errdefs.Errorf(errdefs.ErrForbidden, "this API key is for namespace %q, not %q", c.claims.Namespace, ns)
 	}
 	return ns, nil
+}
+
+// defaultNamespace is the namespace of a request that names none.
+func (c *call) defaultNamespace() string {
+	if k := c.claims.Namespace; k != "" && k != "*" {
+		return k
+	}
+	return DefaultNamespace
 }
 
 // namespaces resolves a namespace filter that may be "*": nil means all.
@@ -89,12 +100,23 @@ func sandboxName(name string) error {
 	return nil
 }
 
-// seconds converts a timeout in seconds, bounded.
+// seconds converts a duration given in seconds (a timeout, a wait, a
+// lifetime) to a time.Duration bounded by max. The bound is checked on the
+// float, before any conversion: converting a value past the range of
+// time.Duration gives an arbitrary (on amd64, negative) duration, which
+// would slip past a check made after it. A positive value under a
+// millisecond counts as one millisecond, the unit timeouts travel in, so
+// it never turns into 0 (no timeout). NaN and infinities cannot come from
+// JSON, but are refused all the same.
 func seconds(what string, v float64, max time.Duration) (time.Duration, error) {
-	if v < 0 || v != v || time.Duration(v*float64(time.Second)) > max {
-		return 0, errdefs.Errorf(errInvalidParams, "%s %v: want 0 (none) up to %v seconds", what, v, max.Seconds())
+	if math.IsNaN(v) || v < 0 || v > max.Seconds() {
+		return 0, errdefs.Errorf(errInvalidParams, "%s %g: want a number of seconds from 0 up to %g", what, v, max.Seconds())
 	}
-	return time.Duration(v * float64(time.Second)), nil
+	d := time.Duration(v * float64(time.Second))
+	if v > 0 && d < time.Millisecond {
+		d = time.Millisecond
+	}
+	return d, nil
 }
 
 // maxTimeout bounds every command and code timeout.
@@ -399,7 +421,7 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call) (any, error) {
 	s.m.execLatency(ns, "repl", time.Since(t0))
 	if err != nil {
 		s.mgr.Logf(ns, name, "repl %s: %v", p.Language, err)
-		return nil, err
+		return nil, s.cutShort(ctx, ns, name, sb, "the code ran", err)
 	}
 	s.mgr.Logf(ns, name, "repl %s: %s (%d bytes of code, %.1f ms)", p.Language, res.Status, len(*p.Code), res.DurationMs)
 	out := replResult{Status: "success", Language: p.Language, Output: res.Output, Result: res.Result,
@@ -503,7 +525,7 @@ func (s *Server) exec(ctx context.Context, ns, name, kind string, req *wire.Exec
 		if errors.Is(err, backend.ErrAgentUnresponsive) {
 			return res, errdefs.Errorf(errdefs.ErrTimeout, "%w", err)
 		}
-		return res, err
+		return res, s.cutShort(ctx, ns, name, sb, "the command ran", err)
 	}
 	what := fmt.Sprintf("exit %d", res.Code)
 	switch {
@@ -517,6 +539,28 @@ func (s *Server) exec(ctx context.Context, ns, name, kind string, req *wire.Exec
 	s.mgr.Logf(ns, name, "%s %.200s: %s (%.1f ms)", kind, argv, what, res.DurationMs)
 	return res, nil
 }
+
+// cutShort turns the error of an operation on sb, which Use returned for
+// ns/name, into a conflict saying the sandbox was stopped while the
+// operation (what: "the command ran") was under way, when that is what
+// broke it: the agent's connection then ends with a bare transport error
+// (EOF, connection reset) that says nothing to the caller. Errors of a
+// known kind, and errors while the sandbox still runs, are returned as
+// they are.
+func (s *Server) cutShort(ctx context.Context, ns, name string, sb backend.Sandbox, what string, err error) error {
+	if errdefs.Kind(err) != errdefs.Internal || ctx.Err() != nil {
+		return err
+	}
+	why, stopped := s.mgr.Interrupted(ns, name, sb, stopSettle)
+	if !stopped {
+		return err
+	}
+	return errdefs.Errorf(errdefs.ErrConflict, "sandbox %q in namespace %q was stopped while %s (%s); start it again to go on", name, ns, what, why)
+}
+
+// stopSettle bounds how long after an agent connection broke the sandbox's
+// init may take to be seen exiting, when a stop broke it.
+const stopSettle = time.Second
 
 // lineSplitter turns output chunks into lines per stream, in the order
 // lines were completed.
@@ -581,7 +625,7 @@ type sandboxMetrics struct {
 	Name        string   `json:"name"`
 	Running     bool     `json:"running"`
 	CPUUsage    *float64 `json:"cpu_usage"`
-	MemoryUsage *float64 `json:"memory_usage"`
+	MemoryUsage *int64   `json:"memory_usage"`
 	DiskUsage   *int64   `json:"disk_usage"`
 }
 

@@ -321,13 +321,17 @@ func encode(b []byte, binary bool) string {
 }
 
 // agentCall runs f against the running sandbox's agent.
-func (s *Server) agentCall(ns, name string, f func(a *agent.Client) (any, error)) (any, error) {
+func (s *Server) agentCall(ctx context.Context, ns, name string, f func(a *agent.Client) (any, error)) (any, error) {
 	sb, release, err := s.mgr.Use(ns, name)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return f(sb.Agent())
+	res, err := f(sb.Agent())
+	if err != nil {
+		return nil, s.cutShort(ctx, ns, name, sb, "the request ran", err)
+	}
+	return res, nil
 }
 
 type processParams struct {
@@ -367,7 +371,7 @@ func (s *Server) processCall(ctx context.Context, c *call, allowed map[string]bo
 		return nil, errdefs.Errorf(errInvalidParams, "\"id\" (the process id) is missing")
 	}
 	p.Namespace, p.Sandbox = ns, name // as resolved
-	return s.agentCall(ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
+	return s.agentCall(ctx, ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
 }
 
 func fields(names ...string) map[string]bool {

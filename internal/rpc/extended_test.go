@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -360,6 +361,75 @@ func TestWebSocket(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	})
+}
+
+// TestWebSocketReportsDroppedOutput: a process that writes faster than its
+// WebSocket client reads loses the oldest output (the agent keeps 1 MiB
+// per stream and never holds the process back), and the client is told
+// exactly how many bytes: what arrives plus what was reported dropped is
+// all the process wrote.
+func TestWebSocketReportsDroppedOutput(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "wsd"}, nil)
+	cfg, err := websocket.NewConfig(strings.Replace(e.url, "http", "ws", 1)+"/api/v1/ws?sandbox=wsd", e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const total = 32 << 20
+	if err := websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", fmt.Sprintf(`head -c %d /dev/zero | tr "\0" x`, total)}}); err != nil {
+		t.Fatal(err)
+	}
+	// The client stalls while the process writes everything: far more
+	// than the agent keeps and the socket buffers hold.
+	time.Sleep(3 * time.Second)
+	var got, dropped int64
+	for {
+		var m struct {
+			Type    string `json:"type"`
+			Data    []byte `json:"data"`
+			Stream  string `json:"stream"`
+			Dropped int64  `json:"dropped"`
+			Message string `json:"message"`
+			Exit    *struct {
+				Code int `json:"code"`
+			} `json:"exit"`
+		}
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if err := websocket.JSON.Receive(c, &m); err != nil {
+			t.Fatalf("after %d bytes and %d dropped: %v", got, dropped, err)
+		}
+		switch m.Type {
+		case "started":
+		case "stdout":
+			if bytes.ContainsFunc(m.Data, func(r rune) bool { return r != 'x' }) {
+				t.Fatal("output corrupted")
+			}
+			got += int64(len(m.Data))
+		case "dropped":
+			if m.Stream != "stdout" || m.Dropped <= 0 {
+				t.Fatalf("dropped message %+v", m)
+			}
+			dropped += m.Dropped
+		case "exit":
+			if m.Exit == nil || m.Exit.Code != 0 {
+				t.Fatalf("exit %+v", m)
+			}
+			if got+dropped != total {
+				t.Fatalf("received %d bytes and was told of %d dropped: %d of the %d written are unaccounted for", got, dropped, total-got-dropped, total)
+			}
+			if dropped == 0 {
+				t.Fatal("nothing was dropped: the test did not stall the client long enough to test anything")
+			}
+			return
+		default:
+			t.Fatalf("message %+v", m)
+		}
+	}
 }
 
 // TestRestartReattaches: a daemon restart keeps running sandboxes working,

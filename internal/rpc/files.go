@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -90,7 +91,7 @@ func (s *Server) fileCall(ctx context.Context, c *call, allowed map[string]bool,
 	if allowed["path"] && p.Path == "" {
 		return nil, errdefs.Errorf(errInvalidParams, "\"path\" is missing")
 	}
-	return s.agentCall(ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
+	return s.agentCall(ctx, ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
 }
 
 func (s *Server) fileRead(ctx context.Context, c *call) (any, error) {
@@ -103,14 +104,29 @@ func (s *Server) fileRead(ctx context.Context, c *call) (any, error) {
 	})
 }
 
+// MaxFileWrite bounds the decoded data of one sandbox.file.write: its
+// base64 text (4/3 of it, 62.7 MiB) and the rest of the request must fit
+// the MaxBody of a JSON-RPC request. The agent would take more
+// (wire.MaxFileWrite); bigger files go through the tar upload route.
+const MaxFileWrite = 47 << 20
+
 func (s *Server) fileWrite(ctx context.Context, c *call) (any, error) {
 	return s.fileCall(ctx, c, fields("path", "data", "mode"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
-		if base64.StdEncoding.DecodedLen(len(p.Data)) > wire.MaxFileWrite {
-			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "data is larger than %d MiB", wire.MaxFileWrite>>20)
+		tooLarge := func(n int) error {
+			return errdefs.Errorf(errdefs.ErrTooLarge, "data is %d bytes, more than the %d MiB sandbox.file.write takes; send bigger files with the tar upload route (PUT /api/v1/sandboxes/{namespace}/{name}/tar)", n, MaxFileWrite>>20)
+		}
+		// DecodedLen overstates by at most the 2 bytes of padding: no
+		// decoding of what is surely too large (MCP calls are not bounded
+		// by MaxBody).
+		if n := base64.StdEncoding.DecodedLen(len(p.Data)); n > MaxFileWrite+2 {
+			return nil, tooLarge(n)
 		}
 		b, err := base64.StdEncoding.DecodeString(p.Data)
 		if err != nil {
 			return nil, errdefs.Errorf(errInvalidParams, "\"data\" must be base64: %w", err)
+		}
+		if len(b) > MaxFileWrite {
+			return nil, tooLarge(len(b))
 		}
 		mode := p.Mode
 		if mode == 0 {
@@ -166,6 +182,11 @@ func (s *Server) fileMove(ctx context.Context, c *call) (any, error) {
 	})
 }
 
+// defaultNamespaceSegment in a tar route's {namespace} stands for the
+// namespace a JSON-RPC request without one gets (the key's own, or
+// "default"); it is not a valid namespace name.
+const defaultNamespaceSegment = "-"
+
 // transfer resolves a tar route's sandbox and the caller's right to it.
 func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client, func(), string, bool) {
 	ctx := r.Context()
@@ -175,7 +196,11 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client
 		return nil, nil, "", false
 	}
 	c := &call{s: s, claims: claims, method: "tar"}
-	ns, name, err := c.resolve(r.PathValue("namespace"), r.PathValue("name"))
+	ns := r.PathValue("namespace")
+	if ns == defaultNamespaceSegment {
+		ns = "" // as for a request that names none
+	}
+	ns, name, err := c.resolve(ns, r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
 		return nil, nil, "", false
@@ -193,23 +218,55 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client
 	return sb.Agent(), release, p, true
 }
 
+// TarLimitHeader carries a tar download's size limit in bytes, so that a
+// client whose download ends early can tell the limit cut it.
+const TarLimitHeader = "X-Warren-Tar-Limit"
+
 func (s *Server) serveTarDownload(w http.ResponseWriter, r *http.Request) {
 	a, release, p, ok := s.transfer(w, r)
 	if !ok {
 		return
 	}
 	defer release()
-	rc, err := a.DownloadTar(r.Context(), p)
+	ctx := r.Context()
+	limit := s.opts.MaxTarDownload
+	// A file's size is known before anything is sent: one over the limit
+	// gets a proper error. A directory's is not (the agent streams the tar
+	// as it walks), so its download is cut when it passes the limit.
+	if fi, err := a.Stat(ctx, p); err == nil && fi.Type == "file" && fi.Size > limit {
+		s.writeError(w, ctx, nil, errdefs.Errorf(errdefs.ErrTooLarge,
+			"%.200s is %d bytes, more than this server's tar download limit of %d bytes (warren serve --max-tar-download); download a directory's parts separately or split the file in the sandbox",
+			p, fi.Size, limit), 0)
+		return
+	}
+	rc, err := a.DownloadTar(ctx, p)
 	if err != nil {
-		s.writeError(w, r.Context(), nil, err, 0)
+		s.writeError(w, ctx, nil, err, 0)
 		return
 	}
 	defer rc.Close()
 	w.Header().Set("Content-Type", "application/x-tar")
+	w.Header().Set(TarLimitHeader, strconv.FormatInt(limit, 10))
 	w.WriteHeader(http.StatusOK)
-	if _, err := io.Copy(w, rc); err != nil && !errors.Is(err, os.ErrClosed) {
-		s.log.Info("tar download cut short", "request_id", requestID(r.Context()), "err", err)
+	n, err := io.CopyN(w, rc, limit)
+	if errors.Is(err, io.EOF) {
+		return // the whole tar, within the limit
 	}
+	if err != nil {
+		if !errors.Is(err, os.ErrClosed) {
+			s.log.Info("tar download cut short", "request_id", requestID(ctx), "err", err)
+		}
+		return
+	}
+	if more, _ := io.CopyN(io.Discard, rc, 1); more == 0 {
+		return // exactly the limit
+	}
+	// Over the limit. The status is sent already, so the connection is
+	// cut: the client's read fails (unexpected EOF) instead of ending
+	// cleanly on a truncated tar that might look complete.
+	s.log.Info("tar download over the limit: cut", "request_id", requestID(ctx), "path", p, "bytes", n, "limit", limit)
+	_ = http.NewResponseController(w).Flush() // the client gets every byte up to the limit
+	panic(http.ErrAbortHandler)
 }
 
 func (s *Server) serveTarUpload(w http.ResponseWriter, r *http.Request) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,7 +47,13 @@ type env struct {
 	dev     bool
 	options sandbox.Options
 	images  *image.Store
+	// rpcOptions, when set, adjusts the server's options at every start.
+	rpcOptions func(*rpc.Options)
 }
+
+// brokenImage is an image name the test servers fail to resolve with a
+// host failure (not a refusal): the image store cannot be read.
+const brokenImage = "test-broken-store"
 
 // newEnv starts a server. Privileged: fails under WARREN_TEST_PRIVILEGED=1
 // without root.
@@ -100,6 +107,8 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 		switch name {
 		case image.HostName, "python", "node", "microsandbox/python", "microsandbox/node":
 			return e.be.HostImage()
+		case brokenImage:
+			return nil, errors.New("read the image store: input/output error")
 		}
 		return e.images.Get(name)
 	}
@@ -124,6 +133,9 @@ func (e *env) start() {
 	opts := rpc.Options{Manager: e.mgr, Dev: e.dev, Metrics: metrics.NewRegistry(), Images: e.images}
 	if !e.dev {
 		opts.Keys = e.keys
+	}
+	if e.rpcOptions != nil {
+		e.rpcOptions(&opts)
 	}
 	e.srv, err = rpc.New(opts)
 	if err != nil {

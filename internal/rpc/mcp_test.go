@@ -2,6 +2,7 @@ package rpc_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -80,10 +81,97 @@ func TestMCPEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer csB.Close()
-	if out, isErr := call(csB, "sandbox_stop", map[string]any{"sandbox": "m1"}); !isErr || !strings.Contains(out, "team-b") {
+	if out, isErr := call(csB, "sandbox_stop", map[string]any{"sandbox": "m1", "namespace": "default"}); !isErr || !strings.Contains(out, "team-b") {
 		t.Fatalf("cross-namespace stop: %v %s", isErr, out)
+	}
+	// Without a namespace, team-b's key means team-b, which has no m1.
+	if out, isErr := call(csB, "sandbox_stop", map[string]any{"sandbox": "m1"}); !isErr || !strings.Contains(out, `namespace "team-b" does not exist`) {
+		t.Fatalf("stop in the key's namespace: %v %s", isErr, out)
 	}
 	if out, isErr := call(cs, "sandbox_stop", map[string]any{"sandbox": "m1"}); isErr {
 		t.Fatalf("stop: %s", out)
+	}
+}
+
+// TestNamespaceDefaultsToKey: a request that names no namespace uses the
+// key's namespace when the key is for one (over MCP, as the tools'
+// schemas and the server's instructions say, and over JSON-RPC alike), and
+// "default" with a key for every namespace.
+func TestNamespaceDefaultsToKey(t *testing.T) {
+	e := newEnv(t, false, nil)
+	e.srv.SetMCP(mcp.Handler(e.srv, nil))
+	e.http.Config.Handler = e.srv.Handler()
+	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	client := sdk.NewClient(&sdk.Implementation{Name: "warren-ns", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: e.url + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{keyA, http.DefaultTransport}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	// What the tools promise.
+	tools, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range tools.Tools {
+		b, _ := json.Marshal(tool.InputSchema)
+		if strings.Contains(string(b), `"namespace"`) && !strings.Contains(string(b), "default: the API key's") {
+			t.Errorf("%s: namespace schema %s", tool.Name, b)
+		}
+	}
+	call := func(name string, args map[string]any) string {
+		t.Helper()
+		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		out := res.Content[0].(*sdk.TextContent).Text
+		if res.IsError {
+			t.Fatalf("%s %v: %s", name, args, out)
+		}
+		return out
+	}
+	call("sandbox_start", map[string]any{"sandbox": "na"})
+	if out := call("sandbox_run_command", map[string]any{"sandbox": "na", "command": "echo", "args": []string{"mcp"}}); !strings.Contains(out, `"text":"mcp"`) {
+		t.Fatalf("run_command: %s", out)
+	}
+	if out := call("sandbox_list", map[string]any{}); !strings.Contains(out, `"namespace":"team-a"`) {
+		t.Fatalf("list: %s", out)
+	}
+	if out := call("sandbox_get_metrics", map[string]any{"sandbox": "na"}); !strings.Contains(out, `"namespace":"team-a"`) {
+		t.Fatalf("metrics: %s", out)
+	}
+	// The sandbox is in team-a, not default.
+	var info struct {
+		Namespace string `json:"namespace"`
+	}
+	e.must("sandbox.get", map[string]any{"sandbox": "na", "namespace": "team-a"}, &info)
+	if r := e.call("sandbox.get", map[string]any{"sandbox": "na"}); r.Status != 404 {
+		t.Fatalf("with a key for every namespace, no namespace means default: %s", r.Raw)
+	}
+	// JSON-RPC alike, generation B (no namespace) with the team-a key.
+	if r := e.callAs(keyA, "sandbox.command.run", map[string]any{"sandbox": "na", "command": "true"}); r.Status != 200 {
+		t.Fatalf("command.run without a namespace, team-a key: %s", r.Raw)
+	}
+	if r := e.callAs(keyA, "sandbox.stop", map[string]any{"sandbox": "na"}); r.Status != 200 {
+		t.Fatalf("stop without a namespace, team-a key: %s", r.Raw)
+	}
+	// The tar route's "-" is the same default.
+	e.must("sandbox.start", map[string]any{"sandbox": "na", "namespace": "team-a"}, nil)
+	req, _ := http.NewRequest("GET", e.url+"/api/v1/sandboxes/-/na/tar?path=/etc/hostname", nil)
+	req.Header.Set("Authorization", "Bearer "+keyA)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("tar route with namespace -: %d", resp.StatusCode)
 	}
 }

@@ -326,8 +326,9 @@ func TestAuthMatrix(t *testing.T) {
 			t.Errorf("%s %v with a team-a key: %d %s", c.method, c.params, r.Status, r.Raw)
 		}
 	}
-	// Without a namespace, a scoped key lands in "default": also forbidden.
-	if r := e.callAs(keyA, "sandbox.start", map[string]any{"sandbox": "x"}); r.Status != 403 {
+	// Naming "default" with a team-a key is forbidden too; naming none
+	// means the key's own namespace (TestNamespaceDefaultsToKey).
+	if r := e.callAs(keyA, "sandbox.start", map[string]any{"sandbox": "x", "namespace": "default"}); r.Status != 403 {
 		t.Errorf("default namespace with a team-a key: %d", r.Status)
 	}
 	// The team-a key sees only team-a in metrics.

@@ -2,7 +2,9 @@ package rpc_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +132,88 @@ func TestGoSDKExtended(t *testing.T) {
 	}
 	if list, _ := c.List(ctx, warren.ListOptions{}); len(list) != 0 {
 		t.Fatalf("one-shot runs left sandboxes: %+v", list)
+	}
+}
+
+// The upstream microsandbox Go SDK (generation B; PROTOCOL.md, the seed
+// go-sdk-msb.txt and its rpc_client.go) decodes sandbox.metrics.get into
+// these structs, copied as they are: memory_usage and disk_usage are ints
+// there, so a fractional number fails the whole call.
+type (
+	upstreamMetrics struct {
+		Name      string  // Sandbox name
+		IsRunning bool    // Whether the sandbox is currently running
+		CPU       float64 // CPU usage percentage (0-100)
+		MemoryMiB int     // Memory usage in mebibytes
+		DiskBytes int     // Disk usage in bytes
+	}
+	upstreamMetricsResult struct {
+		Sandboxes []upstreamSandboxMetrics `json:"sandboxes"`
+	}
+	upstreamSandboxMetrics struct {
+		Name        string  `json:"name"`
+		Namespace   string  `json:"namespace"`
+		Running     bool    `json:"running"`
+		CPUUsage    float64 `json:"cpu_usage"`
+		MemoryUsage int     `json:"memory_usage"`
+		DiskUsage   int     `json:"disk_usage"`
+	}
+)
+
+// TestUpstreamGoSDKMetrics decodes the real server's metrics, running and
+// stopped, one sandbox and all, into the upstream SDK's own shapes.
+func TestUpstreamGoSDKMetrics(t *testing.T) {
+	e := newEnv(t, false, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "up"}, nil)
+	// Memory in use that is not a whole number of MiB.
+	e.must("sandbox.repl.run", map[string]any{"sandbox": "up", "language": "python", "code": "x = bytearray(3*1024*1024 + 12345)"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "down"}, nil)
+	e.must("sandbox.stop", map[string]any{"sandbox": "down"}, nil)
+	memRE := regexp.MustCompile(`"memory_usage":(null|[0-9]+)[,}]`)
+	for _, params := range []map[string]any{{"sandbox": "up"}, {"sandbox": "down"}, {}, {"namespace": "*"}} {
+		r := e.call("sandbox.metrics.get", params)
+		if r.Status != 200 {
+			t.Fatalf("metrics %v: %s", params, r.Raw)
+		}
+		if n := len(memRE.FindAll(r.Result, -1)); n != strings.Count(string(r.Result), `"memory_usage"`) {
+			t.Errorf("metrics %v: memory_usage not a whole number or null: %s", params, r.Result)
+		}
+		var res upstreamMetricsResult
+		if err := json.Unmarshal(r.Result, &res); err != nil {
+			t.Fatalf("metrics %v: the upstream SDK cannot decode %s: %v", params, r.Result, err)
+		}
+		for _, m := range res.Sandboxes {
+			// What the upstream SDK's Metrics().All() returns.
+			got := upstreamMetrics{Name: m.Name, IsRunning: m.Running, CPU: m.CPUUsage, MemoryMiB: m.MemoryUsage, DiskBytes: m.DiskUsage}
+			switch m.Name {
+			case "up":
+				// Rounded up: at least the 3 MiB the REPL holds, never 0.
+				if !got.IsRunning || got.MemoryMiB < 4 || got.CPU < 0 || got.DiskBytes < 0 {
+					t.Errorf("running sandbox: %+v", got)
+				}
+			case "down":
+				if got.IsRunning || got.MemoryMiB != 0 || got.CPU != 0 {
+					t.Errorf("stopped sandbox: %+v", got)
+				}
+			}
+		}
+	}
+}
+
+// TestRunOnceCleansUpServerFailures: a one-shot run whose create failed on
+// the server (a host failure keeps the errored sandbox's record) leaves
+// nothing behind either.
+func TestRunOnceCleansUpServerFailures(t *testing.T) {
+	e := newEnv(t, false, nil)
+	ctx := t.Context()
+	c := warren.New(warren.WithServerURL(e.url), warren.WithAPIKey(e.admin), warren.WithNamespace("oneshot"))
+	if _, err := c.RunPython(ctx, "print(1)", warren.RunImage(brokenImage)); !warren.IsInternal(err) || !strings.Contains(err.Error(), "image store") {
+		t.Fatalf("RunPython from an unreadable image: %v", err)
+	}
+	if _, err := c.RunShell(ctx, "true", warren.RunImage("nope:latest")); !warren.IsInvalidParams(err) {
+		t.Fatalf("RunShell from a missing image: %v", err)
+	}
+	if list, err := c.List(ctx, warren.ListOptions{}); err != nil || len(list) != 0 {
+		t.Fatalf("failed one-shot runs left sandboxes: %+v %v", list, err)
 	}
 }

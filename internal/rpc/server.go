@@ -34,7 +34,9 @@ import (
 // MaxBody bounds a JSON-RPC request body.
 const MaxBody = 64 << 20
 
-// DefaultNamespace is used when a request names none (client generation B).
+// DefaultNamespace is used when a request names none (client generation B)
+// and its key is for every namespace, or in dev mode; a key for one
+// namespace defaults to that one.
 const DefaultNamespace = "default"
 
 // Options wire a Server.
@@ -51,7 +53,14 @@ type Options struct {
 	Metrics *metrics.Registry
 	// MCP, if set, is served at /mcp behind the same authentication.
 	MCP http.Handler
+	// MaxTarDownload bounds the tar stream of one download, in bytes
+	// (0: DefaultMaxTarDownload).
+	MaxTarDownload int64
 }
+
+// DefaultMaxTarDownload is the tar download limit when Options sets none:
+// that of an upload (wire.MaxTarUpload).
+const DefaultMaxTarDownload = 1 << 30
 
 // Server serves the API.
 type Server struct {
@@ -76,6 +85,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = metrics.NewRegistry()
+	}
+	if opts.MaxTarDownload < 0 {
+		return nil, fmt.Errorf("rpc: tar download limit %d: want a positive number of bytes (0 = %d)", opts.MaxTarDownload, DefaultMaxTarDownload)
+	}
+	if opts.MaxTarDownload == 0 {
+		opts.MaxTarDownload = DefaultMaxTarDownload
 	}
 	s := &Server{opts: opts, mgr: opts.Manager, log: opts.Logger}
 	s.methods = s.methodTable()
@@ -233,7 +248,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.writeError(w, ctx, nil, errdefs.Errorf(errdefs.ErrTooLarge, "request body is larger than %d MiB", MaxBody>>20), 0)
+			s.writeError(w, ctx, nil, errdefs.Errorf(errdefs.ErrTooLarge, "request body is larger than %d MiB (sandbox.file.write takes at most %d MiB of data; send bigger files with the tar upload route)", MaxBody>>20, MaxFileWrite>>20), 0)
 			return
 		}
 		s.writeError(w, ctx, nil, errdefs.Errorf(errInvalidRequest, "read body: %w", err), 0)

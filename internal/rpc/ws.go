@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
@@ -36,6 +36,10 @@ type wsMsg struct {
 	Exit    *wire.ExitStatus `json:"exit,omitempty"`
 	Message string           `json:"message,omitempty"`
 	Kind    string           `json:"kind,omitempty"`
+	// Stream and Dropped make a "dropped" message: Dropped bytes of
+	// Stream were lost before the data that follows on it.
+	Stream  string `json:"stream,omitempty"`
+	Dropped int64  `json:"dropped,omitempty"`
 }
 
 // wsMaxMessage bounds one client message (stdin chunks included).
@@ -69,13 +73,14 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 	srv := websocket.Server{Handshake: func(*websocket.Config, *http.Request) error { return nil },
 		Handler: func(conn *websocket.Conn) {
 			conn.MaxPayloadBytes = wsMaxMessage
-			s.wsSession(conn, sb.Agent(), ns, name)
+			s.wsSession(conn, sb, ns, name)
 		}}
 	srv.ServeHTTP(w, r)
 }
 
-func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name string) {
+func (s *Server) wsSession(conn *websocket.Conn, sb backend.Sandbox, ns, name string) {
 	defer func() { _ = conn.Close() }()
+	a := sb.Agent()
 	ctx, cancel := context.WithCancel(conn.Request().Context())
 	defer cancel()
 	var sendMu sync.Mutex
@@ -141,7 +146,11 @@ func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name strin
 			}
 		}
 	}()
-	// Process → client, one pump per stream, long-polling the agent.
+	// Process → client, one pump per stream, long-polling the agent. The
+	// agent keeps the last wire.ProcessOutputKeep bytes of each stream and
+	// does not hold the process back, so a client slower than the process
+	// loses the oldest output; it is told exactly how much with a
+	// "dropped" message before the data that follows the gap.
 	streams := []string{wire.Stdout}
 	if !start.TTY {
 		streams = append(streams, wire.Stderr)
@@ -156,10 +165,17 @@ func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name strin
 				ch, err := a.Output(ctx, pi.ID, st, off, 20*time.Second)
 				if err != nil {
 					if ctx.Err() == nil {
-						fail(err)
+						fail(s.cutShort(ctx, ns, name, sb, "the process ran", err))
 						cancel()
 					}
 					return
+				}
+				if ch.Dropped > 0 {
+					s.mgr.Logf(ns, name, "process %s: %d bytes of %s dropped: the WebSocket client read slower than the process wrote", pi.ID, ch.Dropped, st)
+					if err := send(wsMsg{Type: "dropped", Stream: st, Dropped: ch.Dropped}); err != nil {
+						cancel()
+						return
+					}
 				}
 				if len(ch.Data) > 0 {
 					if err := send(wsMsg{Type: st, Data: ch.Data}); err != nil {
@@ -183,7 +199,7 @@ func (s *Server) wsSession(conn *websocket.Conn, a *agent.Client, ns, name strin
 		if err == nil {
 			err = errdefs.Errorf(errdefs.ErrTimeout, "process %s did not report its exit", pi.ID)
 		}
-		fail(err)
+		fail(s.cutShort(ctx, ns, name, sb, "the process ran", err))
 		return
 	}
 	s.mgr.Logf(ns, name, "process %s exited: code %d", pi.ID, info.Exit.Code)

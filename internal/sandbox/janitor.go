@@ -50,9 +50,9 @@ func (m *Manager) sweep(now time.Time) {
 			}
 			switch {
 			case life > 0 && now.Sub(e.started) > life:
-				todo = append(todo, action{k.ns, k.name, "stopped: maximum lifetime " + life.String() + " reached", false})
+				todo = append(todo, action{k.ns, k.name, "maximum lifetime " + life.String() + " reached", false})
 			case idle > 0 && e.busy.Load() == 0 && now.Sub(time.Unix(0, e.lastActive.Load())) > idle:
-				todo = append(todo, action{k.ns, k.name, "stopped: idle for " + idle.String(), false})
+				todo = append(todo, action{k.ns, k.name, "idle for " + idle.String(), false})
 			}
 		case Stopped, Error:
 			ret := m.opts.StoppedRetention

@@ -244,6 +244,9 @@ type entry struct {
 	stopped      time.Time
 	removed      bool
 	sb           backend.Sandbox
+	// why is the reason of the last stop or removal, for the operations
+	// it cut short.
+	why string
 
 	busy       atomic.Int32
 	lastActive atomic.Int64 // unix nanoseconds
@@ -464,6 +467,13 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	defer e.life.Unlock()
 	t0 := time.Now()
 	err := m.startLocked(ctx, e)
+	if err != nil && fresh && errdefs.Kind(err) == errdefs.ErrInvalid.Error() {
+		// The request was refused (an image the store lacks, a volume the
+		// policy forbids): it leaves no record, no name taken and nothing
+		// counted against the server's limits, as if it never came.
+		m.discard(ctx, e)
+		return Info{}, err
+	}
 	m.mu.Lock()
 	if err != nil {
 		e.state, e.err = Error, err.Error()
@@ -482,6 +492,31 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	e.logf("started (image %s, %d MiB, %g cpus) in %.1f ms", spec.Image, spec.MemoryMiB, spec.CPUs, float64(time.Since(t0).Microseconds())/1000)
 	m.watch(e, e.sb)
 	return info, nil
+}
+
+// discard undoes the creation of e, a new sandbox whose first start was
+// refused: whatever the backend made of it, its database row, its log and
+// its entry. Holds e.life.
+func (m *Manager) discard(ctx context.Context, e *entry) {
+	var err error
+	if e.sb != nil {
+		err = e.sb.Remove(context.WithoutCancel(ctx))
+	} else {
+		err = m.removeOnHost(context.WithoutCancel(ctx), e.id)
+	}
+	if err != nil {
+		// Its id is unknown to the database from here on: the next
+		// server start removes what is left as an orphan.
+		m.log.Error("remove refused sandbox", "id", e.id, "err", err)
+	}
+	m.mu.Lock()
+	delete(m.entries, key{e.ns, e.name})
+	e.removed = true
+	m.mu.Unlock()
+	if _, err := m.stmts.Exec(context.WithoutCancel(ctx), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
+		m.log.Error("delete refused sandbox record", "id", e.id, "err", err)
+	}
+	e.log.remove()
 }
 
 func (m *Manager) runningLocked() int {
@@ -591,9 +626,12 @@ func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 
 // Stop stops ns/name; stopping a stopped sandbox is not an error.
 func (m *Manager) Stop(ctx context.Context, ns, name string) error {
-	return m.stopWhy(ctx, ns, name, "stopped by request")
+	return m.stopWhy(ctx, ns, name, "a stop was requested")
 }
 
+// stopWhy stops ns/name for the reason why ("maximum lifetime 1h0m0s
+// reached"), which the log and the callers whose operations the stop cut
+// short are told.
 func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 	m.mu.Lock()
 	e := m.entries[key{ns, name}]
@@ -613,7 +651,7 @@ func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 		m.mu.Unlock()
 		return nil
 	}
-	e.state = Stopping
+	e.state, e.why = Stopping, why
 	m.mu.Unlock()
 	var err error
 	if e.sb != nil {
@@ -633,7 +671,7 @@ func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 	if err != nil {
 		return fmt.Errorf("stop sandbox %q: %w", name, err)
 	}
-	e.logf("%s", why)
+	e.logf("stopped: %s", why)
 	return nil
 }
 
@@ -653,7 +691,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 		m.mu.Unlock()
 		return false, nil
 	}
-	e.state = Stopping
+	e.state, e.why = Stopping, "it was removed"
 	m.mu.Unlock()
 	if e.sb != nil {
 		if err := e.sb.Remove(context.WithoutCancel(ctx)); err != nil {
@@ -718,6 +756,48 @@ func (m *Manager) Use(ns, name string) (backend.Sandbox, func(), error) {
 }
 
 func (e *entry) touch() { e.lastActive.Store(time.Now().UnixNano()) }
+
+// Interrupted reports whether sb, which Use returned for ns/name, has
+// stopped (or is being stopped or removed) and why, for an operation whose
+// connection to the agent broke. A stop kills the agent before the
+// sandbox's init is seen to exit, so it waits up to wait for the init to
+// end; a sandbox whose init still runs then was not stopped.
+func (m *Manager) Interrupted(ns, name string, sb backend.Sandbox, wait time.Duration) (string, bool) {
+	// A stop or removal is marked before it kills anything: no wait.
+	if why, ok := m.stopReason(ns, name); ok {
+		return why, true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-sb.Done():
+	case <-t.C:
+		return "", false
+	}
+	if why, ok := m.stopReason(ns, name); ok {
+		return why, true
+	}
+	// The init died on its own and the watcher has not marked it yet.
+	return "its init exited unexpectedly", true
+}
+
+func (m *Manager) stopReason(ns, name string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entries[key{ns, name}]
+	switch {
+	case e == nil || e.removed:
+		return "it was removed", true
+	case e.state == Stopping || e.state == Stopped:
+		if e.why == "" {
+			return "it was stopped", true
+		}
+		return e.why, true
+	case e.state == Error && e.err != "":
+		return e.err, true
+	}
+	return "", false
+}
 
 // Logf appends a line to the log of ns/name (no-op for unknown sandboxes).
 func (m *Manager) Logf(ns, name, format string, args ...any) {

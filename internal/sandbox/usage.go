@@ -51,8 +51,11 @@ type Usage struct {
 	// CPUPercent is CPU use over the last sampling interval (up to one
 	// second), 100 = one core.
 	CPUPercent *float64
-	MemoryMiB  *float64
-	DiskBytes  *int64
+	// MemoryMiB is rounded up to a whole MiB: microsandbox clients decode
+	// memory_usage into an integer (the Go SDK's MemoryMiB int), and
+	// rounding up means a running sandbox never reports 0.
+	MemoryMiB *int64
+	DiskBytes *int64
 }
 
 // diskUser is implemented by backends that can measure a sandbox's own
@@ -98,7 +101,7 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 	if err != nil {
 		return u, nil //nolint:nilerr // it stopped meanwhile: report it without usage
 	}
-	mem := float64(st.MemoryBytes) / (1 << 20)
+	mem := max(1, (st.MemoryBytes+(1<<20)-1)>>20)
 	u.MemoryMiB = &mem
 	e.usage.mu.Lock()
 	pct := e.usage.pct

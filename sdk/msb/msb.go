@@ -19,7 +19,8 @@
 //     message, JSON-RPC code, error kind and HTTP status, wrapped in the
 //     sentinel of the operation (for example [ErrFailedToStartSandbox]).
 //   - No namespace is sent unless [WithNamespace] is used; the server then
-//     uses "default".
+//     uses the API key's namespace, or "default" for a key for every
+//     namespace (and in dev mode).
 //
 // # Quick Start
 //

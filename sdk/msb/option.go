@@ -19,7 +19,7 @@ type ReqIdProducer func() string
 // config is a sandbox handle's resolved configuration.
 type config struct {
 	serverUrl string
-	namespace string // empty: no namespace param is sent (server uses "default")
+	namespace string // empty: no namespace param is sent (server uses the key's, or "default")
 	name      string
 	apiKey    string
 	timeout   time.Duration
@@ -39,7 +39,8 @@ func WithServerUrl(serverUrl string) Option {
 }
 
 // WithNamespace sets the namespace sent with every request. Without it no
-// namespace is sent and the server uses "default".
+// namespace is sent and the server uses the API key's namespace, or
+// "default" for a key for every namespace (and in dev mode).
 func WithNamespace(namespace string) Option {
 	return func(b *baseMicroSandbox) { b.cfg.namespace = namespace }
 }

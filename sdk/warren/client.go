@@ -50,7 +50,10 @@ import (
 // nor MSB_SERVER_URL is set.
 const DefaultServerURL = "http://127.0.0.1:5555"
 
-// DefaultNamespace is the namespace the server uses when a request names none.
+// DefaultNamespace is the namespace the server uses when a request names
+// none and the API key is for every namespace (or the server runs in dev
+// mode). With a key for one namespace, a request that names none uses the
+// key's namespace.
 const DefaultNamespace = "default"
 
 // DefaultImage is the image of the sandboxes [Client.RunPython] and
@@ -87,7 +90,8 @@ func WithAPIKey(key string) Option {
 }
 
 // WithNamespace sets the namespace of every request. Without it none is sent
-// and the server uses "default".
+// and the server uses the API key's namespace, or "default" for a key for
+// every namespace (and in dev mode).
 func WithNamespace(ns string) Option {
 	return func(c *Client) { c.namespace = ns }
 }
@@ -138,7 +142,7 @@ func New(opts ...Option) *Client {
 func (c *Client) ServerURL() string { return c.serverURL }
 
 // Namespace returns the namespace requests name, or "" when none is set (the
-// server then uses "default").
+// server then uses the key's namespace, or "default"; see [WithNamespace]).
 func (c *Client) Namespace() string { return c.namespace }
 
 // Health checks GET /api/v1/health, which needs no key.
@@ -222,10 +226,11 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body io.Re
 	return req, nil
 }
 
-// ns returns the namespace for routes that need one in the path.
+// ns returns the namespace for routes that need one in the path: "-", the
+// server's default for the key, when the client names none.
 func (c *Client) ns() string {
 	if c.namespace == "" {
-		return DefaultNamespace
+		return "-"
 	}
 	return c.namespace
 }

@@ -3,11 +3,13 @@ package warren
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -160,15 +162,41 @@ func (s *Sandbox) UploadTar(ctx context.Context, dir string, r io.Reader) error 
 // DownloadTar returns a tar stream of path (a file or a directory) inside
 // the sandbox (GET /api/v1/sandboxes/{namespace}/{name}/tar). The caller
 // must close it.
+//
+// The server bounds the tar stream (warren serve --max-tar-download, 1 GiB
+// by default): a file over the limit is a [KindTooLarge] error here, and a
+// directory whose tar passes it is cut there, which makes reading the
+// stream fail with an error wrapping [io.ErrUnexpectedEOF] that names the
+// limit.
 func (s *Sandbox) DownloadTar(ctx context.Context, path string) (io.ReadCloser, error) {
 	req, err := s.c.newRequest(ctx, http.MethodGet, s.tarPath(path), nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Accept", "application/x-tar, application/json")
-	resp, err := s.c.do(req, "download tar")
+	resp, err := s.c.do(req, "download tar") //nolint:bodyclose // the caller closes it, through tarBody
 	if err != nil {
 		return nil, err
 	}
-	return resp.Body, nil
+	limit, _ := strconv.ParseInt(resp.Header.Get(tarLimitHeader), 10, 64)
+	return &tarBody{ReadCloser: resp.Body, limit: limit}, nil
+}
+
+// tarLimitHeader carries the server's tar download limit in bytes.
+const tarLimitHeader = "X-Warren-Tar-Limit"
+
+// tarBody explains a download the server cut at its limit.
+type tarBody struct {
+	io.ReadCloser
+	limit int64 // 0: unknown
+	n     int64
+}
+
+func (b *tarBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	if errors.Is(err, io.ErrUnexpectedEOF) && b.limit > 0 && b.n >= b.limit {
+		err = fmt.Errorf("warren: download tar: the server cut the stream at its limit of %d bytes (warren serve --max-tar-download): %w", b.limit, err)
+	}
+	return n, err
 }

@@ -2,7 +2,6 @@ package warren
 
 import (
 	"context"
-	"errors"
 	"time"
 )
 
@@ -68,10 +67,11 @@ func (c *Client) runOnce(ctx context.Context, prefix string, opts []RunOption, r
 	}
 	sb, err := c.Create(ctx, spec)
 	if err != nil {
-		// The server refused: nothing was created. Otherwise (the request
-		// was cut short) the sandbox may exist, so clean up anyway.
-		var se *Error
-		if !errors.As(err, &se) {
+		// Whether a failed create left a sandbox depends on how it failed
+		// (a start that failed on the server keeps its record, a request
+		// cut short may have gone through), so the name is cleaned up
+		// anyway. Except after a conflict: the name was someone else's.
+		if !IsConflict(err) {
 			c.cleanup(ctx, c.Sandbox(spec.Name))
 		}
 		return ExecResult{}, err

@@ -498,8 +498,8 @@ func TestErrors(t *testing.T) {
 	})
 	t.Run("tar errors", func(t *testing.T) {
 		f := newFake(t)
-		f.set("GET /api/v1/sandboxes/default/sb1/tar", 404, errBody(-32003, "no file /x", "not_found"))
-		f.set("PUT /api/v1/sandboxes/default/sb1/tar", 413, errBody(-32005, "tar over 1 GiB", "too_large"))
+		f.set("GET /api/v1/sandboxes/-/sb1/tar", 404, errBody(-32003, "no file /x", "not_found"))
+		f.set("PUT /api/v1/sandboxes/-/sb1/tar", 413, errBody(-32005, "tar over 1 GiB", "too_large"))
 		sb := New(WithServerURL(f.srv.URL)).Sandbox("sb1")
 		if _, err := sb.DownloadTar(t.Context(), "/x"); !IsNotFound(err) || err.Error() != "no file /x" {
 			t.Errorf("download: %v", err)
@@ -541,14 +541,15 @@ func TestTar(t *testing.T) {
 	if string(b) != "TARDATA" || down.Method != http.MethodGet || down.RawQuery != "path=%2Fout" {
 		t.Errorf("download %q %+v", b, down)
 	}
-	// No namespace set: the route names "default".
-	f.set("GET /api/v1/sandboxes/default/sb1/tar", 200, "X")
+	// No namespace set: the route names "-", the server's default for the
+	// key (as for RPC requests that name none).
+	f.set("GET /api/v1/sandboxes/-/sb1/tar", 200, "X")
 	rc, err = New(WithServerURL(f.srv.URL)).Sandbox("sb1").DownloadTar(t.Context(), "/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rc.Close()
-	if p := f.last().Path; p != "/api/v1/sandboxes/default/sb1/tar" {
+	if p := f.last().Path; p != "/api/v1/sandboxes/-/sb1/tar" {
 		t.Errorf("path %q", p)
 	}
 }
@@ -619,9 +620,23 @@ func TestRunOnce(t *testing.T) {
 			wantImage:   "python",
 		},
 		{
-			name:        "create refused: nothing to clean",
+			name:        "create refused: the name is cleaned up anyway",
 			fail:        map[string]reply{"sandbox.create": {429, errBody(-32006, "too many sandboxes", "limit")}},
 			wantErr:     IsLimit,
+			wantMethods: []string{"sandbox.create", "sandbox.stop", "sandbox.remove"},
+			wantImage:   "python",
+		},
+		{
+			name:        "create failed on the server: cleaned up",
+			fail:        map[string]reply{"sandbox.create": {500, errBody(-32603, "start sandbox: image store unreadable", "internal")}},
+			wantErr:     IsInternal,
+			wantMethods: []string{"sandbox.create", "sandbox.stop", "sandbox.remove"},
+			wantImage:   "python",
+		},
+		{
+			name:        "create conflict: someone else's sandbox is left alone",
+			fail:        map[string]reply{"sandbox.create": {409, errBody(-32004, "sandbox exists", "conflict")}},
+			wantErr:     IsConflict,
 			wantMethods: []string{"sandbox.create"},
 			wantImage:   "python",
 		},
