@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"syscall"
 
@@ -116,5 +117,11 @@ func run(status *os.File) error {
 		return fmt.Errorf("report ready: %w", err)
 	}
 	status.Close()
+	if n := int(cfg.Procs); n != 1 {
+		if n == 0 || n > runtime.NumCPU() {
+			n = runtime.NumCPU()
+		}
+		runtime.GOMAXPROCS(n)
+	}
 	return srv.Serve(guest.FirstConn(l, first))
 }

@@ -39,6 +39,7 @@ func encodeConfig(c *Config) []byte {
 	e.str(c.Node)
 	e.str(c.User)
 	e.bool(c.Lifeline)
+	e.uint(uint64(c.Procs))
 	return e.b
 }
 
@@ -60,6 +61,7 @@ func decodeConfig(b []byte) (*Config, error) {
 	c.Node = d.str()
 	c.User = d.str()
 	c.Lifeline = d.bool()
+	c.Procs = d.uint32()
 	if d.err == nil && len(d.b) > 0 {
 		d.fail(fmt.Sprintf("%d bytes after the end", len(d.b)))
 	}

@@ -31,6 +31,11 @@ type Config struct {
 	// Lifeline makes the agent exit when the read end of FDLifeline reports
 	// EOF, that is when the host process that started it is gone.
 	Lifeline bool `json:"lifeline,omitempty"`
+	// Procs is how many threads may run the agent's Go code at once
+	// (GOMAXPROCS) once the sandbox is set up: its CPU limit rounded up, 0
+	// for none (every CPU). Agents start with one, which a start's burst of
+	// work runs fastest on: no handing goroutines over to other threads.
+	Procs uint32 `json:"procs,omitempty"`
 }
 
 // Spec is the part of an OCI runtime spec the agent applies, under the OCI

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -46,7 +47,7 @@ func (s *Server) Shutdown() {
 func (s *Server) Handler() *httpd.Mux {
 	mux := &httpd.Mux{}
 	mux.HandleFunc("GET /v1/health", func(w httpd.ResponseWriter, r *httpd.Request) {
-		writeJSON(w, wire.Health{Version: wire.Version, Pid: os.Getpid()})
+		writeJSON(w, wire.Health{Version: wire.Version, Pid: os.Getpid(), Procs: runtime.GOMAXPROCS(0)})
 	})
 	mux.HandleFunc("POST /v1/exec", s.exec)
 	mux.HandleFunc("POST /v1/processes", s.startProcess)

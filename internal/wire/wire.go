@@ -42,6 +42,9 @@ const (
 type Health struct {
 	Version string `json:"version"`
 	Pid     int    `json:"pid"`
+	// Procs is the agent's GOMAXPROCS: how many of its threads may run
+	// Go code at once.
+	Procs int `json:"procs"`
 }
 
 // ExecRequest runs one command to completion (POST /v1/exec) or starts a

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -545,7 +546,7 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 		SeccompFilter: s.b.seccompFilter,
 		Rootfs:        rootfs,
 		Python:        s.b.opts.Python, Node: s.b.opts.Node, User: img.User,
-		Lifeline: s.b.opts.ExitWithHost,
+		Lifeline: s.b.opts.ExitWithHost, Procs: uint32(math.Ceil(s.cfg.CPUs)),
 	}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -454,5 +455,28 @@ func TestAgentCopy(t *testing.T) {
 	sb := h.Sandbox(t, backend.Config{})
 	if r := conformance.Exec(t, sb, 0, "/bin/true"); r.Code != 0 {
 		t.Errorf("exec after the sweep: %+v", r.ExitStatus)
+	}
+}
+
+// TestAgentProcs: an agent runs its Go code on as many threads at once as
+// its sandbox has CPUs (rounded up; every CPU without a limit), after a
+// start on one.
+func TestAgentProcs(t *testing.T) {
+	h := harness(t)
+	for _, c := range []struct {
+		cpus float64
+		want int
+	}{{1, 1}, {0.5, 1}, {2, min(2, runtime.NumCPU())}, {0, runtime.NumCPU()}} {
+		sb := h.Sandbox(t, backend.Config{ID: fmt.Sprintf("procs-%d", int(c.cpus*10)), CPUs: c.cpus})
+		health, err := sb.Agent().Health(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if health.Procs != c.want {
+			t.Errorf("cpus %v: agent GOMAXPROCS %d, want %d", c.cpus, health.Procs, c.want)
+		}
+		if err := sb.Remove(context.Background()); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -130,7 +130,8 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		a.lifeW = lifeW
 		files = append(files, lifeR)
 	}
-	env := []string{}
+	// One P until the config says otherwise (guest.Config.Procs).
+	env := []string{"GOMAXPROCS=1"}
 	if stage != "" {
 		env = append(env, guest.EnvStage+"="+stage)
 	}
