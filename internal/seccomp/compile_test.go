@@ -420,3 +420,34 @@ func BenchmarkFilterWorstCase(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(prog)), "insns")
 }
+
+// TestTreeMatchesReference: profiles of 1 to 150 syscalls, some with
+// several argument rules (bodies long enough for the tree's long jumps),
+// decide every syscall number as the profile says.
+func TestTreeMatchesReference(t *testing.T) {
+	names := slices.Sorted(maps.Keys(nativeSyscalls))
+	errno := uint(unix.EACCES)
+	for _, n := range []int{1, 4, 5, 9, 33, 150} {
+		p := &specs.LinuxSeccomp{DefaultAction: specs.ActAllow}
+		for i, name := range names[:min(n, len(names))] {
+			sc := specs.LinuxSyscall{Names: []string{name}, Action: specs.ActErrno}
+			if i%25 == 0 {
+				// 40 rules of 5 instructions: a body over 255.
+				for v := range uint64(40) {
+					p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{Names: []string{name}, Action: specs.ActErrno, ErrnoRet: &errno,
+						Args: []specs.LinuxSeccompArg{{Index: 1, Value: v, Op: specs.OpEqualTo}}})
+				}
+			}
+			p.Syscalls = append(p.Syscalls, sc)
+		}
+		vm := mustCompile(t, p)
+		for nr := uint32(0); nr < 1100; nr++ {
+			for _, arg := range []uint64{0, 7, 39, 40, 1 << 32} {
+				c := native(nr, 0, arg)
+				if got, want := verdict(t, vm, c), refVerdict(p, c); got != want {
+					t.Fatalf("%d syscalls: nr %d arg %d: verdict %#x, profile says %#x", n, nr, arg, got, want)
+				}
+			}
+		}
+	}
+}
