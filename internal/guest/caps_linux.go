@@ -16,22 +16,17 @@ import (
 // thread every sandbox process is forked from, which is far cheaper than
 // changing all of the agent's threads (each such change stops the world).
 func dropThreadCapabilities(c *specs.LinuxCapabilities) error {
+	return setThreadCapabilities(c, 0)
+}
+
+// setThreadCapabilities is dropThreadCapabilities keeping the capabilities
+// in keep effective and permitted as well (never in the bounding or
+// inheritable set: nothing started from the thread gets them).
+func setThreadCapabilities(c *specs.LinuxCapabilities, keep uint64) error {
 	if c == nil {
 		c = &specs.LinuxCapabilities{}
 	}
 	bounding, err := oci.CapMask(c.Bounding)
-	if err != nil {
-		return err
-	}
-	eff, err := oci.CapMask(c.Effective)
-	if err != nil {
-		return err
-	}
-	perm, err := oci.CapMask(c.Permitted)
-	if err != nil {
-		return err
-	}
-	inh, err := oci.CapMask(c.Inheritable)
 	if err != nil {
 		return err
 	}
@@ -46,6 +41,25 @@ func dropThreadCapabilities(c *specs.LinuxCapabilities) error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
+	return capset(c, keep)
+}
+
+// capset sets the calling thread's effective, permitted and inheritable
+// sets to c's, plus keep in the first two.
+func capset(c *specs.LinuxCapabilities, keep uint64) error {
+	eff, err := oci.CapMask(c.Effective)
+	if err != nil {
+		return err
+	}
+	perm, err := oci.CapMask(c.Permitted)
+	if err != nil {
+		return err
+	}
+	inh, err := oci.CapMask(c.Inheritable)
+	if err != nil {
+		return err
+	}
+	eff, perm = eff|keep, perm|keep
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{
 		{Effective: uint32(eff), Permitted: uint32(perm), Inheritable: uint32(inh)},
@@ -108,6 +122,29 @@ func narrowLauncher(c *specs.LinuxCapabilities, cgroupNS bool) error {
 		}
 	}
 	return dropThreadCapabilities(c)
+}
+
+// capSysAdmin is the one capability a staged launcher keeps beyond the
+// sandbox's until its start: entering a cgroup namespace needs it.
+const capSysAdmin = 1 << unix.CAP_SYS_ADMIN
+
+// stageLauncher prepares the calling (launcher) thread of a pooled agent
+// while it waits: the sandbox's default bounding set, no ambient
+// capabilities, and the default sets plus CAP_SYS_ADMIN. finishStaged then
+// takes only a cgroup namespace and one capset at start.
+func stageLauncher() error {
+	return setThreadCapabilities(oci.ProcessCapabilities(), capSysAdmin)
+}
+
+// finishStaged completes a staged launcher for a sandbox with the default
+// capabilities: the cgroup namespace, then the default sets exactly.
+func finishStaged(cgroupNS bool) error {
+	if cgroupNS {
+		if err := enterCgroupNS(); err != nil {
+			return err
+		}
+	}
+	return capset(oci.ProcessCapabilities(), 0)
 }
 
 // Close ends the launcher thread.

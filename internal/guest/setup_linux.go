@@ -142,10 +142,10 @@ func Setup(cfg *Config, staged *Staged, phases map[string]float64) (*Launcher, e
 	}
 	var launcher *Launcher
 	if staged != nil {
-		launcher = staged.takeLauncher()
+		launcher = staged.takeLauncher(s.Process.Capabilities)
 	}
 	if launcher != nil {
-		if err := launcher.Run(func() error { return narrowLauncher(s.Process.Capabilities, cgroupNS) }); err != nil {
+		if err := launcher.Run(func() error { return finishStaged(cgroupNS) }); err != nil {
 			launcher.Close()
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/oci"
@@ -29,16 +30,16 @@ var stagedTops = []string{"/proc", "/dev", "/sys"}
 //     read-only as oci.MaskedPaths and oci.ReadonlyPaths say, on a private
 //     tmpfs;
 //   - the loopback interface, up;
-//   - the Launcher's thread, still with the agent's capabilities: at start
-//     (Setup) it enters its cgroup namespace and takes the spec's
-//     capabilities. By then the host has made the agent's cgroup the
-//     sandbox's (renamed on cgroup v1, moved into on v2), so the namespace
-//     is rooted there.
+//   - the Launcher's thread, with the default capabilities' bounding set
+//     and sets, plus CAP_SYS_ADMIN in its effective and permitted ones: at
+//     start (Setup) it enters its cgroup namespace and lets that go. By
+//     then the host has made the agent's cgroup the sandbox's (renamed on
+//     cgroup v1, moved into on v2), so the namespace is rooted there.
 //
 // A start whose spec asks for exactly these moves three mounts into its
-// root instead of making some thirty. Any other spec discards the mounts
-// and builds them from scratch, so the result is the same either way; the
-// launcher's thread serves any spec.
+// root instead of making some thirty and finishes the launcher. Any other
+// spec discards what does not fit and builds it from scratch, so the result
+// is the same either way.
 type Staged struct {
 	dir      string
 	launcher *Launcher
@@ -92,7 +93,7 @@ func Stage(dir string) (st *Staged, err error) {
 	if err := loopbackUp(); err != nil {
 		return nil, err
 	}
-	if st.launcher, err = startLauncher(nil); err != nil {
+	if st.launcher, err = startLauncher(stageLauncher); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -102,15 +103,19 @@ func Stage(dir string) (st *Staged, err error) {
 func (st *Staged) Discard() {
 	if st != nil {
 		_ = unix.Unmount(st.dir, unix.MNT_DETACH)
-		st.takeLauncher().Close()
+		st.takeLauncher(nil).Close()
 	}
 }
 
-// takeLauncher returns the staged launcher, which the staging then no
-// longer holds.
-func (st *Staged) takeLauncher() *Launcher {
+// takeLauncher returns the staged launcher if c are the capabilities it
+// was staged for, nil otherwise; either way the staging no longer holds it.
+func (st *Staged) takeLauncher(c *specs.LinuxCapabilities) *Launcher {
 	l := st.launcher
 	st.launcher = nil
+	if !reflect.DeepEqual(c, oci.ProcessCapabilities()) {
+		l.Close()
+		return nil
+	}
 	return l
 }
 
