@@ -29,16 +29,21 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <linux/sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/personality.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -53,8 +58,7 @@
 
 // Keep in step with internal/spawner (encode, decodeReply).
 #define REQUEST_MAGIC 0x31505357u // "WSP1" in little-endian byte order
-#define FLAG_SETSID 1u
-#define FLAG_USERNS 2u
+#define FLAG_USERNS 2u // (bit 1, 1u, was "setsid": every child now gets its own session)
 #define FLAG_CGROUP_V2 4u
 
 #define MAX_REQUEST (64 << 10)
@@ -64,6 +68,12 @@
 // How long a child may take from its clone to its exec before the spawn
 // is abandoned (the child is killed and the host told).
 #define EXEC_TIMEOUT_MS 10000
+// The only clone flags a request may ask for: new namespaces. Anything else
+// (CLONE_VM, CLONE_FILES, CLONE_VFORK, ...) would share the spawner's own
+// state with the child or stall the spawner.
+#define NAMESPACE_FLAGS                                                                                  \
+	((uint64_t)(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP | \
+		    CLONE_NEWUSER))
 
 struct request {
 	uint32_t magic;
@@ -92,7 +102,7 @@ struct child_failure {
 	int32_t step;
 };
 
-enum { STEP_SETGROUPS = 1, STEP_SETGID, STEP_SETUID, STEP_SETSID, STEP_BOUNDING, STEP_FDS, STEP_EXEC };
+enum { STEP_SETGROUPS = 1, STEP_SETGID, STEP_SETUID, STEP_SETSID, STEP_BOUNDING, STEP_CAPS, STEP_FDS, STEP_EXEC };
 
 static const char *step_name(int step) {
 	switch (step) {
@@ -101,12 +111,14 @@ static const char *step_name(int step) {
 	case STEP_SETUID: return "setresuid";
 	case STEP_SETSID: return "setsid";
 	case STEP_BOUNDING: return "narrow the bounding set";
+	case STEP_CAPS: return "clear inheritable and ambient capabilities";
 	case STEP_FDS: return "set up descriptors";
 	default: return "exec";
 	}
 }
 
 static int dev_null = -1;
+static int no_clone3; // set once clone3 has failed with ENOSYS
 
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void logmsg(const char *fmt, ...) {
@@ -192,7 +204,8 @@ child(const struct request *req, const char *path, char *const argv[], char *con
 		if (syscall(SYS_setresuid, 0, 0, 0) < 0)
 			FAIL(STEP_SETUID);
 	}
-	if ((req->flags & FLAG_SETSID) && setsid() < 0)
+	// Its own session: no controlling terminal of the host's.
+	if (setsid() < 0)
 		FAIL(STEP_SETSID);
 	for (int cap = 0; cap < 64; cap++) {
 		if (req->keep_caps & (1ULL << cap))
@@ -203,6 +216,20 @@ child(const struct request *req, const char *path, char *const argv[], char *con
 			FAIL(STEP_BOUNDING);
 		}
 	}
+	// Nothing passes to what it execs but what its bounding set allows:
+	// no inheritable or ambient capability of whoever started warren.
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+		FAIL(STEP_CAPS);
+	struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct caps[2];
+	if (syscall(SYS_capget, &hdr, caps) < 0)
+		FAIL(STEP_CAPS);
+	caps[0].inheritable = caps[1].inheritable = 0;
+	if (syscall(SYS_capset, &hdr, caps) < 0)
+		FAIL(STEP_CAPS);
+	// Address space randomisation on, whatever personality warren runs
+	// with (setarch -R).
+	personality(PER_LINUX);
 	// Descriptors 0..nfiles: first the failure pipe and every source are
 	// copied above all the targets, so that no dup2 overwrites one still
 	// needed.
@@ -291,6 +318,10 @@ static void serve(char *msg, size_t len, const int *fds, int nfds) {
 		send_reply(reply_fd, 0, -1, EINVAL, what);
 		return;
 	}
+	if (req.cloneflags & ~NAMESPACE_FLAGS) {
+		send_reply(reply_fd, 0, -1, EINVAL, "malformed request: clone flags other than new namespaces");
+		return;
+	}
 	uint64_t nstr = 1 + (uint64_t)req.nargs + req.nenv;
 	if (req.strbytes != len - sizeof req || req.strbytes == 0 || msg[len - 1] != '\0' || req.nargs < 1 ||
 	    nstr > MAX_STRINGS) {
@@ -347,7 +378,23 @@ static void serve(char *msg, size_t len, const int *fds, int nfds) {
 	}
 	ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
 	ca.exit_signal = SIGCHLD;
-	long pid = syscall(SYS_clone3, &ca, sizeof ca);
+	long pid = -1;
+	int into_cgroup = (ca.flags & CLONE_INTO_CGROUP) != 0;
+	if (!no_clone3) {
+		pid = syscall(SYS_clone3, &ca, sizeof ca);
+		if (pid < 0 && errno == ENOSYS) {
+			no_clone3 = 1;
+			logmsg("clone3 unavailable (ENOSYS): using clone, and cgroup.procs on cgroup v2");
+		}
+	}
+	if (no_clone3) {
+		// clone(2) before Linux 5.3 or where a seccomp profile hides
+		// clone3: no CLONE_INTO_CGROUP, so the child joins a v2 cgroup
+		// through cgroup.procs before it is released, as on v1. The
+		// pidfd comes back where the parent's tid would (CLONE_PIDFD).
+		into_cgroup = 0;
+		pid = syscall(SYS_clone, (unsigned long)((ca.flags & ~CLONE_INTO_CGROUP) | SIGCHLD), NULL, &pidfd, NULL, NULL);
+	}
 	if (pid == 0) {
 		close(sync_pipe[1]);
 		close(fail_pipe[0]);
@@ -371,16 +418,36 @@ static void serve(char *msg, size_t len, const int *fds, int nfds) {
 			}
 		}
 	}
-	if (err == 0 && !(req.flags & FLAG_CGROUP_V2)) {
-		// v1: the child joins every hierarchy before it runs anything of
-		// its own.
+	if (err == 0) {
+		// The child runs its life at the normal priority, in the normal
+		// scheduling class and liable to the OOM killer like any other
+		// process, whatever warren was started with (nice, chrt,
+		// oom_score_adj). Before the cgroup join: a real-time task cannot
+		// join a v1 cpu cgroup without a real-time budget.
+		struct sched_param sp = {.sched_priority = 0};
+		if (sched_setscheduler(pid, SCHED_OTHER, &sp) < 0 || setpriority(PRIO_PROCESS, pid, 0) < 0) {
+			err = errno;
+			snprintf(what, sizeof what, "reset the scheduling class and priority");
+		} else if (write_proc_file(pid, "oom_score_adj", "0") < 0) {
+			err = errno;
+			snprintf(what, sizeof what, "reset oom_score_adj");
+		}
+	}
+	if (err == 0 && !into_cgroup) {
+		// The child joins every hierarchy before it runs anything of its
+		// own: v1's tasks files, or v2's cgroup.procs without clone3.
 		char num[24];
 		int l = snprintf(num, sizeof num, "%ld", pid);
 		for (uint32_t i = 0; i < req.ncgroup && err == 0; i++) {
-			if (write(fds[1 + i], num, l) != l) {
+			int fd = fds[1 + i], own = -1;
+			if (req.flags & FLAG_CGROUP_V2)
+				fd = own = openat(fds[1 + i], "cgroup.procs", O_WRONLY | O_CLOEXEC);
+			if (fd < 0 || write(fd, num, l) != l) {
 				err = errno;
 				snprintf(what, sizeof what, "join cgroup");
 			}
+			if (own >= 0)
+				close(own);
 		}
 	}
 	if (err == 0 && write(sync_pipe[1], "x", 1) != 1) {
@@ -391,18 +458,33 @@ static void serve(char *msg, size_t len, const int *fds, int nfds) {
 	if (err == 0) {
 		int step = 0;
 		err = wait_exec(fail_pipe[0], &step);
+		siginfo_t si;
+		memset(&si, 0, sizeof si);
+		if (err == 0 && waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
+			// End of file on the pipe, but because the child died, not
+			// because it exec'd (killed by the OOM killer in a tiny
+			// memory cgroup, say). Left for the SIGCHLD loop to reap.
+			err = ECHILD;
+			if (si.si_code == CLD_EXITED)
+				snprintf(what, sizeof what, "the child exited before it ran (status %d)", si.si_status);
+			else
+				snprintf(what, sizeof what, "the child was killed before it ran (signal %d)", si.si_status);
+			step = -2;
+		}
 		if (err != 0 && step == STEP_EXEC)
 			snprintf(what, sizeof what, "exec %s", path);
 		else if (err != 0 && step > 0)
 			snprintf(what, sizeof what, "child: %s", step_name(step));
-		else if (err != 0)
+		else if (err != 0 && step == -1)
 			snprintf(what, sizeof what, "wait for the child's exec");
 	}
 	close(fail_pipe[0]);
 	if (err != 0) {
 		if (pid > 0) {
+			// Not waited for here: a child stuck in the kernel (an exec
+			// from a hung file system) would stall every spawn. The
+			// SIGCHLD loop reaps it when it goes.
 			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
 		}
 		send_reply(reply_fd, 0, -1, err, what);
 	} else if (send_reply(reply_fd, (int)pid, pidfd, 0, NULL) < 0) {
@@ -427,6 +509,19 @@ int main(void) {
 		return 2;
 	}
 	fcntl(ctl, F_SETFD, FD_CLOEXEC);
+	// Nothing of the environment warren was started in that its children
+	// would inherit: a session and process group of its own (no terminal
+	// signals), / as the working directory, the usual umask.
+	setsid();
+	if (chdir("/") < 0) {
+		logmsg("chdir /: %s", strerror(errno));
+		return 1;
+	}
+	umask(022);
+	if (getenv("WARREN_SPAWNER_NO_CLONE3") != NULL) { // the tests' way to the fallback
+		no_clone3 = 1;
+		logmsg("clone3 disabled by WARREN_SPAWNER_NO_CLONE3: using clone, and cgroup.procs on cgroup v2");
+	}
 	// A child that dies before it is released closes its end of the sync
 	// pipe: the write must fail with EPIPE, not kill the spawner. (The
 	// child resets every signal before its exec.)

@@ -55,8 +55,7 @@ const (
 	requestMagic  = 0x31505357 // "WSP1"
 	headerSize    = 56
 	replySize     = 208
-	flagSetsid    = 1
-	flagUserNS    = 2
+	flagUserNS    = 2 // (1 meant setsid; every child now gets its own session)
 	flagCgroupV2  = 4
 	replyWhatSize = replySize - 8
 )
@@ -66,10 +65,10 @@ type Request struct {
 	Path string
 	Args []string
 	Env  []string
-	// Cloneflags are the namespaces to create (CLONE_NEW*); CLONE_NEWUSER
-	// is added when UserNS is set.
+	// Cloneflags are the namespaces to create (CLONE_NEW*, nothing else);
+	// CLONE_NEWUSER is added when UserNS is set. The child always gets a
+	// session of its own.
 	Cloneflags uintptr
-	Setsid     bool
 	// UserNS maps the child's uids and gids 0..Size-1 to Host..; the child
 	// becomes root of its new user namespace before exec.
 	UserNS *IDMap
@@ -100,9 +99,6 @@ func encode(req Request, target cgroup.SpawnTarget, nfiles int) ([]byte, error) 
 		return nil, fmt.Errorf("spawner: %d strings, limit %d", 1+len(req.Args)+len(req.Env), maxStrings)
 	}
 	var flags uint32
-	if req.Setsid {
-		flags |= flagSetsid
-	}
 	var uidHost, uidSize uint32
 	if req.UserNS != nil {
 		flags |= flagUserNS
@@ -155,14 +151,17 @@ var ErrGone = errors.New("spawner exited")
 
 // Start starts the spawner binary at path. Its output goes to log (nil:
 // discarded).
-func Start(path string, log *os.File) (*Client, error) {
+func Start(path string, log *os.File) (*Client, error) { return start(path, log, nil) }
+
+// start is Start with the spawner's environment (tests use it).
+func start(path string, log *os.File, env []string) (*Client, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("spawner: socketpair: %w", err)
 	}
 	host, child := os.NewFile(uintptr(fds[0]), "spawner"), os.NewFile(uintptr(fds[1]), "spawner-child")
 	defer child.Close()
-	cmd := &exec.Cmd{Path: path, Args: []string{"warren-spawner"}, Env: []string{}, ExtraFiles: []*os.File{child}}
+	cmd := &exec.Cmd{Path: path, Args: []string{"warren-spawner"}, Env: append([]string{}, env...), ExtraFiles: []*os.File{child}}
 	if log != nil {
 		cmd.Stdout, cmd.Stderr = log, log
 	}
@@ -212,6 +211,12 @@ func (c *Client) Spawn(req Request, target cgroup.SpawnTarget, files []*os.File)
 		return 0, -1, fmt.Errorf("spawner: socketpair: %w", err)
 	}
 	defer unix.Close(pair[0])
+	// The spawner gives a child 10 s to exec; a reply that takes far
+	// longer means a wedged spawner, not a slow spawn.
+	if err := unix.SetsockoptTimeval(pair[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: replyTimeout}); err != nil {
+		unix.Close(pair[1])
+		return 0, -1, fmt.Errorf("spawner: %w", err)
+	}
 	fds := append(append([]int{pair[1]}, fileFDs(target.Files)...), fileFDs(files)...)
 	// One message per request: concurrent sends never interleave.
 	err = unix.Sendmsg(int(c.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0)
@@ -224,6 +229,9 @@ func (c *Client) Spawn(req Request, target cgroup.SpawnTarget, files []*os.File)
 	}
 	return recvReply(pair[0])
 }
+
+// replyTimeout bounds the wait for a reply, in seconds.
+const replyTimeout = 60
 
 // recvReply reads the spawner's answer: a child's pid and pidfd, or the
 // step that failed and its errno.

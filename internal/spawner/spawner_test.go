@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,7 +94,7 @@ func spawnShell(t *testing.T, c *Client, cg *cgroup.Cgroup, script string) (pid,
 		t.Fatal(err)
 	}
 	defer target.Close()
-	return spawn(t, c, target, Request{Path: "/bin/sh", Args: []string{"sh", "-c", script}, Setsid: true, KeepCaps: ^uint64(0)})
+	return spawn(t, c, target, Request{Path: "/bin/sh", Args: []string{"sh", "-c", script}, KeepCaps: ^uint64(0)})
 }
 
 func waitExited(t *testing.T, pidfd int) {
@@ -165,7 +166,7 @@ func TestSpawnNamespaces(t *testing.T) {
 	pid, _, _ := spawn(t, c, target, Request{
 		Path: "/bin/sleep", Args: []string{"sleep", "60"}, Env: []string{"A=b"},
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
-		Setsid:     true, UserNS: &IDMap{Host: host, Size: 65536}, KeepCaps: keep,
+		UserNS:     &IDMap{Host: host, Size: 65536}, KeepCaps: keep,
 	})
 	status := procStatus(t, pid)
 	if got := strings.Fields(status["NSpid"]); len(got) != 2 || got[1] != "1" {
@@ -344,6 +345,8 @@ func TestSpawnErrors(t *testing.T) {
 	binary.NativeEndian.PutUint32(fewer[44:], 3) // nenv, with no env strings
 	more := append(slices.Clone(valid), "extra\x00"...)
 	binary.NativeEndian.PutUint32(more[48:], binary.NativeEndian.Uint32(more[48:])+6)
+	vm := slices.Clone(valid)
+	binary.NativeEndian.PutUint64(vm[8:], unix.CLONE_VM|unix.CLONE_NEWNS) // cloneflags
 	unterminated := slices.Clone(valid[:len(valid)-1])
 	binary.NativeEndian.PutUint32(unterminated[48:], binary.NativeEndian.Uint32(unterminated[48:])-1)
 	for _, tc := range []struct {
@@ -357,6 +360,7 @@ func TestSpawnErrors(t *testing.T) {
 		{"fewer strings", fewer, "fewer strings"},
 		{"more strings", more, "more strings"},
 		{"unterminated", unterminated, "strings do not match"},
+		{"clone flags", vm, "clone flags other than new namespaces"},
 	} {
 		if got := rawRequest(t, c, tc.msg, target.Files[:1]); !strings.Contains(got, tc.want) {
 			t.Errorf("%s: reply %q, want %q", tc.name, got, tc.want)
@@ -502,7 +506,7 @@ func BenchmarkSpawn(b *testing.B) {
 	defer c.Close()
 	keep, _ := oci.CapMask(oci.DefaultCapabilities)
 	req := Request{
-		Path: "/bin/true", Args: []string{"true"}, Setsid: true, KeepCaps: keep,
+		Path: "/bin/true", Args: []string{"true"}, KeepCaps: keep,
 		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS,
 		UserNS:     &IDMap{Host: 0x60000000, Size: 65536},
 	}
@@ -535,4 +539,176 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 	ut, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(ut+stime) * time.Second / 100 // USER_HZ
+}
+
+// TestChildInheritsNothingOfWarren: whatever warren was started with (a
+// umask, a working directory, inheritable and ambient capabilities, nice,
+// a scheduling class, an oom_score_adj), the child starts clean: umask
+// 022, cwd /, no inheritable or ambient capability, nice 0, SCHED_OTHER,
+// oom_score_adj 0.
+func TestChildInheritsNothingOfWarren(t *testing.T) {
+	testenv.RequireRoot(t)
+	m, err := cgroup.New(fmt.Sprintf("warren-spawnertest-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	cg, err := m.Create(fmt.Sprintf("i%d", time.Now().UnixNano()), cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cg.Destroy() })
+	// The spawner is started from a thread whose state it inherits; the
+	// thread is never given back (it ends with its goroutine).
+	started := make(chan *Client)
+	go func() {
+		runtime.LockOSThread()
+		old := syscall.Umask(0o077)
+		defer syscall.Umask(old)
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			t.Error(err)
+		}
+		data[0].Inheritable |= 1 << unix.CAP_SYS_MODULE
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			t.Error(err)
+		}
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, unix.CAP_SYS_MODULE, 0, 0); err != nil {
+			t.Error(err)
+		}
+		c, err := start(testenv.SpawnerBinary(t), nil, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		started <- c
+	}()
+	c := <-started
+	if c == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := unix.SchedSetAttr(c.Pid(), &unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_BATCH, Nice: 10}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/oom_score_adj", c.Pid()), []byte("500"), 0); err != nil {
+		t.Fatal(err)
+	}
+	target, err := cg.OpenSpawnTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	pid, _, _ := spawn(t, c, target, Request{Path: "/bin/sleep", Args: []string{"sleep", "60"}, KeepCaps: ^uint64(0),
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS})
+	status := procStatus(t, pid)
+	for k, want := range map[string]string{"Umask": "0022", "CapInh": "0000000000000000", "CapAmb": "0000000000000000"} {
+		if status[k] != want {
+			t.Errorf("%s %s, want %s", k, status[k], want)
+		}
+	}
+	if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err != nil || cwd != "/" {
+		t.Errorf("cwd %q (%v), want /", cwd, err)
+	}
+	if nice, err := unix.Getpriority(unix.PRIO_PROCESS, pid); err != nil || nice != 20 { // 20 - nice
+		t.Errorf("getpriority %d (%v), want 20 (nice 0)", nice, err)
+	}
+	if attr, err := unix.SchedGetAttr(pid, 0); err != nil || attr.Policy != unix.SCHED_NORMAL {
+		t.Errorf("scheduling policy %+v (%v), want SCHED_NORMAL", attr, err)
+	}
+	if adj, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid)); strings.TrimSpace(string(adj)) != "0" {
+		t.Errorf("oom_score_adj %q, want 0", adj)
+	}
+}
+
+// TestSpawnWithoutClone3: where clone3 is missing (before Linux 5.3, or
+// hidden by a seccomp profile), the spawner uses clone and joins a v2
+// cgroup through cgroup.procs; the child is as it would be otherwise.
+func TestSpawnWithoutClone3(t *testing.T) {
+	testenv.RequireRoot(t)
+	logf, err := os.CreateTemp(t.TempDir(), "spawner-log-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	c, err := start(testenv.SpawnerBinary(t), logf, []string{"WARREN_SPAWNER_NO_CLONE3=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	t.Cleanup(func() {
+		if b, _ := os.ReadFile(logf.Name()); !strings.Contains(string(b), "using clone") {
+			t.Errorf("the spawner did not take the clone path; its log: %q", b)
+		}
+	})
+	m, err := cgroup.New(fmt.Sprintf("warren-spawnertest-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	cg, err := m.Create(fmt.Sprintf("n%d", time.Now().UnixNano()), cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cg.Destroy() })
+	pid, pidfd, out := spawnShell(t, c, cg, "echo ready; exec sleep 60")
+	readyLine(t, out, "ready")
+	if procs, err := cg.Procs(); err != nil || !slices.Equal(procs, []int{pid}) {
+		t.Errorf("cgroup holds %v (%v), want the child %d", procs, err, pid)
+	}
+	if err := unix.PidfdSendSignal(pidfd, syscall.SIGKILL, nil, 0); err != nil {
+		t.Errorf("pidfd from clone: %v", err)
+	}
+	waitExited(t, pidfd)
+	// A v2 cgroup, joined through cgroup.procs.
+	own := ownV2Cgroup(t)
+	dir := filepath.Join(own, fmt.Sprintf("warren-spawnertest-n3-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(5 * time.Second); os.Remove(dir) != nil && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	f, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pid, pidfd, out = spawn(t, c, cgroup.SpawnTarget{V2: true, Files: []*os.File{f}}, Request{Path: "/bin/sh", Args: []string{"sh", "-c", "echo ready; exec sleep 60"}, KeepCaps: ^uint64(0)})
+	readyLine(t, out, "ready")
+	if procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); strings.TrimSpace(string(procs)) != strconv.Itoa(pid) {
+		t.Errorf("v2 cgroup holds %q, want the child %d", procs, pid)
+	}
+	_ = unix.PidfdSendSignal(pidfd, syscall.SIGKILL, nil, 0)
+	waitExited(t, pidfd)
+}
+
+// TestSpawnChildDiesBeforeExec: a child killed before its exec completes
+// (by the OOM killer of a cgroup too small to exec in) is a failed spawn,
+// not a pid of a process already gone.
+func TestSpawnChildDiesBeforeExec(t *testing.T) {
+	c, _ := setup(t)
+	m, err := cgroup.New(fmt.Sprintf("warren-spawnertest-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	tiny, err := m.Create(fmt.Sprintf("t%d", time.Now().UnixNano()), cgroup.Limits{MemoryBytes: 4096})
+	testenv.Require(t, err == nil, fmt.Sprintf("a memory cgroup (%v)", err))
+	t.Cleanup(func() { _ = tiny.Destroy() })
+	target, err := tiny.OpenSpawnTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	pid, pidfd, err := c.Spawn(Request{Path: "/bin/sleep", Args: []string{"sleep", "60"}, KeepCaps: ^uint64(0)}, target, nil)
+	if err == nil {
+		unix.Close(pidfd)
+		t.Fatalf("spawn into a 4 KiB memory cgroup gave pid %d", pid)
+	}
+	if !strings.Contains(err.Error(), "before it ran") && !strings.Contains(err.Error(), "exec") {
+		t.Errorf("error %q does not say the child died before it ran", err)
+	}
 }

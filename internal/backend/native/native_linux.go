@@ -292,7 +292,7 @@ func (b *Backend) openAgent() error {
 	}
 	// A dot directory: ReapOrphans leaves RunDir's dot entries alone.
 	dir := filepath.Join(b.opts.RunDir, ".agent")
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := mkdirAllMode(dir, 0o711); err != nil {
 		return fmt.Errorf("native backend: install agent: %w", err)
 	}
 	d, err := os.Open(dir)
@@ -333,6 +333,15 @@ func (b *Backend) openAgent() error {
 		}
 	}
 	return nil
+}
+
+// mkdirAllMode is os.MkdirAll with dir's mode set exactly (the umask may
+// have cleared bits the sandbox's root needs to pass through).
+func mkdirAllMode(dir string, mode os.FileMode) error {
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return err
+	}
+	return os.Chmod(dir, mode)
 }
 
 // writeExecutable writes bin to dst (mode 0755) through a temporary file
@@ -432,6 +441,11 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrExist)
 		}
+		return nil, err
+	}
+	// Whatever this process's umask: sandbox root must pass through.
+	if err := os.Chmod(dir, 0o711); err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	uid, gid := b.RootIDs()
@@ -740,6 +754,9 @@ func (s *Sandbox) shortLayerPaths(r *guest.Rootfs) error {
 		return err
 	}
 	if err := os.Mkdir(links, 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(links, 0o755); err != nil {
 		return err
 	}
 	short := make([]string, len(r.Lower))

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -478,5 +479,20 @@ func TestAgentProcs(t *testing.T) {
 		if err := sb.Remove(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestStartUnderUmask: warren's own umask changes nothing: a sandbox
+// starts under umask 077 (the directories sandbox root passes through keep
+// their modes) and its processes get umask 022.
+func TestStartUnderUmask(t *testing.T) {
+	h := harness(t)
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	sb := h.Sandbox(t, backend.Config{ID: "umask"})
+	defer sb.Remove(context.Background())
+	r := conformance.Exec(t, sb, 10*time.Second, "/bin/sh", "-c", "umask; touch /tmp/f; stat -c %a /tmp/f")
+	if r.Stdout != "0022\n644\n" {
+		t.Errorf("in the sandbox: %q %+v %s", r.Stdout, r.ExitStatus, r.Stderr)
 	}
 }

@@ -34,10 +34,10 @@ func (b *Backend) startPool(n int) error {
 	}
 	// Searchable by sandbox root: pooled agents mount their staging
 	// (guest.Stage) on its stage directory, each in its own namespace.
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	if err := mkdirAllMode(filepath.Join(dir, poolStageDir), 0o711); err != nil {
 		return err
 	}
-	if err := os.Mkdir(filepath.Join(dir, poolStageDir), 0o711); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil {
 		return err
 	}
 	b.reapPoolCgroups()

@@ -136,7 +136,7 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		env = append(env, guest.EnvStage+"="+stage)
 	}
 	req := spawner.Request{
-		Path: b.agentPath, Args: []string{"warren-agent"}, Env: env, Setsid: true,
+		Path: b.agentPath, Args: []string{"warren-agent"}, Env: env,
 		// No CLONE_NEWCGROUP: the agent keeps the host's view. Its
 		// launcher thread enters a new cgroup namespace from inside the
 		// cgroup the agent is born in, so every sandbox process sees that
