@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // startServe runs 'warren serve' on a free loopback port and waits until
@@ -158,4 +160,99 @@ func TestServeKeysAndClientCommands(t *testing.T) {
 	}
 	resp.Body.Close()
 	stopServe(t, srv3)
+}
+
+// TestServeLimitAndTimeoutFlags: warren serve's --max-running,
+// --max-sandboxes, --idle-timeout and --max-lifetime reach the server: the
+// start beyond a limit is refused (429, kind limit) until a sandbox is
+// stopped or removed, and sandboxes that ask for no timeouts of their own
+// stop after the server's.
+func TestServeLimitAndTimeoutFlags(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	url, srv, stderr := startServe(t, dir, "--dev", "--max-running", "1", "--max-sandboxes", "2",
+		"--idle-timeout", "1s", "--max-lifetime", "3s")
+	defer stopServe(t, srv)
+	type reply struct {
+		status int
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Message string `json:"message"`
+			Data    struct {
+				Kind string `json:"kind"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	call := func(method string, params map[string]any) reply {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": 1})
+		resp, err := http.Post(url+"/api/v1/rpc", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		r := reply{status: resp.StatusCode}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	must := func(method string, params map[string]any) reply {
+		t.Helper()
+		r := call(method, params)
+		if r.status != 200 {
+			t.Fatalf("%s %v: %d %+v\n%s", method, params, r.status, r.Error, stderr.String())
+		}
+		return r
+	}
+	refused := func(r reply, msg string) {
+		t.Helper()
+		if r.status != 429 || r.Error == nil || r.Error.Data.Kind != "limit" || !strings.Contains(r.Error.Message, msg) {
+			t.Fatalf("answer %d %+v, want 429, kind limit, %q", r.status, r.Error, msg)
+		}
+	}
+	state := func(name string) string {
+		var in struct {
+			State string `json:"state"`
+		}
+		_ = json.Unmarshal(must("sandbox.get", map[string]any{"sandbox": name}).Result, &in)
+		return in.State
+	}
+	defer func() {
+		for _, name := range []string{"a", "b"} {
+			call("sandbox.remove", map[string]any{"sandbox": name})
+		}
+	}()
+
+	must("sandbox.start", map[string]any{"sandbox": "a"})
+	refused(call("sandbox.start", map[string]any{"sandbox": "b"}), "1 sandboxes are running, this server's maximum")
+	must("sandbox.stop", map[string]any{"sandbox": "a"})
+	must("sandbox.start", map[string]any{"sandbox": "b"})
+	// b, left alone, stops after --idle-timeout (the janitor looks every
+	// second).
+	t0 := time.Now()
+	for state("b") != "stopped" {
+		if time.Since(t0) > 5*time.Second {
+			t.Fatal("--idle-timeout 1s did not stop an idle sandbox within 5 s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if time.Since(t0) < time.Second {
+		t.Fatalf("an idle sandbox stopped after %v, before --idle-timeout 1s", time.Since(t0))
+	}
+	var logs struct {
+		Lines []string `json:"lines"`
+	}
+	_ = json.Unmarshal(must("sandbox.logs", map[string]any{"sandbox": "b"}).Result, &logs)
+	if !strings.Contains(strings.Join(logs.Lines, "\n"), "stopped: idle for 1s") {
+		t.Fatalf("the idle sandbox's log does not say --idle-timeout stopped it: %q", logs.Lines)
+	}
+	// Stopped sandboxes count against --max-sandboxes.
+	refused(call("sandbox.create", map[string]any{"name": "c"}), "this server holds 2 sandboxes, its maximum")
+	// a, kept busy, stops after --max-lifetime, cutting its command short.
+	must("sandbox.start", map[string]any{"sandbox": "a"})
+	r := call("sandbox.command.run", map[string]any{"sandbox": "a", "command": "sleep", "args": []string{"30"}})
+	if r.status != 409 || r.Error == nil || !strings.Contains(r.Error.Message, "maximum lifetime 3s reached") {
+		t.Fatalf("a command past --max-lifetime 3s: %d %+v", r.status, r.Error)
+	}
 }

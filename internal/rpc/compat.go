@@ -193,10 +193,13 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.m.startLatency(ns, time.Since(t0))
-	// A start of a sandbox that was already running changes nothing, so
-	// its start command is not run a second time.
-	if run != nil && !info.Started.Before(t0) {
+	// A start of a sandbox that was already running changes nothing: it
+	// is not timed as a start, and its start command is not run again.
+	started := !info.Started.Before(t0)
+	if started {
+		s.m.startLatency(ns, time.Since(t0))
+	}
+	if run != nil && started {
 		if err := s.startExec(ctx, ns, p.Sandbox, run); err != nil {
 			return nil, err
 		}

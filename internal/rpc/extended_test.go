@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/user"
 	"slices"
 	"strings"
 	"testing"
@@ -542,5 +543,241 @@ func TestIdleAndLifetime(t *testing.T) {
 	ids, err := e.be.IDs()
 	if err != nil || slices.Contains(ids, idle.ID) {
 		t.Fatalf("the removed sandbox's files remain: %v %v", ids, err)
+	}
+}
+
+// TestExecUser: "user" runs a command as that uid and gid, given as
+// numbers or as names from the sandbox's own /etc/passwd and /etc/group
+// (not the host's), with no supplementary groups left over from root; an
+// unknown user or group is not_found, and nothing runs.
+func TestExecUser(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "usr"}, nil)
+	// A user and a group only this sandbox has.
+	if _, err := user.Lookup("warrenuser"); err == nil {
+		t.Fatal("the host has a user warrenuser: the test could not tell whose /etc/passwd is read")
+	}
+	e.must("sandbox.shell", map[string]any{"sandbox": "usr", "script": "echo 'warrenuser:x:4242:4343::/tmp:/bin/sh' >> /etc/passwd && echo 'warrengrp:x:4545:' >> /etc/group"}, nil)
+	var nobody struct {
+		Stdout string `json:"stdout"`
+	}
+	e.must("sandbox.exec", map[string]any{"sandbox": "usr", "argv": []string{"sh", "-c", "grep ^nobody: /etc/passwd | cut -d: -f3,4"}}, &nobody)
+	nobodyUID, nobodyGID, ok := strings.Cut(strings.TrimSpace(nobody.Stdout), ":")
+	if !ok || nobodyUID == "0" {
+		t.Fatalf("the sandbox's /etc/passwd has no usable nobody: %q", nobody.Stdout)
+	}
+	const ids = "echo $(id -u) $(id -g) $(id -G)"
+	for _, c := range []struct{ user, want string }{
+		{"", "0 0 0"},
+		{"1234", "1234 1234 1234"},
+		{"1234:4321", "1234 4321 4321"},
+		{"nobody", nobodyUID + " " + nobodyGID + " " + nobodyGID},
+		{"warrenuser", "4242 4343 4343"},
+		{"warrenuser:warrengrp", "4242 4545 4545"},
+		{"warrenuser:99", "4242 99 99"},
+	} {
+		var res struct {
+			ExitCode int    `json:"exit_code"`
+			Stdout   string `json:"stdout"`
+			Stderr   string `json:"stderr"`
+		}
+		e.must("sandbox.exec", map[string]any{"sandbox": "usr", "argv": []string{"sh", "-c", ids}, "user": c.user}, &res)
+		if got := strings.TrimSpace(res.Stdout); res.ExitCode != 0 || got != c.want {
+			t.Errorf("sandbox.exec as %q: %q (stderr %q, exit %d), want %q", c.user, got, res.Stderr, res.ExitCode, c.want)
+		}
+		e.must("sandbox.shell", map[string]any{"sandbox": "usr", "script": ids, "user": c.user}, &res)
+		if got := strings.TrimSpace(res.Stdout); got != c.want {
+			t.Errorf("sandbox.shell as %q: %q, want %q", c.user, got, c.want)
+		}
+	}
+	// A background process too.
+	var pi struct {
+		ID string `json:"id"`
+	}
+	e.must("sandbox.process.start", map[string]any{"sandbox": "usr", "argv": []string{"sh", "-c", ids}, "user": "warrenuser"}, &pi)
+	e.must("sandbox.process.wait", map[string]any{"sandbox": "usr", "id": pi.ID, "timeout": 10}, nil)
+	var out struct {
+		Data string `json:"data"`
+	}
+	e.must("sandbox.process.output", map[string]any{"sandbox": "usr", "id": pi.ID}, &out)
+	if strings.TrimSpace(out.Data) != "4242 4343 4343" {
+		t.Errorf("process as warrenuser: %q", out.Data)
+	}
+	// Unknown names: not_found, saying which, and the command never ran.
+	for _, c := range []struct{ method, user, msg string }{
+		{"sandbox.exec", "nosuchuser", `user "nosuchuser" not found in /etc/passwd`},
+		{"sandbox.shell", "nosuchuser", `user "nosuchuser" not found in /etc/passwd`},
+		{"sandbox.exec", "nobody:nosuchgroup", `group "nosuchgroup" not found in /etc/group`},
+		{"sandbox.process.start", "nosuchuser", `user "nosuchuser" not found in /etc/passwd`},
+	} {
+		params := map[string]any{"sandbox": "usr", "user": c.user}
+		if c.method == "sandbox.shell" {
+			params["script"] = "touch /tmp/ran"
+		} else {
+			params["argv"] = []string{"touch", "/tmp/ran"}
+		}
+		r := e.call(c.method, params)
+		if r.Status != 404 || r.kind() != "not_found" || !strings.Contains(r.Error.Message, c.msg) {
+			t.Errorf("%s as %q: %d %s, want not_found saying %s", c.method, c.user, r.Status, r.Raw, c.msg)
+		}
+	}
+	if r := e.call("sandbox.file.stat", map[string]any{"sandbox": "usr", "path": "/tmp/ran"}); r.Status != 404 {
+		t.Errorf("a command with an unknown user ran: %s", r.Raw)
+	}
+}
+
+// wsDial opens the WebSocket endpoint with query q and, when key is not
+// empty, that API key.
+func (e *env) wsDial(t *testing.T, q, key string) (*websocket.Conn, error) {
+	t.Helper()
+	cfg, err := websocket.NewConfig(strings.Replace(e.url, "http", "ws", 1)+"/api/v1/ws?"+q, e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		cfg.Header.Set("Authorization", "Bearer "+key)
+	}
+	return websocket.DialConfig(cfg)
+}
+
+// wsRun sends start on c and collects the process's output until its exit;
+// onOutput sees the output so far after every message and may send.
+func wsRun(t *testing.T, c *websocket.Conn, start map[string]any, onOutput func(string)) (string, int) {
+	t.Helper()
+	if err := websocket.JSON.Send(c, start); err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	for {
+		var m struct {
+			Type    string `json:"type"`
+			Data    []byte `json:"data"`
+			Message string `json:"message"`
+			Exit    *struct {
+				Code int `json:"code"`
+			} `json:"exit"`
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := websocket.JSON.Receive(c, &m); err != nil {
+			t.Fatalf("%v; output so far %q", err, got.String())
+		}
+		switch m.Type {
+		case "started":
+		case "stdout", "stderr":
+			got.Write(m.Data)
+			if onOutput != nil {
+				onOutput(got.String())
+			}
+		case "exit":
+			return got.String(), m.Exit.Code
+		default:
+			t.Fatalf("message %+v; output so far %q", m, got.String())
+		}
+	}
+}
+
+// TestWebSocketResize: a resize message changes the terminal's size as
+// the process sees it (stty size before and after).
+func TestWebSocketResize(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "rs"}, nil)
+	c, err := e.wsDial(t, "sandbox=rs", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resized := false
+	out, code := wsRun(t, c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; stty size"}, "tty": true, "rows": 24, "cols": 80},
+		func(got string) {
+			if !resized && strings.Contains(got, "24 80") {
+				resized = true
+				// In order: the resize is applied before the line that
+				// lets the second stty run.
+				_ = websocket.JSON.Send(c, map[string]any{"type": "resize", "rows": 50, "cols": 132})
+				_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("\n")})
+			}
+		})
+	lines := strings.Fields(strings.ReplaceAll(out, "\r", ""))
+	if code != 0 || len(lines) != 4 || strings.Join(lines, " ") != "24 80 50 132" {
+		t.Fatalf("terminal sizes before and after the resize: %q (exit %d), want 24 80, then 50 132", out, code)
+	}
+}
+
+// TestWebSocketAuth: with API keys (not --dev), the WebSocket handshake
+// needs a valid key for the sandbox's namespace: none, a bad or revoked
+// one is 401, another namespace's is 403, and the right one streams.
+func TestWebSocketAuth(t *testing.T) {
+	e := newEnv(t, false, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "wa", "namespace": "team-a"}, nil)
+	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyB, _, err := e.keys.Create(t.Context(), "team-b", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked, rec, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.keys.Revoke(t.Context(), rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	// The handshake's answer, as a client sees it.
+	handshake := func(q, key string) (int, string) {
+		req, _ := http.NewRequest("GET", e.url+"/api/v1/ws?"+q, nil)
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Sec-WebSocket-Version", "13")
+		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		req.Header.Set("Origin", e.url)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			return resp.StatusCode, "" // the socket: nothing to read
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return resp.StatusCode, string(body)
+	}
+	for _, c := range []struct {
+		what, q, key string
+		status       int
+		kind         string
+	}{
+		{"no key", "namespace=team-a&sandbox=wa", "", 401, "unauthorized"},
+		{"a malformed key", "namespace=team-a&sandbox=wa", "msb_nonsense", 401, "unauthorized"},
+		{"a revoked key", "namespace=team-a&sandbox=wa", revoked, 401, "unauthorized"},
+		{"another namespace's key", "namespace=team-a&sandbox=wa", keyB, 403, "forbidden"},
+		{"another namespace's key, no namespace", "sandbox=wa", keyB, 404, "not_found"},
+		{"the right key", "namespace=team-a&sandbox=wa", keyA, 101, ""},
+		{"the right key, no namespace", "sandbox=wa", keyA, 101, ""},
+		{"the admin key", "namespace=team-a&sandbox=wa", e.admin, 101, ""},
+	} {
+		status, body := handshake(c.q, c.key)
+		if status != c.status || (c.kind != "" && !strings.Contains(body, `"kind":"`+c.kind+`"`)) {
+			t.Errorf("WebSocket with %s: %d %.300s, want %d %s", c.what, status, body, c.status, c.kind)
+		}
+	}
+	// Refused clients never get a socket; the right key runs a command.
+	if _, err := e.wsDial(t, "namespace=team-a&sandbox=wa", keyB); err == nil {
+		t.Fatal("a team-b key opened a WebSocket to a team-a sandbox")
+	}
+	if _, err := e.wsDial(t, "namespace=team-a&sandbox=wa", ""); err == nil {
+		t.Fatal("a WebSocket opened without a key")
+	}
+	c, err := e.wsDial(t, "sandbox=wa", keyA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if out, code := wsRun(t, c, map[string]any{"argv": []string{"echo", "in team-a"}}, nil); code != 0 || out != "in team-a\n" {
+		t.Fatalf("WebSocket with the right key: %q, exit %d", out, code)
 	}
 }

@@ -2,11 +2,15 @@ package rpc_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -101,4 +105,273 @@ func TestStopDuringCommand(t *testing.T) {
 		wg.Wait()
 		want(t, r, "the command ran", "it was removed")
 	})
+}
+
+// sbInfo is the part of SandboxInfo the lifecycle tests read.
+type sbInfo struct {
+	State     string     `json:"state"`
+	Error     string     `json:"error"`
+	StartedAt *time.Time `json:"started_at"`
+	StoppedAt *time.Time `json:"stopped_at"`
+}
+
+// get describes ns/name ("" = default), or fails the test.
+func (e *env) get(ns, name string) sbInfo {
+	e.t.Helper()
+	var in sbInfo
+	params := map[string]any{"sandbox": name}
+	if ns != "" {
+		params["namespace"] = ns
+	}
+	e.must("sandbox.get", params, &in)
+	return in
+}
+
+// waitState polls ns/name until it is in state want.
+func (e *env) waitState(ns, name, want string, within time.Duration) sbInfo {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		in := e.get(ns, name)
+		if in.State == want {
+			return in
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s/%s: state %s (%q) after %v, want %s", ns, name, in.State, in.Error, within, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// agentOf is the host side of ns/name's running sandbox: its handle (whose
+// Done closes when the agent, the sandbox's PID 1, ends) and the agent's
+// host pid.
+func (e *env) agentOf(ns, name string) (backend.Sandbox, int) {
+	e.t.Helper()
+	sb, release, err := e.mgr.Use(ns, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	release()
+	pid := sb.(*native.Sandbox).Pid()
+	if pid <= 0 {
+		e.t.Fatalf("%s/%s runs without an agent pid", ns, name)
+	}
+	return sb, pid
+}
+
+// killAgent kills ns/name's PID 1 from the host, as the OOM killer or an
+// operator would, and waits until it is gone.
+func (e *env) killAgent(sb backend.Sandbox, pid int) {
+	e.t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		e.t.Fatalf("kill agent %d: %v", pid, err)
+	}
+	select {
+	case <-sb.Done():
+	case <-time.After(5 * time.Second):
+		e.t.Fatalf("agent %d still runs 5 s after SIGKILL", pid)
+	}
+}
+
+// TestAgentDeathIsError: a sandbox whose PID 1 dies on its own (killed
+// from the host here) goes to state error with the reason kept: get, list
+// and the conflict of a command in it say why, a daemon restart keeps it,
+// and a start brings the sandbox back.
+func TestAgentDeathIsError(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "victim"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "bystander"}, nil)
+	e.must("sandbox.shell", map[string]any{"sandbox": "victim", "script": "echo kept > /tmp/f"}, nil)
+	e.killAgent(e.agentOf("default", "victim"))
+
+	const why = "the sandbox's init exited unexpectedly"
+	in := e.waitState("", "victim", "error", 5*time.Second)
+	if in.Error != why || in.StoppedAt == nil {
+		t.Fatalf("after its agent died: %+v, want error %q and a stop time", in, why)
+	}
+	var list struct {
+		Sandboxes []struct {
+			Name  string `json:"name"`
+			Error string `json:"error"`
+		} `json:"sandboxes"`
+	}
+	e.must("sandbox.list", map[string]any{"state": "error"}, &list)
+	if len(list.Sandboxes) != 1 || list.Sandboxes[0].Name != "victim" || list.Sandboxes[0].Error != why {
+		t.Fatalf("sandbox.list state=error: %+v", list)
+	}
+	r := e.call("sandbox.command.run", map[string]any{"sandbox": "victim", "command": "true"})
+	if r.Status != 409 || r.kind() != "conflict" || !strings.Contains(r.Error.Message, "is error ("+why+")") {
+		t.Fatalf("command in the dead sandbox: %d %s", r.Status, r.Raw)
+	}
+	var logs struct {
+		Lines []string `json:"lines"`
+	}
+	e.must("sandbox.logs", map[string]any{"sandbox": "victim"}, &logs)
+	if !strings.Contains(strings.Join(logs.Lines, "\n"), "init exited unexpectedly") {
+		t.Fatalf("log does not say the init died: %q", logs.Lines)
+	}
+	if in := e.get("", "bystander"); in.State != "running" {
+		t.Fatalf("the other sandbox: %+v", in)
+	}
+
+	// The reason survives a daemon restart.
+	e.restart()
+	if in := e.get("", "victim"); in.State != "error" || in.Error != why {
+		t.Fatalf("after a restart: %+v", in)
+	}
+	// A start brings it back, files kept, the reason cleared.
+	e.must("sandbox.start", map[string]any{"sandbox": "victim"}, nil)
+	if in := e.get("", "victim"); in.State != "running" || in.Error != "" {
+		t.Fatalf("after a new start: %+v", in)
+	}
+	var res struct {
+		Stdout string `json:"stdout"`
+	}
+	e.must("sandbox.exec", map[string]any{"sandbox": "victim", "argv": []string{"cat", "/tmp/f"}}, &res)
+	if res.Stdout != "kept\n" {
+		t.Fatalf("files after the restart: %q", res.Stdout)
+	}
+}
+
+// TestRestartFindsAgentDead: a sandbox whose agent died while no daemon
+// ran is marked error by the next daemon, with a reason saying so; the
+// sandboxes whose agents live are reattached, and a start brings the dead
+// one back.
+func TestRestartFindsAgentDead(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "dead", "namespace": "n1"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "alive", "namespace": "n1"}, nil)
+	sb, pid := e.agentOf("n1", "dead")
+	// The daemon goes away; the agent dies while none runs.
+	e.http.Close()
+	e.mgr.Close()
+	e.killAgent(sb, pid)
+	e.start()
+
+	in := e.get("n1", "dead")
+	if in.State != "error" || !strings.Contains(in.Error, "agent was not running when the daemon restarted") || in.StoppedAt == nil {
+		t.Fatalf("a sandbox whose agent died while the daemon was down: %+v", in)
+	}
+	r := e.call("sandbox.exec", map[string]any{"sandbox": "dead", "namespace": "n1", "argv": []string{"true"}})
+	if r.Status != 409 || r.kind() != "conflict" || !strings.Contains(r.Error.Message, in.Error) {
+		t.Fatalf("exec in it: %d %s", r.Status, r.Raw)
+	}
+	if in := e.get("n1", "alive"); in.State != "running" {
+		t.Fatalf("the live sandbox after the restart: %+v", in)
+	}
+	e.must("sandbox.exec", map[string]any{"sandbox": "alive", "namespace": "n1", "argv": []string{"true"}}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "dead", "namespace": "n1"}, nil)
+	if in := e.get("n1", "dead"); in.State != "running" || in.Error != "" {
+		t.Fatalf("after a new start: %+v", in)
+	}
+	e.must("sandbox.exec", map[string]any{"sandbox": "dead", "namespace": "n1", "argv": []string{"true"}}, nil)
+}
+
+// TestServerDefaultTimeouts: a sandbox that asks for no idle timeout or
+// maximum lifetime gets the server's (--idle-timeout, --max-lifetime),
+// and one that asks for its own keeps it, longer ones included.
+func TestServerDefaultTimeouts(t *testing.T) {
+	const idle, life = 700 * time.Millisecond, 2 * time.Second
+	e := newEnv(t, true, func(o *sandbox.Options) { o.IdleTimeout, o.MaxLifetime = idle, life })
+	e.must("sandbox.start", map[string]any{"sandbox": "idle"}, nil)
+	e.must("sandbox.create", map[string]any{"name": "own", "idle_timeout": 60, "max_lifetime": 60}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "old"}, nil)
+	// "old" is kept busy past the lifetime: no idle stop, only the
+	// lifetime's, which cuts its command short.
+	done := make(chan *rpcReply, 1)
+	go func() {
+		done <- e.call("sandbox.command.run", map[string]any{"sandbox": "old", "command": "sleep", "args": []string{"30"}})
+	}()
+	logSays := func(name, want string) {
+		t.Helper()
+		var logs struct {
+			Lines []string `json:"lines"`
+		}
+		e.must("sandbox.logs", map[string]any{"sandbox": name}, &logs)
+		if !strings.Contains(strings.Join(logs.Lines, "\n"), want) {
+			t.Fatalf("%s: log %q does not say %q", name, logs.Lines, want)
+		}
+	}
+
+	in := e.waitState("", "idle", "stopped", 3*time.Second)
+	if ran := in.StoppedAt.Sub(*in.StartedAt); ran < idle {
+		t.Fatalf("idle sandbox stopped after %v, before the server's idle timeout %v", ran, idle)
+	}
+	logSays("idle", "stopped: idle for 700ms")
+	select {
+	case r := <-done:
+		if r.Status != 409 || r.kind() != "conflict" || !strings.Contains(r.Error.Message, "maximum lifetime 2s reached") {
+			t.Fatalf("command cut short by the lifetime: %d %s", r.Status, r.Raw)
+		}
+	case <-time.After(life + 3*time.Second):
+		t.Fatal("the server's maximum lifetime did not stop a busy sandbox")
+	}
+	in = e.waitState("", "old", "stopped", time.Second)
+	if ran := in.StoppedAt.Sub(*in.StartedAt); ran < life {
+		t.Fatalf("sandbox stopped after %v, before the server's maximum lifetime %v", ran, life)
+	}
+	logSays("old", "stopped: maximum lifetime 2s reached")
+	// Its own, longer values win over the server's.
+	if in := e.get("", "own"); in.State != "running" {
+		t.Fatalf("a sandbox with its own idle timeout and lifetime: %+v", in)
+	}
+}
+
+// TestServerLimits: --max-running and --max-sandboxes refuse the start
+// or create beyond them with kind limit (429), leave no record of a
+// refused new sandbox, and let it through once one is stopped (running)
+// or removed (sandboxes); concurrent starts cannot overshoot.
+func TestServerLimits(t *testing.T) {
+	e := newEnv(t, true, func(o *sandbox.Options) { o.MaxSandboxes, o.MaxRunning = 2, 1 })
+	refused := func(r *rpcReply, msg string) {
+		t.Helper()
+		if r.Status != 429 || r.kind() != "limit" || r.Error.Code != -32006 || r.Error.Message != msg {
+			t.Fatalf("answer %d %s, want 429, kind limit, code -32006 and message %q", r.Status, r.Raw, msg)
+		}
+	}
+	const tooManyRunning = "1 sandboxes are running, this server's maximum; stop some"
+	const tooMany = "this server holds 2 sandboxes, its maximum; remove some"
+	e.must("sandbox.start", map[string]any{"sandbox": "a"}, nil)
+	refused(e.call("sandbox.start", map[string]any{"sandbox": "b"}), tooManyRunning)
+	refused(e.call("sandbox.create", map[string]any{"name": "b"}), tooManyRunning)
+	if r := e.call("sandbox.get", map[string]any{"sandbox": "b"}); r.Status != 404 {
+		t.Fatalf("a refused start left a record: %d %s", r.Status, r.Raw)
+	}
+	e.must("sandbox.stop", map[string]any{"sandbox": "a"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "b"}, nil)
+	// Restarting a stopped sandbox counts too.
+	refused(e.call("sandbox.start", map[string]any{"sandbox": "a"}), tooManyRunning)
+	if in := e.get("", "a"); in.State != "stopped" {
+		t.Fatalf("a refused restart changed the sandbox: %+v", in)
+	}
+	// Two sandboxes, stopped ones included, are the most this server holds.
+	e.must("sandbox.stop", map[string]any{"sandbox": "b"}, nil)
+	refused(e.call("sandbox.create", map[string]any{"name": "c"}), tooMany)
+	refused(e.call("sandbox.start", map[string]any{"sandbox": "c"}), tooMany)
+	e.must("sandbox.remove", map[string]any{"sandbox": "a"}, nil)
+	e.must("sandbox.create", map[string]any{"name": "c"}, nil)
+	e.must("sandbox.exec", map[string]any{"sandbox": "c", "argv": []string{"true"}}, nil)
+
+	// Racing starts: exactly as many win as there is room for.
+	e.must("sandbox.remove", map[string]any{"sandbox": "b"}, nil)
+	e.must("sandbox.remove", map[string]any{"sandbox": "c"}, nil)
+	var wg sync.WaitGroup
+	replies := make([]*rpcReply, 4)
+	for i := range replies {
+		wg.Go(func() { replies[i] = e.call("sandbox.start", map[string]any{"sandbox": fmt.Sprintf("r%d", i)}) })
+	}
+	wg.Wait()
+	won := 0
+	for _, r := range replies {
+		switch {
+		case r.Status == 200:
+			won++
+		case r.kind() != "limit":
+			t.Fatalf("racing start: %d %s", r.Status, r.Raw)
+		}
+	}
+	if won != 1 {
+		t.Fatalf("%d of 4 racing starts won with --max-running 1", won)
+	}
 }

@@ -602,21 +602,33 @@ func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Imag
 	return img, nil
 }
 
-// watch marks the sandbox errored if its init ends without a stop.
+// watch marks the sandbox errored if its init ends without a stop. It
+// ends with the manager: once closed, the manager records nothing more, and
+// the next one finds out at reattach whether the init still runs.
 func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 	go func() {
-		<-sb.Done()
+		select {
+		case <-sb.Done():
+		case <-m.stop:
+			return
+		}
 		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return
+		}
 		unexpected := e.sb == sb && e.state == Running && !e.removed
 		if unexpected {
 			e.state, e.err, e.stopped = Error, "the sandbox's init exited unexpectedly", time.Now()
+			// Logged before anyone can see the state: whoever sees
+			// error finds the line.
+			e.logf("init exited unexpectedly")
 		}
 		m.mu.Unlock()
 		if !unexpected {
 			return
 		}
 		m.persist(e)
-		e.logf("init exited unexpectedly")
 		// Release what it held (cgroup, runtime directory).
 		e.life.Lock()
 		_ = sb.Stop(context.Background())

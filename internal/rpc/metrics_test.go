@@ -1,0 +1,133 @@
+package rpc_test
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/metrics"
+)
+
+// scrape reads /metrics with key into series -> value, the series as
+// written ("name{label=\"v\",...}").
+func (e *env) scrape(t *testing.T, key string) map[string]float64 {
+	t.Helper()
+	req, _ := http.NewRequest("GET", e.url+"/metrics", nil)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != metrics.ContentType {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("/metrics: %d %s %.300s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if i < 0 || err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMetricsSeries: /metrics has every series the README and docs/api.md
+// promise, and each moves with what the server does: sandboxes by
+// namespace and state, the start and exec latency histograms (a start of a
+// sandbox that already runs is no start), requests by method and outcome,
+// errors by kind. A key scoped to a namespace sees only its series.
+func TestMetricsSeries(t *testing.T) {
+	e := newEnv(t, false, nil)
+	if r, err := http.Get(e.url + "/metrics"); err != nil || r.StatusCode != 401 {
+		t.Fatalf("/metrics without a key: %v %v", r, err)
+	} else {
+		r.Body.Close()
+	}
+	const (
+		running      = `warren_sandboxes{namespace="met",state="running"}`
+		stopped      = `warren_sandboxes{namespace="met",state="stopped"}`
+		startCount   = `warren_sandbox_start_seconds_count{namespace="met"}`
+		startSum     = `warren_sandbox_start_seconds_sum{namespace="met"}`
+		startInf     = `warren_sandbox_start_seconds_bucket{namespace="met",le="+Inf"}`
+		commandCount = `warren_exec_seconds_count{namespace="met",kind="command"}`
+		commandSum   = `warren_exec_seconds_sum{namespace="met",kind="command"}`
+		execCount    = `warren_exec_seconds_count{namespace="met",kind="exec"}`
+		shellCount   = `warren_exec_seconds_count{namespace="met",kind="shell"}`
+		replCount    = `warren_exec_seconds_count{namespace="met",kind="repl"}`
+		notFound     = `warren_errors_total{kind="not_found"}`
+		getNotFound  = `warren_rpc_requests_total{method="sandbox.get",outcome="not_found"}`
+		commandOK    = `warren_rpc_requests_total{method="sandbox.command.run",outcome="ok"}`
+	)
+	before := e.scrape(t, e.admin)
+	for _, s := range []string{running, stopped, startCount, commandCount, execCount, shellCount, replCount, notFound, getNotFound, commandOK} {
+		if _, ok := before[s]; ok {
+			t.Fatalf("%s before anything happened: %v", s, before[s])
+		}
+	}
+	e.must("sandbox.start", map[string]any{"sandbox": "m", "namespace": "met"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "m", "namespace": "met"}, nil) // runs already: no start
+	e.must("sandbox.start", map[string]any{"sandbox": "o", "namespace": "other"}, nil)
+	e.must("sandbox.command.run", map[string]any{"sandbox": "m", "namespace": "met", "command": "echo", "args": []string{"hi"}}, nil)
+	e.must("sandbox.exec", map[string]any{"sandbox": "m", "namespace": "met", "argv": []string{"true"}}, nil)
+	e.must("sandbox.shell", map[string]any{"sandbox": "m", "namespace": "met", "script": "true"}, nil)
+	e.must("sandbox.repl.run", map[string]any{"sandbox": "m", "namespace": "met", "language": "python", "code": "1"}, nil)
+	if r := e.call("sandbox.get", map[string]any{"sandbox": "nope", "namespace": "met"}); r.Status != 404 {
+		t.Fatalf("get of a missing sandbox: %s", r.Raw)
+	}
+	after := e.scrape(t, e.admin)
+	for _, c := range []struct {
+		series string
+		want   float64
+	}{
+		{running, 1}, {startCount, 1}, {startInf, 1}, {commandCount, 1}, {execCount, 1}, {shellCount, 1}, {replCount, 1},
+		{notFound, 1}, {getNotFound, 1}, {commandOK, 1},
+		{`warren_sandboxes{namespace="other",state="running"}`, 1},
+	} {
+		if got, ok := after[c.series]; !ok || got != c.want {
+			t.Errorf("%s = %v (present %v), want %v", c.series, got, ok, c.want)
+		}
+	}
+	for _, s := range []string{startSum, commandSum} {
+		if after[s] <= 0 {
+			t.Errorf("%s = %v, want a duration", s, after[s])
+		}
+	}
+	// A stop moves the sandbox to the stopped series.
+	e.must("sandbox.stop", map[string]any{"sandbox": "m", "namespace": "met"}, nil)
+	after = e.scrape(t, e.admin)
+	if _, ok := after[running]; ok || after[stopped] != 1 {
+		t.Errorf("after the stop: running %v, stopped %v", after[running], after[stopped])
+	}
+	// A key for "met" sees met's series only.
+	keyMet, _, err := e.keys.Create(t.Context(), "met", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scoped := e.scrape(t, keyMet)
+	if scoped[stopped] != 1 || scoped[startCount] != 1 {
+		t.Errorf("the met key: %s %v, %s %v; want 1 and 1", stopped, scoped[stopped], startCount, scoped[startCount])
+	}
+	for s := range scoped {
+		if !strings.Contains(s, `namespace="met"`) {
+			t.Errorf("the met key sees %s", s)
+		}
+	}
+}
