@@ -70,6 +70,9 @@ func doctorCmd(ctx context.Context, args []string) error {
 		add("cgroups", true, nil, "mode "+m.Mode())
 		for _, f := range m.Probe() {
 			c := check{name: "  cgroup " + f.Name, ok: f.Usable, note: f.Reason}
+			if f.Usable {
+				c.note = f.Note
+			}
 			checks = append(checks, c)
 		}
 	}

@@ -104,3 +104,32 @@ type stringList []string
 
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
+
+// parseFlags parses args like fs.Parse, but first refuses a flag that takes
+// a value and is followed by "--" or by another of fs's flags: the flag
+// package would take that as the value (`--net -- CMD` sets the network to
+// "--"), so a missing value would surface later as a strange one.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	isFlag := func(a string) bool {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return strings.HasPrefix(a, "-") && name != "" && fs.Lookup(name) != nil
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !isFlag(a) {
+			break // the flag package reports what it must
+		}
+		if strings.Contains(a, "=") {
+			continue
+		}
+		f := fs.Lookup(strings.TrimLeft(a, "-"))
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 < len(args) && (args[i+1] == "--" || isFlag(args[i+1])) {
+			return fmt.Errorf("flag %s needs a value, but is followed by %q", a, args[i+1])
+		}
+		i++
+	}
+	return fs.Parse(args)
+}

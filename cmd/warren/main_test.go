@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -105,6 +107,8 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		stderrHas  string
 		stdoutHas  string
 		stderrNone bool
+		stdoutLen  int           // when set, stdout's exact length
+		within     time.Duration // when set, warren must exit within this
 	}{
 		{name: "output and success", args: []string{"run", "--", "/bin/sh", "-c", "echo out; echo err >&2"}, stdout: "out\n", stderrHas: "err"},
 		{name: "exit code", args: []string{"run", "--", "/bin/sh", "-c", "exit 7"}, code: 7},
@@ -125,11 +129,33 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		{name: "bad network", args: []string{"run", "--net", "host", "--", "true"}, code: 1, stderrHas: "only \"none\""},
 		{name: "unknown image", args: []string{"run", "--image", "alpine", "--", "true"}, code: 1, stderrHas: "image not found: alpine"},
 		{name: "help", args: []string{"run", "--help"}, code: 0, stderrHas: "--memory"},
+		// Output is passed through whole, beyond the agent's 64 MiB cap for
+		// kept output.
+		{name: "output beyond 64 MiB", args: []string{"run", "--", "head", "-c", "70000000", "/dev/zero"}, stdoutLen: 70000000},
+		{name: "negative timeout", args: []string{"run", "--timeout", "-5s", "--", "sleep", "1"}, code: 1, stderrHas: "--timeout -5s: negative"},
+		{name: "sub-millisecond timeout", args: []string{"run", "--timeout", "500us", "--", "sleep", "5"}, code: 124, stderrHas: "timeout", within: 3 * time.Second},
+		{name: "cpus NaN", args: []string{"run", "--cpus", "NaN", "--", "true"}, code: 1, stderrHas: "cpus: NaN out of range: want 0 (unlimited) or 0.01 (a 1 ms quota per 100 ms period) up to 1024"},
+		{name: "cpus below the kernel's minimum", args: []string{"run", "--cpus", "0.001", "--", "true"}, code: 1, stderrHas: "cpus: 0.001 out of range: want 0 (unlimited) or 0.01"},
+		{name: "cpus minimum", args: []string{"run", "--cpus", "0.01", "--", "/bin/echo", "slow"}, stdout: "slow\n"},
+		{name: "pids 1", args: []string{"run", "--pids", "1", "--", "true"}, code: 1, stderrHas: "pids: 1 is below the minimum of 16"},
+		{name: "pids minimum", args: []string{"run", "--pids", "16", "--", "/bin/sh", "-c", "/bin/echo a | /bin/cat; echo b"}, stdout: "a\nb\n"},
+		{name: "flag value missing", args: []string{"run", "--net", "--", "true"}, code: 1, stderrHas: `flag --net needs a value, but is followed by "--"`},
+		{name: "flag value is a flag", args: []string{"run", "--workdir", "--net", "none", "--", "true"}, code: 1, stderrHas: `flag --workdir needs a value, but is followed by "--net"`},
+		{name: "flag value at the end", args: []string{"run", "--image"}, code: 1, stderrHas: "flag needs an argument"},
+		{name: "relative workdir", args: []string{"run", "--workdir", "relative", "--", "true"}, code: 1, stderrHas: `workdir "relative": want an absolute path`},
 		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderrHas: "unknown command"},
 		{name: "top help", args: []string{"help"}, code: 0, stderrHas: "doctor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
 			r := run(t, warren(t, dir, tc.args...), tc.stdin)
+			if took := time.Since(start); tc.within > 0 && took > tc.within {
+				t.Errorf("took %v, want at most %v", took, tc.within)
+			}
+			if tc.stdoutLen > 0 && (len(r.stdout) != tc.stdoutLen || strings.Trim(r.stdout, "\x00") != "") {
+				t.Errorf("stdout: %d bytes, want %d zeros", len(r.stdout), tc.stdoutLen)
+				r.stdout = r.stdout[:min(len(r.stdout), 100)]
+			}
 			if r.code != tc.code {
 				t.Errorf("exit %d, want %d (stdout %q, stderr %q)", r.code, tc.code, r.stdout, r.stderr)
 			}
@@ -144,6 +170,78 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 	assertNoSandboxState(t, dir)
 }
 
+// TestRunCPUs: --cpus 0.5 holds a busy loop to about half a CPU. The loop
+// is bounded in wall time and reports its own CPU time.
+func TestRunCPUs(t *testing.T) {
+	testenv.RequireRoot(t)
+	r := run(t, warren(t, stateDir(t), "run", "--cpus", "0.5", "--", "/usr/bin/python3", "-c", `
+import time
+w0, c0 = time.monotonic(), time.process_time()
+while time.monotonic() - w0 < 2: pass
+print(round((time.process_time() - c0) / (time.monotonic() - w0), 3))
+`), "")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	frac, err := strconv.ParseFloat(strings.TrimSpace(r.stdout), 64)
+	if err != nil {
+		t.Fatalf("output %q: %v", r.stdout, err)
+	}
+	// Quota periods are 100 ms, so 2 s hold 20 of them: loose bounds.
+	if frac < 0.3 || frac > 0.65 {
+		t.Errorf("busy loop used %.2f of a CPU under --cpus 0.5, want about 0.5", frac)
+	}
+}
+
+// TestRunTimeoutAgentStopped: the host enforces --timeout even when the
+// sandbox's agent does not answer (SIGSTOPped here): warren ends soon after
+// the timeout and says it was the timeout (124), and nothing is left.
+func TestRunTimeoutAgentStopped(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	marker := "sleep-stopped-agent"
+	cmd := warren(t, dir, "run", "--timeout", "1s", "--", "/bin/sh", "-c", "cp /bin/sleep /tmp/"+marker+"; /tmp/"+marker+" 600")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return countProcs(marker) == 1 })
+	pidFiles, _ := filepath.Glob(filepath.Join(dir, "run", "run-*", "agent.pid"))
+	if len(pidFiles) != 1 {
+		t.Fatalf("want one agent.pid, found %v", pidFiles)
+	}
+	b, err := os.ReadFile(pidFiles[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(b))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 124 {
+		t.Errorf("exit: %v, want 124 (stderr %q)", err, errb.String())
+	}
+	if !strings.Contains(errb.String(), "killed after the 1s timeout") {
+		t.Errorf("stderr %q does not say the timeout killed it", errb.String())
+	}
+	// The timeout, the host's 2 s grace, and the stop.
+	if took > 8*time.Second {
+		t.Errorf("took %v after a 1s timeout", took)
+	}
+	if n := countProcs(marker); n != 0 {
+		t.Errorf("%d sandbox processes survived", n)
+	}
+	assertNoSandboxState(t, dir)
+}
+
 func TestDoctor(t *testing.T) {
 	testenv.RequireRoot(t)
 	r := run(t, warren(t, stateDir(t), "doctor"), "")
@@ -153,6 +251,38 @@ func TestDoctor(t *testing.T) {
 	for _, want := range []string{"ok    pid namespace", "ok    overlayfs", "ok    seccomp", "ok    sandbox start + exec true"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// On cgroup v1 the freezer is listed (mounted or not), and a cgroup2
+	// mount beside the v1 hierarchies (hybrid) is named.
+	if !strings.Contains(r.stdout, "cgroups: mode v1") {
+		return
+	}
+	freezer, unified := "not mounted", ""
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(mi), "\n") {
+		pre, post, ok := strings.Cut(l, " - ")
+		f, g := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(f) < 5 || len(g) < 3 {
+			continue
+		}
+		switch {
+		case g[0] == "cgroup" && slices.Contains(strings.Split(g[2], ","), "freezer") && freezer == "not mounted":
+			freezer = "mounted at " + f[4]
+		case g[0] == "cgroup2" && unified == "":
+			unified = f[4]
+		}
+	}
+	want := []string{"ok      cgroup freezer: " + freezer + "; not needed: a stop kills the sandbox's pid namespace"}
+	if unified != "" {
+		want = append(want, "ok      cgroup v2 (hybrid): "+unified+" is mounted beside the v1 hierarchies")
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("doctor output lacks %q:\n%s", w, r.stdout)
 		}
 	}
 }

@@ -20,7 +20,7 @@ import (
 
 const runAbout = `
 Runs CMD in a fresh sandbox and removes the sandbox afterwards. CMD's stdout
-and stderr are passed through and warren exits with CMD's exit code:
+and stderr are passed through whole and warren exits with CMD's exit code:
 124 when --timeout killed it, 137 when the memory limit killed it (an
 out-of-memory message says so on stderr), 127 when CMD was not found.
 
@@ -57,16 +57,20 @@ func runCmd(ctx context.Context, args []string) error {
 	hf.register(fs)
 	img := fs.String("image", "host", "image to run: host (the host's /usr, read-only; no download) or a name from 'warren image ls'")
 	mem := fs.String("memory", "512M", "memory limit (MiB, or with K/M/G suffix); 0 = unlimited")
-	cpus := fs.Float64("cpus", 1, "CPU limit in cores (fractions allowed); 0 = unlimited")
-	pids := fs.Int64("pids", 1024, "maximum number of processes; 0 = unlimited")
-	timeout := fs.Duration("timeout", 0, "kill CMD after this long (e.g. 30s); 0 = no limit")
-	workdir := fs.String("workdir", "", "working directory inside the sandbox (default: the image's, or /)")
+	cpus := fs.Float64("cpus", 1, fmt.Sprintf("CPU limit in cores, %v (a 1 ms quota per 100 ms period) up to %d; 0 = unlimited", backend.MinCPUs, backend.MaxCPUs))
+	pids := fs.Int64("pids", 1024, fmt.Sprintf("maximum number of processes and threads, at least %d (the agent runs about 10); 0 = unlimited", backend.MinPids))
+	timeout := fs.Duration("timeout", 0, "kill CMD after this long (e.g. 30s; below 1ms counts as 1ms); 0 = no limit")
+	workdir := fs.String("workdir", "", "working directory inside the sandbox, an absolute path (default: the image's, or /)")
 	netMode := fs.String("net", "none", "network: none (loopback only)")
 	stdin := fs.Bool("i", false, "pass warren's stdin to CMD (read whole, up to 16 MiB)")
 	var envs, volumeArgs stringList
 	fs.Var(&envs, "env", "set an environment variable K=V (repeatable)")
 	fs.Var(&volumeArgs, "volume", "bind a host directory or file: HOST:GUEST or HOST:GUEST:ro (repeatable); with user namespaces\nsandbox root writes as host uid 1610612736, so HOST must be writable (and reachable) by it")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	timeoutMs, err := timeoutMillis(*timeout)
+	if err != nil {
 		return err
 	}
 	volumes, err := localVolumes(volumeArgs)
@@ -86,6 +90,11 @@ func runCmd(ctx context.Context, args []string) error {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return fmt.Errorf("--env %q: want K=V", e)
 		}
+	}
+	cfg := backend.Config{Env: envs, Workdir: *workdir, MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: *netMode, Volumes: volumes}
+	// Before anything starts: the limits' ranges, an absolute workdir.
+	if err := cfg.CheckSettings(); err != nil {
+		return err
 	}
 	var in []byte
 	if *stdin {
@@ -127,10 +136,8 @@ func runCmd(ctx context.Context, args []string) error {
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
-	sb, err := be.Create(ctx, backend.Config{
-		ID: "run-" + hex.EncodeToString(rnd[:]), Image: sbImg, Env: envs, Workdir: *workdir,
-		MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: *netMode, Volumes: volumes,
-	})
+	cfg.ID, cfg.Image = "run-"+hex.EncodeToString(rnd[:]), sbImg
+	sb, err := be.Create(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -144,7 +151,8 @@ func runCmd(ctx context.Context, args []string) error {
 	if err := sb.Start(ctx); err != nil {
 		return err
 	}
-	req := &wire.ExecRequest{Argv: argv, Stdin: in, TimeoutMs: timeout.Milliseconds(), OutputLimit: wire.MaxOutputLimit}
+	// Output is written through as it comes, so none of it needs a cap.
+	req := &wire.ExecRequest{Argv: argv, Stdin: in, TimeoutMs: timeoutMs, NoOutputLimit: true}
 	res, err := backend.Exec(ctx, sb, req, func(stream string, data []byte) {
 		if stream == wire.Stderr {
 			_, _ = os.Stderr.Write(data)
@@ -155,6 +163,12 @@ func runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return exitError{130}
+		}
+		// The agent missed the host's deadline (it hung, or was stopped):
+		// still the timeout's outcome, enforced by stopping the sandbox.
+		if errors.Is(err, backend.ErrAgentUnresponsive) && res.TimedOut {
+			fmt.Fprintf(os.Stderr, "warren run: killed after the %s timeout (%v)\n", *timeout, err)
+			return exitError{124}
 		}
 		return err
 	}
@@ -167,12 +181,29 @@ func runCmd(ctx context.Context, args []string) error {
 	case res.OOMKilled:
 		fmt.Fprintf(os.Stderr, "warren run: killed: out of memory (limit %s)\n", *mem)
 	case res.Truncated:
-		fmt.Fprintf(os.Stderr, "warren run: output truncated at %d MiB\n", wire.MaxOutputLimit>>20)
+		// Only an agent that ignores NoOutputLimit cuts output.
+		fmt.Fprintf(os.Stderr, "warren run: the sandbox's agent cut the output short\n")
+		if res.Code == 0 {
+			return exitError{1}
+		}
 	}
 	if res.Code != 0 {
 		return exitError{res.Code}
 	}
 	return nil
+}
+
+// timeoutMillis turns --timeout into the agent's milliseconds, rounding up:
+// a positive timeout never becomes 0, which would mean none.
+func timeoutMillis(d time.Duration) (int64, error) {
+	if d < 0 {
+		return 0, fmt.Errorf("--timeout %s: negative; want a duration like 30s, or 0 for none", d)
+	}
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms, nil
 }
 
 // localVolumes parses --volume values. The caller is root on this machine,

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path"
 	"regexp"
 	"time"
 
@@ -40,6 +41,21 @@ type Config struct {
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
+// Limits every backend enforces on a Config.
+const (
+	// MinMemoryBytes is the smallest memory limit a sandbox starts with.
+	MinMemoryBytes = 16 << 20
+	// MinCPUs is the smallest CPU quota: the kernel's minimum quota, 1 ms,
+	// per 100 ms period.
+	MinCPUs = 0.01
+	// MaxCPUs is the largest CPU quota.
+	MaxCPUs = 1024
+	// MinPids is the smallest process limit. The limit counts threads, and
+	// the sandbox's agent runs about ten of its own; below this the agent
+	// cannot start, or the command cannot fork.
+	MinPids = 16
+)
+
 // Validate reports every problem with c at once.
 func (c *Config) Validate() error {
 	var errs []error
@@ -49,16 +65,33 @@ func (c *Config) Validate() error {
 	if c.Image == nil || len(c.Image.Layers) == 0 {
 		errs = append(errs, errors.New("image: none given"))
 	}
+	if err := c.CheckSettings(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// CheckSettings reports every problem with what a caller chooses for a
+// sandbox (limits, working directory, network, volumes), before an id and
+// an image are picked: what Validate checks besides those two.
+func (c *Config) CheckSettings() error {
+	var errs []error
 	if c.MemoryBytes < 0 {
 		errs = append(errs, errors.New("memory: negative"))
-	} else if c.MemoryBytes > 0 && c.MemoryBytes < 16<<20 {
-		errs = append(errs, fmt.Errorf("memory: %d MiB is below the 16 MiB minimum", c.MemoryBytes>>20))
+	} else if c.MemoryBytes > 0 && c.MemoryBytes < MinMemoryBytes {
+		errs = append(errs, fmt.Errorf("memory: %d MiB is below the %d MiB minimum", c.MemoryBytes>>20, MinMemoryBytes>>20))
 	}
-	if c.CPUs < 0 || c.CPUs > 1024 {
-		errs = append(errs, fmt.Errorf("cpus: %v out of range (0 = unlimited, up to 1024)", c.CPUs))
+	// Written so that NaN fails too.
+	if c.CPUs != 0 && !(c.CPUs >= MinCPUs && c.CPUs <= MaxCPUs) {
+		errs = append(errs, fmt.Errorf("cpus: %v out of range: want 0 (unlimited) or %v (a 1 ms quota per 100 ms period) up to %d", c.CPUs, MinCPUs, MaxCPUs))
 	}
 	if c.PidsMax < 0 {
 		errs = append(errs, errors.New("pids: negative"))
+	} else if c.PidsMax > 0 && c.PidsMax < MinPids {
+		errs = append(errs, fmt.Errorf("pids: %d is below the minimum of %d (the limit counts threads, and the sandbox's agent runs about 10)", c.PidsMax, MinPids))
+	}
+	if c.Workdir != "" && !path.IsAbs(c.Workdir) {
+		errs = append(errs, fmt.Errorf("workdir %q: want an absolute path", c.Workdir))
 	}
 	if c.Network != "" && c.Network != "none" {
 		errs = append(errs, fmt.Errorf("network %q: only \"none\" (loopback only) is supported", c.Network))

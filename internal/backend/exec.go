@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/wire"
@@ -27,27 +28,39 @@ var ErrAgentUnresponsive = errors.New("the sandbox's agent did not answer in tim
 
 // Exec runs req in sb through its agent, enforcing the timeout on the host
 // too: if the agent has not answered by the timeout plus a grace period, the
-// whole sandbox is stopped. An OOM kill is read from the cgroup's counter:
-// a command killed by SIGKILL while the counter rose.
+// whole sandbox is stopped, and Exec returns ErrAgentUnresponsive with a
+// result that says the command timed out (TimedOut, killed by SIGKILL). An
+// OOM kill is read from the cgroup's counter: a command killed by SIGKILL
+// while the counter rose.
 func Exec(ctx context.Context, sb Sandbox, req *wire.ExecRequest, onOutput func(stream string, data []byte)) (ExecResult, error) {
+	if req.TimeoutMs < 0 {
+		// The agent would take it as no timeout at all.
+		return ExecResult{}, fmt.Errorf("timeout %d ms: negative", req.TimeoutMs)
+	}
 	before, _ := sb.OOMKills()
 	callCtx := ctx
 	var hostDeadline bool
-	if req.TimeoutMs > 0 {
+	// A timeout so long that its deadline would overflow has none on the host.
+	if req.TimeoutMs > 0 && req.TimeoutMs <= (math.MaxInt64-int64(hostGrace))/int64(time.Millisecond) {
 		var cancel context.CancelFunc
 		callCtx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond+hostGrace)
 		defer cancel()
 		hostDeadline = true
 	}
+	start := time.Now()
 	st, err := sb.Agent().Exec(callCtx, req, onOutput)
 	if err != nil {
 		if hostDeadline && ctx.Err() == nil && errors.Is(callCtx.Err(), context.DeadlineExceeded) {
+			// Stopping the sandbox kills the command with everything else.
+			timedOut := ExecResult{ExitStatus: wire.ExitStatus{Code: 128 + 9, Signal: "SIGKILL", TimedOut: true}}
 			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			defer cancel()
-			if serr := sb.Stop(stopCtx); serr != nil {
-				return ExecResult{}, fmt.Errorf("%w (stop: %w)", ErrAgentUnresponsive, serr)
+			serr := sb.Stop(stopCtx)
+			timedOut.DurationMs = float64(time.Since(start).Microseconds()) / 1000
+			if serr != nil {
+				return timedOut, fmt.Errorf("%w (stop: %w)", ErrAgentUnresponsive, serr)
 			}
-			return ExecResult{}, ErrAgentUnresponsive
+			return timedOut, ErrAgentUnresponsive
 		}
 		select {
 		case <-sb.Done():

@@ -297,9 +297,11 @@ func (c *Cgroup) OpenSpawnTarget() (SpawnTarget, error) {
 }
 
 // Kill SIGKILLs every process in the cgroup and waits (bounded) until none
-// is left. v2 uses cgroup.kill; v1 freezes the cgroup (when the freezer
-// controller is available) so nothing can fork or exit meanwhile, signals
-// every member, thaws, and repeats until the cgroup is empty.
+// is left. v2 uses cgroup.kill; otherwise Kill freezes the cgroup where it
+// can (v2's cgroup.freeze; v1 mode does not use the freezer hierarchy) so
+// nothing can fork or exit meanwhile, signals every member, thaws, and
+// repeats until the cgroup is empty. Sandboxes do not depend on it: a stop
+// kills the sandbox's pid namespace.
 func (c *Cgroup) Kill() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -8,10 +8,12 @@
 // own cgroup, the Manager runs in "v2" mode. Otherwise, if cgroup v1
 // hierarchies are mounted (pure v1, or hybrid with an empty or near-empty
 // cgroup2 mount at /sys/fs/cgroup/unified), it runs in "v1" mode and uses the
-// v1 hierarchies of the memory, cpu, cpuacct, pids and freezer controllers
+// v1 hierarchies of the memory, cpu, cpuacct and pids controllers
 // (co-mounted hierarchies such as cpu,cpuacct count once). Other v1
-// controllers (cpuset, blkio, devices, ...) are not touched: sandboxes inherit
-// the daemon's cgroup there. In hybrid mode the cgroup2 hierarchy is not used.
+// controllers (freezer, cpuset, blkio, devices, ...) are not touched:
+// sandboxes inherit the daemon's cgroup there, and Kill signals without
+// freezing. In hybrid mode the cgroup2 hierarchy is not used. Probe reports
+// the freezer and a hybrid host's cgroup2 mount all the same.
 //
 // Every sandbox cgroup lives at <own>/<prefix>/<name> in each hierarchy, where
 // <own> is this process's own cgroup in that hierarchy (never the hierarchy
@@ -67,7 +69,7 @@
 // v1 controllers plus a cgroup2 mount with no memory/cpu/pids controllers)
 // they verify the whole v1 path: Create/Open/List/Reap/Destroy with rollback,
 // spawn placement and thread hygiene, memory (OOM kill and oom_kill count),
-// pids and cpu quota enforcement, freezer-based Kill of a setsid'd tree. For
+// pids and cpu quota enforcement, Kill of a setsid'd tree. For
 // v2 they verify there, on the controller-less cgroup2 mount: Create and
 // Destroy with zero limits, spawns through CLONE_INTO_CGROUP, Kill through
 // cgroup.kill, and the error of a Create that asks for an absent controller.

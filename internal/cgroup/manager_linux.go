@@ -74,6 +74,7 @@ type Feature struct {
 	Name   string // controller or capability, e.g. "memory", "freezer", "cgroup.kill"
 	Usable bool
 	Reason string // why not, when !Usable
+	Note   string // what it means here, when Usable (may be empty)
 	Path   string // where it was looked for
 }
 
@@ -93,6 +94,7 @@ type Manager struct {
 	prefix  string
 	hiers   []hierarchy
 	unavail map[string]string // controller → why it cannot be used
+	others  otherHierarchies
 }
 
 // layout is what detection (or a test) hands to newManager.
@@ -100,6 +102,17 @@ type layout struct {
 	mode    string
 	hiers   []hierarchy // parent is filled by newManager
 	unavail map[string]string
+	others  otherHierarchies
+}
+
+// otherHierarchies are mounted hierarchies v1 mode does not use, for Probe.
+type otherHierarchies struct {
+	freezer string // mount point of the v1 freezer controller, "" if none
+	// unified is the mount point of a cgroup2 hierarchy beside the v1
+	// ones (a hybrid host), "" if none; unifiedCtrls are the controllers
+	// it offers this process's cgroup.
+	unified      string
+	unifiedCtrls []string
 }
 
 // New detects the host's cgroup layout and returns a Manager whose sandbox
@@ -151,8 +164,9 @@ func detect() (layout, error) {
 		v2 = &hierarchy{mount: e.point, root: e.root, own: own}
 		break
 	}
+	var avail []string
 	if v2 != nil {
-		avail := readWords(filepath.Join(v2.mount, v2.own, "cgroup.controllers"))
+		avail = readWords(filepath.Join(v2.mount, v2.own, "cgroup.controllers"))
 		for _, c := range wantV2 {
 			if slices.Contains(avail, c) {
 				return layout{mode: ModeV2, hiers: []hierarchy{*v2}}, nil
@@ -162,6 +176,14 @@ func detect() (layout, error) {
 
 	// v1 (or hybrid): one hierarchy per mount holding a controller we use.
 	lay := layout{mode: ModeV1, unavail: map[string]string{}}
+	for _, e := range mounts {
+		if e.fstype == "cgroup" && slices.Contains(e.ctrls, "freezer") && lay.others.freezer == "" {
+			lay.others.freezer = e.point
+		}
+	}
+	if v2 != nil {
+		lay.others.unified, lay.others.unifiedCtrls = v2.mount, avail
+	}
 	for _, c := range wantV1 {
 		var m *mountEntry
 		for i := range mounts {
@@ -217,7 +239,7 @@ func newManager(lay layout, prefix string) (*Manager, error) {
 	if err := validPrefix(prefix); err != nil {
 		return nil, err
 	}
-	m := &Manager{mode: lay.mode, prefix: prefix, unavail: map[string]string{}}
+	m := &Manager{mode: lay.mode, prefix: prefix, unavail: map[string]string{}, others: lay.others}
 	for k, v := range lay.unavail {
 		m.unavail[k] = v
 	}
@@ -666,7 +688,7 @@ func (m *Manager) Probe() []Feature {
 		}
 		add("memory.swap", dirOf("memory"), fileErr("memory", "memory.memsw.limit_in_bytes",
 			"no swap accounting (swapaccount=0?): the memory limit does not cap swap"))
-		return out
+		return append(out, m.probeOthersV1()...)
 	}
 	for _, c := range wantV2 {
 		add(c, dirOf(c), m.controllerErr(c))
@@ -680,6 +702,28 @@ func (m *Manager) Probe() []Feature {
 			err = errors.New("kernel lacks " + f + ": " + errno(serr))
 		}
 		add(f, parent, err)
+	}
+	return out
+}
+
+// probeOthersV1 describes the hierarchies v1 mode leaves alone: the freezer
+// (a stop kills the sandbox's pid namespace, which leaves no process to
+// freeze) and, on a hybrid host, the cgroup2 mount beside the v1 ones.
+func (m *Manager) probeOthersV1() []Feature {
+	const why = "not needed: a stop kills the sandbox's pid namespace, so no process is left to freeze"
+	fr := Feature{Name: "freezer", Usable: true, Path: m.others.freezer, Note: "not mounted; " + why}
+	if m.others.freezer != "" {
+		fr.Note = "mounted at " + m.others.freezer + "; " + why
+	}
+	out := []Feature{fr}
+	if m.others.unified != "" {
+		ctrls := strings.Join(m.others.unifiedCtrls, " ")
+		if ctrls == "" {
+			ctrls = "none"
+		}
+		out = append(out, Feature{Name: "v2 (hybrid)", Usable: true, Path: m.others.unified,
+			Note: fmt.Sprintf("%s is mounted beside the v1 hierarchies without the memory, cpu or pids controller (it offers: %s), so Warren uses v1",
+				m.others.unified, ctrls)})
 	}
 	return out
 }

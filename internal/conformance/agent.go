@@ -529,6 +529,31 @@ func (s *agentSuite) execOutputLimit(t *testing.T) {
 			}
 		})
 	}
+	// A client that writes output through (warren run) asks for all of
+	// it: more than MaxOutputLimit arrives whole, in order.
+	t.Run("no limit streams past the maximum", func(t *testing.T) {
+		const n = wire.MaxOutputLimit + 3<<20 + 7
+		var got, nonzero int64
+		var mu sync.Mutex
+		st, err := s.c.Exec(ctxFor(t, 60*time.Second), &wire.ExecRequest{
+			Argv: []string{"/bin/sh", "-c", "head -c " + strconv.Itoa(n/2) + " /dev/zero; head -c " + strconv.Itoa(n-n/2) + " /dev/zero >&2"}, OutputLimit: 1000, NoOutputLimit: true,
+		}, func(_ string, data []byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			got += int64(len(data))
+			for _, b := range data {
+				if b != 0 {
+					nonzero++
+				}
+			}
+		})
+		if err != nil {
+			t.Fatalf("exec: %s", errInfo(err))
+		}
+		if st.Code != 0 || st.Truncated || got != n || nonzero != 0 {
+			t.Errorf("got %d bytes (%d not zero), exit %+v; want %d bytes, not truncated", got, nonzero, st, n)
+		}
+	})
 }
 
 func (s *agentSuite) execHugeOutput(t *testing.T) {

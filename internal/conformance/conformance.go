@@ -9,18 +9,27 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
+	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/oci"
+	"github.com/warren-sandbox/warren/internal/seccomp"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -112,6 +121,10 @@ func Run(t *testing.T, h *Harness) {
 	t.Run("DroppedCapabilitiesFail", h.capabilities)
 	t.Run("SeccompDenies", h.seccomp)
 	t.Run("MaskedPaths", h.maskedPaths)
+	t.Run("DevContents", h.devContents)
+	t.Run("Rlimits", h.rlimits)
+	t.Run("HostImageEtcSanitized", h.etcSanitized)
+	t.Run("HostEnforcesTimeoutOnStoppedAgent", h.stoppedAgentTimeout)
 	t.Run("RootIsNotHostRoot", h.rootIsNotHostRoot)
 	t.Run("AgentUnreachable", h.agentUnreachable)
 	t.Run("StopKillsWholeTree", h.stopKillsTree)
@@ -339,19 +352,45 @@ class timeval(ctypes.Structure):
     _fields_ = [('s', ctypes.c_long), ('us', ctypes.c_long)]
 print('settimeofday', res(libc.settimeofday(ctypes.byref(timeval(1, 0)), None)))
 print('mknod', res(libc.mknod(b'/tmp/dev', 0o20666, os.makedev(1, 3))))
+# Calls the seccomp filter lets through (checked below), so only the missing
+# capability can stop them.
+print('sethostname', res(libc.sethostname(b'intruder', 8)), socket.gethostname())
+import fcntl, struct
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def lo_flags():
+    return struct.unpack('16sh', fcntl.ioctl(s, 0x8913, struct.pack('16sh', b'lo', 0)))[1]  # SIOCGIFFLAGS
+try:
+    fcntl.ioctl(s, 0x8914, struct.pack('16sh', b'lo', lo_flags() & ~1)); print('lo-down ok')  # SIOCSIFFLAGS
+except OSError as e:
+    print('lo-down', errno.errorcode[e.errno])
+print('lo-up', lo_flags() & 1)
 for l in open('/proc/self/status'):
     if l.startswith(('CapBnd', 'CapEff', 'NoNewPrivs')): print(l.strip().replace('\t', ' '))
 `)
 	if r.Code != 0 {
 		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
 	}
-	for _, want := range []string{"mount EPERM", "raw EPERM", "settimeofday EPERM", "mknod EPERM", "NoNewPrivs: 1"} {
+	for _, want := range []string{"mount EPERM", "raw EPERM", "settimeofday EPERM", "mknod EPERM", "NoNewPrivs: 1",
+		"sethostname EPERM sandbox", "lo-down EPERM", "lo-up 1"} {
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("want %q in:\n%s", want, r.Stdout)
 		}
 	}
 	if d := time.Since(hostTime); d < 0 || d > time.Minute {
 		t.Errorf("host clock moved: %v", d)
+	}
+	// Those probes prove a capability is missing only if the filter lets
+	// their calls through: CAP_SYS_ADMIN (sethostname), CAP_NET_ADMIN
+	// (SIOCSIFFLAGS), CAP_MKNOD (mknod), CAP_NET_RAW (socket).
+	for _, sc := range seccomp.DefaultProfile().Syscalls {
+		if sc.Action == specs.ActAllow {
+			continue
+		}
+		for _, name := range []string{"sethostname", "ioctl", "mknod", "mknodat", "socket"} {
+			if slices.Contains(sc.Names, name) {
+				t.Errorf("the seccomp profile acts on %s (%s), so its probe says nothing about capabilities", name, sc.Action)
+			}
+		}
 	}
 	// CAP_SYS_ADMIN (21), CAP_NET_RAW (13), CAP_SYS_TIME (25), CAP_MKNOD (27) absent.
 	for _, line := range strings.Split(r.Stdout, "\n") {
@@ -613,4 +652,220 @@ func (h *Harness) cycle(ctx context.Context, i int) error {
 		_, _ = c.Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/sleep", "1000"}}, nil)
 	}
 	return sb.Remove(ctx)
+}
+
+// devContents checks /dev holds exactly what the spec gives a sandbox
+// (oci.Devices bound from the host, the devpts, shm and mqueue mounts, and
+// the standard links) and that the device nodes work.
+func (h *Harness) devContents(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	r := Python(t, sb, 30*time.Second, `
+import errno, os, stat
+def describe(p):
+    st = os.lstat(p)
+    if stat.S_ISLNK(st.st_mode): return 'link ' + os.readlink(p)
+    if stat.S_ISCHR(st.st_mode): return 'chr %d:%d' % (os.major(st.st_rdev), os.minor(st.st_rdev))
+    if stat.S_ISDIR(st.st_mode): return 'dir'
+    return 'other %o' % st.st_mode
+for n in sorted(os.listdir('/dev')):
+    print('/dev/' + n, describe('/dev/' + n))
+for n in sorted(os.listdir('/dev/pts')):
+    print('/dev/pts/' + n, describe('/dev/pts/' + n))
+with open('/dev/null', 'wb') as f: f.write(b'x' * 65536)
+print('null-read', len(open('/dev/null', 'rb').read()))
+z = open('/dev/zero', 'rb').read(1 << 20)
+print('zero', len(z), z.count(0))
+try:
+    with open('/dev/full', 'wb', buffering=0) as f: f.write(b'x'); print('full WRITTEN')
+except OSError as e:
+    print('full', errno.errorcode[e.errno])
+print('full-read', open('/dev/full', 'rb').read(8).count(0))
+for d in ('random', 'urandom'):
+    b = open('/dev/' + d, 'rb').read(64)
+    print(d, len(b), len(set(b)) > 8)
+m, s = os.openpty()
+os.write(s, b'ping\n'); print('pty', os.read(m, 64).strip().decode(), os.ttyname(s))
+open('/dev/shm/x', 'w').write('x'); print('shm ok')
+with open('/dev/stderr', 'w') as f: f.write('through /dev/stderr')
+`)
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	var entries []string
+	checks := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		if strings.HasPrefix(l, "/dev/") {
+			entries = append(entries, l)
+		} else if k, v, ok := strings.Cut(l, " "); ok {
+			checks[k] = v
+		}
+	}
+	want := []string{
+		"/dev/core link /proc/kcore",
+		"/dev/fd link /proc/self/fd",
+		"/dev/full chr 1:7",
+		"/dev/mqueue dir",
+		"/dev/null chr 1:3",
+		"/dev/ptmx link pts/ptmx",
+		"/dev/pts dir",
+		"/dev/random chr 1:8",
+		"/dev/shm dir",
+		"/dev/stderr link /proc/self/fd/2",
+		"/dev/stdin link /proc/self/fd/0",
+		"/dev/stdout link /proc/self/fd/1",
+		"/dev/tty chr 5:0",
+		"/dev/urandom chr 1:9",
+		"/dev/zero chr 1:5",
+		"/dev/pts/ptmx chr 5:2",
+	}
+	if !slices.Equal(entries, want) {
+		t.Errorf("/dev holds:\n  %s\nwant exactly:\n  %s", strings.Join(entries, "\n  "), strings.Join(want, "\n  "))
+	}
+	for k, v := range map[string]string{
+		"null-read": "0", "zero": "1048576 1048576", "full": "ENOSPC", "full-read": "8",
+		"random": "64 True", "urandom": "64 True", "pty": "ping /dev/pts/0", "shm": "ok",
+	} {
+		if checks[k] != v {
+			t.Errorf("%s: got %q, want %q (output:\n%s)", k, checks[k], v, r.Stdout)
+		}
+	}
+	if r.Stderr != "through /dev/stderr" {
+		t.Errorf("stderr %q: /dev/stderr does not lead to the command's stderr", r.Stderr)
+	}
+}
+
+// rlimits checks a sandbox's processes run with the rlimits of the spec.
+// A sandbox cannot raise a hard limit it inherits from the host, so where
+// this process's hard limit is lower, that is what the sandbox gets.
+func (h *Harness) rlimits(t *testing.T) {
+	sp, err := oci.Build(oci.Params{RootPath: "/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	label := map[string]string{"RLIMIT_NOFILE": "Max open files", "RLIMIT_CORE": "Max core file size"}
+	resource := map[string]int{"RLIMIT_NOFILE": syscall.RLIMIT_NOFILE, "RLIMIT_CORE": syscall.RLIMIT_CORE}
+	if len(sp.Process.Rlimits) != len(label) {
+		t.Fatalf("the spec sets %d rlimits, the check knows %d: %+v", len(sp.Process.Rlimits), len(label), sp.Process.Rlimits)
+	}
+	sb := h.Sandbox(t, backend.Config{})
+	// The command itself, and a process it forks.
+	r := Exec(t, sb, 10*time.Second, "/bin/sh", "-c", "cat /proc/self/limits; echo; cat /proc/$$/limits")
+	if r.Code != 0 {
+		t.Fatalf("cat failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	for _, rl := range sp.Process.Rlimits {
+		var host syscall.Rlimit
+		if err := syscall.Getrlimit(resource[rl.Type], &host); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("%s %d %d", label[rl.Type], min(rl.Soft, host.Max), min(rl.Hard, host.Max))
+		n := 0
+		for _, l := range strings.Split(r.Stdout, "\n") {
+			if strings.HasPrefix(l, label[rl.Type]+" ") {
+				f := strings.Fields(strings.TrimPrefix(l, label[rl.Type]))
+				if got := fmt.Sprintf("%s %s %s", label[rl.Type], f[0], f[1]); got != want {
+					t.Errorf("%s: %q, want %q", rl.Type, got, want)
+				}
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("%s: found %d of 2 lines in:\n%s", rl.Type, n, r.Stdout)
+		}
+	}
+}
+
+// etcSanitized checks what a sandbox of the host image sees of the host's
+// /etc: none of its secrets, and no file or directory the host keeps from
+// other users.
+func (h *Harness) etcSanitized(t *testing.T) {
+	if h.Image.Name != image.HostName {
+		t.Skipf("the harness image is %q, not the host image", h.Image.Name)
+	}
+	secrets := []string{"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", "/etc/machine-id",
+		"/etc/sudoers", "/etc/sudoers.d", "/etc/ssl/private", "/etc/ssh"}
+	onHost := 0
+	for _, p := range secrets {
+		if _, err := os.Lstat(p); err == nil {
+			onHost++
+		}
+	}
+	if _, err := os.Stat("/etc/shadow"); err != nil || onHost < 2 {
+		t.Fatalf("this host lacks /etc/shadow or most of %v: the check would prove little", secrets)
+	}
+	sb := h.Sandbox(t, backend.Config{})
+	r := Python(t, sb, 30*time.Second, `
+import os
+for d, dirs, files in os.walk('/etc'):
+    for n in dirs + files:
+        p = os.path.join(d, n)
+        print('l' if os.path.islink(p) else 'd' if os.path.isdir(p) else 'f', p)
+`)
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		kind, p, _ := strings.Cut(l, " ")
+		seen[p] = true
+		if strings.HasPrefix(path.Base(p), "ssh_host_") {
+			t.Errorf("ssh host key %s in the sandbox", p)
+		}
+		fi, err := os.Lstat(p)
+		if err != nil || kind == "l" {
+			continue // the sandbox's own (hostname, hosts), or a link
+		}
+		if need := fs.FileMode(0o004) | map[bool]fs.FileMode{true: 0o001}[fi.IsDir()]; fi.Mode().Perm()&need != need {
+			t.Errorf("%s is in the sandbox, but the host keeps it from other users (mode %v)", p, fi.Mode().Perm())
+		}
+	}
+	for _, p := range secrets {
+		if seen[p] {
+			t.Errorf("%s is in the sandbox", p)
+		}
+	}
+	if !seen["/etc/passwd"] {
+		t.Errorf("/etc/passwd missing: the listing is wrong:\n%s", r.Stdout)
+	}
+}
+
+// stoppedAgentTimeout checks the host enforces an exec's timeout when the
+// agent does not answer (stopped with SIGSTOP mid-command): the call ends
+// soon after the timeout, says the command timed out, and the sandbox is
+// stopped and can be stopped again.
+func (h *Harness) stoppedAgentTimeout(t *testing.T) {
+	if h.HostPid == nil {
+		t.Fatal("harness has no HostPid")
+	}
+	sb := h.Sandbox(t, backend.Config{})
+	pid := h.HostPid(sb)
+	const timeout = time.Second
+	stopped := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		stopped <- syscall.Kill(pid, syscall.SIGSTOP)
+	}()
+	start := time.Now()
+	res, err := backend.Exec(context.Background(), sb, &wire.ExecRequest{Argv: []string{"/bin/sleep", "30"}, TimeoutMs: timeout.Milliseconds()}, nil)
+	took := time.Since(start)
+	if serr := <-stopped; serr != nil {
+		t.Fatalf("SIGSTOP the agent: %v", serr)
+	}
+	if !errors.Is(err, backend.ErrAgentUnresponsive) || !res.TimedOut {
+		t.Errorf("got %+v, %v; want a timed-out result and ErrAgentUnresponsive", res, err)
+	}
+	// The timeout, the host's grace period, and the stop.
+	if took < timeout || took > timeout+8*time.Second {
+		t.Errorf("the call took %v with a %v timeout", took, timeout)
+	}
+	select {
+	case <-sb.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sandbox's init still runs")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sb.Stop(ctx); err != nil {
+		t.Errorf("stop: %v", err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"os/user"
@@ -198,6 +199,9 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 		limit = wire.DefaultOutputLimit
 	}
 	limit = min(limit, wire.MaxOutputLimit)
+	if req.NoOutputLimit {
+		limit = math.MaxInt64
+	}
 	out := &capped{limit: limit, emit: emit}
 	outR, outW, errR, errW, err := stdPipes()
 	if err != nil {

@@ -91,8 +91,8 @@ func (s *Spec) Validate() error {
 	if s.MemoryMiB < minMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
 		errs = append(errs, fmt.Errorf("memory %d MiB: want %d to %d", s.MemoryMiB, minMemoryMiB, MaxMemoryMiB))
 	}
-	if s.CPUs <= 0 || s.CPUs > MaxCPUs {
-		errs = append(errs, fmt.Errorf("cpus %v: want more than 0, up to %d", s.CPUs, MaxCPUs))
+	if !(s.CPUs >= backend.MinCPUs && s.CPUs <= MaxCPUs) {
+		errs = append(errs, fmt.Errorf("cpus %v: want %v (a 1 ms quota per 100 ms period) up to %d", s.CPUs, backend.MinCPUs, MaxCPUs))
 	}
 	if len(s.Env) > MaxEnv {
 		errs = append(errs, fmt.Errorf("env: %d entries, at most %d", len(s.Env), MaxEnv))

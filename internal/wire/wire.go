@@ -66,6 +66,10 @@ type ExecRequest struct {
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
 	// OutputLimit caps stdout+stderr bytes kept; 0 = DefaultOutputLimit.
 	OutputLimit int64 `json:"output_limit,omitempty"`
+	// NoOutputLimit streams all output, ignoring OutputLimit: for a client
+	// that writes output through instead of keeping it (exec only; the
+	// pipe's back-pressure bounds the agent's memory).
+	NoOutputLimit bool `json:"no_output_limit,omitempty"`
 	// TTY runs the process on a pseudo-terminal (background processes only).
 	TTY bool `json:"tty,omitempty"`
 	// Rows and Cols are the terminal's size from the start (TTY only; 0 =

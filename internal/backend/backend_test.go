@@ -1,0 +1,66 @@
+package backend
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/image"
+)
+
+// TestConfigValidate: limits the kernel would refuse, or that leave the
+// agent no room, are refused up front with the allowed range, never passed
+// on to fail later as a raw kernel or cgroup error.
+func TestConfigValidate(t *testing.T) {
+	img := &image.Image{Layers: []string{"/nonexistent"}}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // "" = valid
+	}{
+		{"defaults", Config{}, ""},
+		{"cpus minimum", Config{CPUs: 0.01}, ""},
+		{"cpus fraction", Config{CPUs: 0.5}, ""},
+		{"cpus maximum", Config{CPUs: 1024}, ""},
+		{"cpus below the 1 ms quota", Config{CPUs: 0.001}, "want 0 (unlimited) or 0.01 (a 1 ms quota per 100 ms period)"},
+		{"cpus just below", Config{CPUs: 0.0099}, "0.01"},
+		{"cpus NaN", Config{CPUs: math.NaN()}, "cpus: NaN out of range"},
+		{"cpus +Inf", Config{CPUs: math.Inf(1)}, "cpus: +Inf out of range"},
+		{"cpus negative", Config{CPUs: -1}, "cpus: -1 out of range"},
+		{"cpus above maximum", Config{CPUs: 1025}, "up to 1024"},
+		{"pids minimum", Config{PidsMax: MinPids}, ""},
+		{"pids 1", Config{PidsMax: 1}, "pids: 1 is below the minimum of 16"},
+		{"pids 15", Config{PidsMax: 15}, "below the minimum of 16"},
+		{"pids negative", Config{PidsMax: -1}, "pids: negative"},
+		{"memory below minimum", Config{MemoryBytes: 1 << 20}, "below the 16 MiB minimum"},
+		{"workdir absolute", Config{Workdir: "/tmp"}, ""},
+		{"workdir relative", Config{Workdir: "relative"}, `workdir "relative": want an absolute path`},
+		{"workdir dot", Config{Workdir: "./x"}, "want an absolute path"},
+		{"network", Config{Network: "--"}, `network "--"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.ID, cfg.Image = "ok", img
+			err := cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && err == nil:
+				t.Errorf("accepted %+v", tc.cfg)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Errorf("error %q lacks %q", err, tc.want)
+			}
+			// CheckSettings says the same without an id or image.
+			if err2 := tc.cfg.CheckSettings(); (err2 == nil) != (tc.want == "") {
+				t.Errorf("CheckSettings: %v, Validate: %v", err2, err)
+			}
+		})
+	}
+	// Every problem at once.
+	err := (&Config{CPUs: math.NaN(), PidsMax: 2, Workdir: "w"}).Validate()
+	for _, want := range []string{"id", "image", "cpus", "pids", "workdir"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %q", err, want)
+		}
+	}
+}
