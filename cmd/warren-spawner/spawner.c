@@ -460,15 +460,17 @@ static void serve(char *msg, size_t len, const int *fds, int nfds) {
 		err = wait_exec(fail_pipe[0], &step);
 		siginfo_t si;
 		memset(&si, 0, sizeof si);
-		if (err == 0 && waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
-			// End of file on the pipe, but because the child died, not
-			// because it exec'd (killed by the OOM killer in a tiny
-			// memory cgroup, say). Left for the SIGCHLD loop to reap.
+		if (err == 0 && waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid &&
+		    si.si_code != CLD_EXITED) {
+			// End of file on the pipe, but the child is already dead
+			// of a signal: killed before or just as it exec'd (by the
+			// OOM killer of a tiny memory cgroup, say). One that exec'd
+			// and exited on its own is not a failed spawn. A best
+			// effort: a kill that comes after this look is the host's
+			// to see (the agent's setup fails). Left for the SIGCHLD
+			// loop to reap.
 			err = ECHILD;
-			if (si.si_code == CLD_EXITED)
-				snprintf(what, sizeof what, "the child exited before it ran (status %d)", si.si_status);
-			else
-				snprintf(what, sizeof what, "the child was killed before it ran (signal %d)", si.si_status);
+			snprintf(what, sizeof what, "the child was killed before it ran (signal %d)", si.si_status);
 			step = -2;
 		}
 		if (err != 0 && step == STEP_EXEC)

@@ -238,7 +238,15 @@ const replyTimeout = 60
 func recvReply(fd int) (pid, pidfd int, err error) {
 	buf := make([]byte, replySize+1)
 	oob := make([]byte, unix.CmsgSpace(4*4)) // room to see a few too many
-	n, oobn, flags, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+	var n, oobn, flags int
+	for {
+		n, oobn, flags, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		// A socket with a receive timeout is not restarted after a
+		// signal (the Go runtime's, say): EINTR, to be retried.
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
 	if err != nil {
 		return 0, -1, fmt.Errorf("spawner: read reply: %w", err)
 	}
