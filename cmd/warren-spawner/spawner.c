@@ -87,7 +87,7 @@ struct request {
 	uint32_t nargs;
 	uint32_t nenv;
 	uint32_t strbytes; // bytes of strings after the header: all the rest
-	uint32_t reserved;
+	uint32_t timer_slack_ns; // the child's timer slack; 0 keeps the spawner's
 };
 
 struct reply {
@@ -102,7 +102,7 @@ struct child_failure {
 	int32_t step;
 };
 
-enum { STEP_SETGROUPS = 1, STEP_SETGID, STEP_SETUID, STEP_SETSID, STEP_BOUNDING, STEP_CAPS, STEP_FDS, STEP_EXEC };
+enum { STEP_SETGROUPS = 1, STEP_SETGID, STEP_SETUID, STEP_SETSID, STEP_BOUNDING, STEP_CAPS, STEP_FDS, STEP_SLACK, STEP_EXEC };
 
 static const char *step_name(int step) {
 	switch (step) {
@@ -113,6 +113,7 @@ static const char *step_name(int step) {
 	case STEP_BOUNDING: return "narrow the bounding set";
 	case STEP_CAPS: return "clear inheritable and ambient capabilities";
 	case STEP_FDS: return "set up descriptors";
+	case STEP_SLACK: return "set the timer slack";
 	default: return "exec";
 	}
 }
@@ -230,6 +231,10 @@ child(const struct request *req, const char *path, char *const argv[], char *con
 	// Address space randomisation on, whatever personality warren runs
 	// with (setarch -R).
 	personality(PER_LINUX);
+	// Kept across the exec; what the child's threads and children inherit
+	// (internal/spawner.Request.TimerSlack says why an agent wants one).
+	if (req->timer_slack_ns != 0 && prctl(PR_SET_TIMERSLACK, (unsigned long)req->timer_slack_ns, 0, 0, 0) < 0)
+		FAIL(STEP_SLACK);
 	// Descriptors 0..nfiles: first the failure pipe and every source are
 	// copied above all the targets, so that no dup2 overwrites one still
 	// needed.

@@ -86,6 +86,17 @@ func NewLauncher(c *specs.LinuxCapabilities, cgroupNS bool) (*Launcher, error) {
 	return startLauncher(func() error { return narrowLauncher(c, cgroupNS) })
 }
 
+// processTimerSlack is the timer slack sandbox processes start with (0:
+// whatever the launcher thread has); see SetProcessTimerSlack.
+var processTimerSlack uintptr
+
+// SetProcessTimerSlack sets the timer slack (ns) of the launcher threads
+// started from now on, which every sandbox process inherits. The host
+// starts the agent with a coarse slack of its own (package native says
+// why); the agent calls this with the host's usual one, so that the
+// sandbox's processes time their sleeps as they would anywhere else.
+func SetProcessTimerSlack(ns uint64) { processTimerSlack = uintptr(ns) }
+
 // startLauncher starts the launcher thread, which runs setup (nil: none)
 // before it serves anything.
 func startLauncher(setup func() error) (*Launcher, error) {
@@ -95,6 +106,12 @@ func startLauncher(setup func() error) (*Launcher, error) {
 		// Never unlocked: the thread's credentials differ from the
 		// process's, so no other goroutine may run on it.
 		runtime.LockOSThread()
+		if processTimerSlack != 0 {
+			if err := unix.Prctl(unix.PR_SET_TIMERSLACK, processTimerSlack, 0, 0, 0); err != nil {
+				ready <- fmt.Errorf("launcher: set the timer slack: %w", err)
+				return
+			}
+		}
 		if setup != nil {
 			if err := setup(); err != nil {
 				ready <- err

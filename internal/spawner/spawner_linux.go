@@ -35,6 +35,7 @@ import (
 	"os/exec"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -75,6 +76,11 @@ type Request struct {
 	// KeepCaps is the capability bounding set the child keeps, as a bit
 	// mask; every other capability leaves it before the exec.
 	KeepCaps uint64
+	// TimerSlack, when not 0, is the child's timer slack (prctl
+	// PR_SET_TIMERSLACK): how late the kernel may wake its timed sleeps so
+	// as to batch wakeups. It is kept across the exec and inherited by the
+	// child's threads and children. At most a second.
+	TimerSlack time.Duration
 }
 
 // IDMap is a user namespace's id mapping.
@@ -97,6 +103,8 @@ func encode(req Request, target cgroup.SpawnTarget, nfiles int) ([]byte, error) 
 		return nil, fmt.Errorf("spawner: %d descriptors for the child, limit %d", nfiles, maxFiles)
 	case 1+len(req.Args)+len(req.Env) > maxStrings:
 		return nil, fmt.Errorf("spawner: %d strings, limit %d", 1+len(req.Args)+len(req.Env), maxStrings)
+	case req.TimerSlack < 0 || req.TimerSlack > time.Second:
+		return nil, fmt.Errorf("spawner: timer slack %v, want 0 to 1s", req.TimerSlack)
 	}
 	var flags uint32
 	var uidHost, uidSize uint32
@@ -131,6 +139,7 @@ func encode(req Request, target cgroup.SpawnTarget, nfiles int) ([]byte, error) 
 	ne.PutUint32(b[40:], uint32(len(req.Args)))
 	ne.PutUint32(b[44:], uint32(len(req.Env)))
 	ne.PutUint32(b[48:], uint32(strs))
+	ne.PutUint32(b[52:], uint32(req.TimerSlack.Nanoseconds()))
 	for _, s := range all {
 		b = append(append(b, s...), 0)
 	}

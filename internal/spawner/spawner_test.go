@@ -628,6 +628,39 @@ func TestChildInheritsNothingOfWarren(t *testing.T) {
 	}
 }
 
+// TestTimerSlack: a request's timer slack is the child's after its exec;
+// without one the child keeps the spawner's.
+func TestTimerSlack(t *testing.T) {
+	c, cg := setup(t)
+	target, err := cg.OpenSpawnTarget()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	slack := func(pid int) string {
+		t.Helper()
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/timerslack_ns", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	sleep := Request{Path: "/bin/sleep", Args: []string{"sleep", "60"}, KeepCaps: ^uint64(0)}
+	pid, _, _ := spawn(t, c, target, sleep)
+	if got, want := slack(pid), slack(c.Pid()); got != want {
+		t.Errorf("without a timer slack the child has %s ns, want the spawner's %s", got, want)
+	}
+	sleep.TimerSlack = 1500 * time.Microsecond
+	pid, _, _ = spawn(t, c, target, sleep)
+	if got := slack(pid); got != "1500000" {
+		t.Errorf("child's timer slack %s ns, want 1500000", got)
+	}
+	sleep.TimerSlack = 2 * time.Second
+	if _, _, err := c.Spawn(sleep, target, nil); err == nil || !strings.Contains(err.Error(), "timer slack") {
+		t.Errorf("a 2s timer slack: %v, want refused", err)
+	}
+}
+
 // TestSpawnWithoutClone3: where clone3 is missing (before Linux 5.3, or
 // hidden by a seccomp profile), the spawner uses clone and joins a v2
 // cgroup through cgroup.procs; the child is as it would be otherwise.

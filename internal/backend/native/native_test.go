@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -479,6 +480,39 @@ func TestAgentProcs(t *testing.T) {
 		if err := sb.Remove(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestTimerSlack: the agent runs with its coarse timer slack, and the
+// sandbox's processes with the host's usual one.
+func TestTimerSlack(t *testing.T) {
+	h := harness(t)
+	sb := h.Sandbox(t, backend.Config{ID: "slack"})
+	defer sb.Remove(context.Background())
+	host, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := conformance.Exec(t, sb, 10*time.Second, "/bin/cat", "/proc/self/timerslack_ns")
+	if got := strings.TrimSpace(r.Stdout); got != fmt.Sprint(host) {
+		t.Errorf("a sandbox process's timer slack is %q ns (%s), want the host's %d", got, r.Stderr, host)
+	}
+	pid := sb.(*native.Sandbox).Pid()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slacks []string
+	for _, tid := range tasks {
+		// Per process in /proc/PID, but any thread's id names its own.
+		b, err := os.ReadFile("/proc/" + tid.Name() + "/timerslack_ns")
+		if err != nil {
+			t.Fatal(err)
+		}
+		slacks = append(slacks, strings.TrimSpace(string(b)))
+	}
+	if want := fmt.Sprint(native.AgentTimerSlack.Nanoseconds()); !slices.Contains(slacks, want) {
+		t.Errorf("agent threads' timer slacks %v, none is the agent's %s", slacks, want)
 	}
 }
 
