@@ -14,25 +14,10 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/guest/fs"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
 )
-
-// The host starts the agent with a coarse timer slack (package native,
-// agentTimerSlack); the sandbox's processes get the host's usual one back.
-// Initialization runs on the main thread, whose default slack is still the
-// host's: reset to it, and read it.
-func init() {
-	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, 0, 0, 0, 0); err != nil {
-		return
-	}
-	if ns, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0); err == nil && ns > 0 {
-		guest.SetProcessTimerSlack(uint64(ns))
-	}
-}
 
 func main() {
 	status := inherited(guest.FDStatus, "status")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/agentbin"
 	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/timerslack"
 )
 
 // hostFlags are the flags every command that runs sandboxes shares.
@@ -57,6 +58,11 @@ func (h *hostFlags) backend(opts native.Options) (*native.Backend, error) {
 		return nil, err
 	}
 	opts.DataDir, opts.RunDir, opts.AgentPath, opts.SpawnerPath, opts.UserNS, opts.Logger = h.dataDir, h.runDir, agentPath, spawnerPath, h.userNS, h.logger()
+	// A process that runs sandboxes runs with a coarse timer slack (package
+	// timerslack says why); what it starts for users gets the usual one.
+	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {
+		opts.Logger.Debug("timer slack left as it was", "err", err.Error())
+	}
 	return native.New(opts)
 }
 

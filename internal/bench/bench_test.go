@@ -11,6 +11,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/bench"
 	"github.com/warren-sandbox/warren/internal/image/layer"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/timerslack"
 )
 
 // env builds a native backend on a private data dir.
@@ -21,6 +22,10 @@ func envWith(b *testing.B, prewarm int) *bench.Env {
 	b.Helper()
 	testenv.RequireRoot(b)
 	agentPath := testenv.AgentBinary(b)
+	// As `warren bench` runs (cmd/warren's hostFlags.backend).
+	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {
+		b.Fatal(err)
+	}
 	dir, err := os.MkdirTemp("", "warren-bench-")
 	if err != nil {
 		b.Fatal(err)

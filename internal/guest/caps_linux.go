@@ -79,23 +79,29 @@ type Launcher struct {
 	reqs chan func()
 }
 
-// NewLauncher starts the launcher thread with the capabilities c. With
-// cgroupNS the thread first enters a new cgroup namespace, rooted at the
-// cgroup the host has placed the agent in, which its children inherit.
-func NewLauncher(c *specs.LinuxCapabilities, cgroupNS bool) (*Launcher, error) {
-	return startLauncher(func() error { return narrowLauncher(c, cgroupNS) })
+// NewLauncher starts the launcher thread with the capabilities c and the
+// timer slack slack (ns; 0 keeps the thread's). With cgroupNS the thread
+// first enters a new cgroup namespace, rooted at the cgroup the host has
+// placed the agent in. Its children inherit all three.
+func NewLauncher(c *specs.LinuxCapabilities, cgroupNS bool, slack uint64) (*Launcher, error) {
+	return startLauncher(func() error {
+		if err := setTimerSlack(slack); err != nil {
+			return err
+		}
+		return narrowLauncher(c, cgroupNS)
+	})
 }
 
-// processTimerSlack is the timer slack sandbox processes start with (0:
-// whatever the launcher thread has); see SetProcessTimerSlack.
-var processTimerSlack uintptr
-
-// SetProcessTimerSlack sets the timer slack (ns) of the launcher threads
-// started from now on, which every sandbox process inherits. The host
-// starts the agent with a coarse slack of its own (package native says
-// why); the agent calls this with the host's usual one, so that the
-// sandbox's processes time their sleeps as they would anywhere else.
-func SetProcessTimerSlack(ns uint64) { processTimerSlack = uintptr(ns) }
+// setTimerSlack sets the calling thread's timer slack (ns); 0 keeps it.
+func setTimerSlack(ns uint64) error {
+	if ns == 0 {
+		return nil
+	}
+	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(ns), 0, 0, 0); err != nil {
+		return fmt.Errorf("launcher: set the timer slack: %w", err)
+	}
+	return nil
+}
 
 // startLauncher starts the launcher thread, which runs setup (nil: none)
 // before it serves anything.
@@ -106,12 +112,6 @@ func startLauncher(setup func() error) (*Launcher, error) {
 		// Never unlocked: the thread's credentials differ from the
 		// process's, so no other goroutine may run on it.
 		runtime.LockOSThread()
-		if processTimerSlack != 0 {
-			if err := unix.Prctl(unix.PR_SET_TIMERSLACK, processTimerSlack, 0, 0, 0); err != nil {
-				ready <- fmt.Errorf("launcher: set the timer slack: %w", err)
-				return
-			}
-		}
 		if setup != nil {
 			if err := setup(); err != nil {
 				ready <- err
@@ -154,8 +154,12 @@ func stageLauncher() error {
 }
 
 // finishStaged completes a staged launcher for a sandbox with the default
-// capabilities: the cgroup namespace, then the default sets exactly.
-func finishStaged(cgroupNS bool) error {
+// capabilities: the timer slack (ns; 0 keeps it), the cgroup namespace,
+// then the default sets exactly.
+func finishStaged(cgroupNS bool, slack uint64) error {
+	if err := setTimerSlack(slack); err != nil {
+		return err
+	}
 	if cgroupNS {
 		if err := enterCgroupNS(); err != nil {
 			return err

@@ -40,6 +40,7 @@ func encodeConfig(c *Config) []byte {
 	e.str(c.User)
 	e.bool(c.Lifeline)
 	e.uint(uint64(c.Procs))
+	e.uint(c.TimerSlack)
 	return e.b
 }
 
@@ -62,6 +63,7 @@ func decodeConfig(b []byte) (*Config, error) {
 	c.User = d.str()
 	c.Lifeline = d.bool()
 	c.Procs = d.uint32()
+	c.TimerSlack = d.uint()
 	if d.err == nil && len(d.b) > 0 {
 		d.fail(fmt.Sprintf("%d bytes after the end", len(d.b)))
 	}

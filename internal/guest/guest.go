@@ -36,6 +36,12 @@ type Config struct {
 	// for none (every CPU). Agents start with one, which a start's burst of
 	// work runs fastest on: no handing goroutines over to other threads.
 	Procs uint32 `json:"procs,omitempty"`
+	// TimerSlack is the timer slack (ns) the sandbox's processes start
+	// with: the host's own before it made its slack coarse (package
+	// timerslack). The agent runs with a coarse one; its launcher thread,
+	// which forks every sandbox process, sets this. 0 leaves the
+	// launcher's.
+	TimerSlack uint64 `json:"timer_slack,omitempty"`
 }
 
 // Spec is the part of an OCI runtime spec the agent applies, under the OCI

@@ -145,13 +145,13 @@ func Setup(cfg *Config, staged *Staged, phases map[string]float64) (*Launcher, e
 		launcher = staged.takeLauncher(s.Process.Capabilities)
 	}
 	if launcher != nil {
-		if err := launcher.Run(func() error { return finishStaged(cgroupNS) }); err != nil {
+		if err := launcher.Run(func() error { return finishStaged(cgroupNS, cfg.TimerSlack) }); err != nil {
 			launcher.Close()
 			return nil, err
 		}
 	}
 	if launcher == nil {
-		if launcher, err = NewLauncher(s.Process.Capabilities, cgroupNS); err != nil {
+		if launcher, err = NewLauncher(s.Process.Capabilities, cgroupNS, cfg.TimerSlack); err != nil {
 			return nil, err
 		}
 	}

@@ -151,7 +151,7 @@ func TestStagedLauncherCapabilities(t *testing.T) {
 	if want := (map[string]uint64{"CapEff": def | capSysAdmin, "CapPrm": def | capSysAdmin, "CapBnd": bnd, "CapInh": 0, "CapAmb": 0}); !maps.Equal(got, want) {
 		t.Errorf("staged: %v, want %v", got, want)
 	}
-	if err := l.Run(func() error { return finishStaged(true) }); err != nil {
+	if err := l.Run(func() error { return finishStaged(true, 0) }); err != nil {
 		t.Fatal(err)
 	}
 	got, after := status()

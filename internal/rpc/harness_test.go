@@ -27,6 +27,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/store"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/timerslack"
 )
 
 var envSeq atomic.Int64
@@ -70,6 +71,10 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, dir: base, dev: dev}
+	// As `warren serve` runs (cmd/warren's hostFlags.backend).
+	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {
+		t.Fatal(err)
+	}
 	e.be, err = native.New(native.Options{
 		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"), AgentPath: agentPath,
 		SpawnerPath:  testenv.SpawnerBinary(t),

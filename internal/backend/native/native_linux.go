@@ -43,6 +43,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/seccomp"
 	"github.com/warren-sandbox/warren/internal/spawner"
+	"github.com/warren-sandbox/warren/internal/timerslack"
 )
 
 // User namespace modes.
@@ -561,6 +562,7 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 		Rootfs:        rootfs,
 		Python:        s.b.opts.Python, Node: s.b.opts.Node, User: img.User,
 		Lifeline: s.b.opts.ExitWithHost, Procs: uint32(math.Ceil(s.cfg.CPUs)),
+		TimerSlack: timerslack.Original(),
 	}, nil
 }
 

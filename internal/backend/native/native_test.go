@@ -24,6 +24,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/conformance"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/timerslack"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -511,7 +512,7 @@ func TestTimerSlack(t *testing.T) {
 		}
 		slacks = append(slacks, strings.TrimSpace(string(b)))
 	}
-	if want := fmt.Sprint(native.AgentTimerSlack.Nanoseconds()); !slices.Contains(slacks, want) {
+	if want := fmt.Sprint(timerslack.Coarse.Nanoseconds()); !slices.Contains(slacks, want) {
 		t.Errorf("agent threads' timer slacks %v, none is the agent's %s", slacks, want)
 	}
 }

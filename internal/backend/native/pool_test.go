@@ -14,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/conformance"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/timerslack"
 )
 
 // TestWarmPool runs sandboxes from pre-spawned agents: they must end up in
@@ -80,6 +81,12 @@ func testWarmPool(t *testing.T, migrate bool) {
 			if strings.Contains(l, ":memory:") && !strings.HasSuffix(l, ":/") {
 				t.Errorf("cgroup namespace not rooted at the sandbox's cgroup: %q", l)
 			}
+		}
+		// The staged launcher, made before the config came, still gives
+		// the sandbox's processes the host's timer slack.
+		r = conformance.Exec(t, sb, 10*time.Second, "/bin/cat", "/proc/self/timerslack_ns")
+		if got, want := strings.TrimSpace(r.Stdout), fmt.Sprint(timerslack.Original()); got != want {
+			t.Errorf("pooled sandbox %d: a process's timer slack %q ns, want the host's %s", i, got, want)
 		}
 		r = conformance.Python(t, sb, 30*time.Second, "b = bytearray(256 << 20)")
 		if !r.OOMKilled {

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/spawner"
+	"github.com/warren-sandbox/warren/internal/timerslack"
 )
 
 // agentProc is a started warren-agent, in its namespaces, that has not been
@@ -69,17 +69,6 @@ var setupCapabilities = func() uint64 {
 	}
 	return m
 }()
-
-// agentTimerSlack is the agents' timer slack. The Go runtime's monitor
-// thread (sysmon) sleeps 20 µs at a time while the agent is busy, which is
-// all of a sandbox's start: on a small VM those wakeups, and the thread
-// handoffs they trigger around every slow system call of the setup, were
-// about 40% of an agent's context switches and cost a cold start 0.3-0.4
-// ms. With this slack the kernel batches them. Only the agent's own timers
-// (timeouts, long polls) lose precision, by at most this much; its
-// launcher gives the sandbox's processes the host's slack back
-// (guest.SetProcessTimerSlack).
-const agentTimerSlack = time.Millisecond
 
 // spawnAgent starts an agent in new namespaces, in cgroup cg, its socket
 // and log in dir, through the spawner process. With a stage directory (pooled agents) the
@@ -156,7 +145,10 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		// at start).
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
 			syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
-		KeepCaps: setupCapabilities, TimerSlack: agentTimerSlack,
+		KeepCaps: setupCapabilities,
+		// Coarse for the agent; its launcher gives the sandbox's
+		// processes the host's back (guest.Config.TimerSlack).
+		TimerSlack: timerslack.Coarse,
 	}
 	if m := b.userNS; m != nil {
 		req.UserNS = &spawner.IDMap{Host: m.Host, Size: m.Size}
