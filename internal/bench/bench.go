@@ -25,6 +25,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/timerslack"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -189,8 +190,10 @@ func Crun(dir string) (run func() error, cleanup func(), err error) {
 	reqs := make(chan chan error)
 	go func() {
 		// Never unlocked: the thread's mount namespace differs from the
-		// process's, so it must die with this goroutine.
+		// process's, so it must die with this goroutine. crun starts with
+		// the host's usual timer slack, as any baseline.
 		runtime.LockOSThread()
+		timerslack.UseOriginal()
 		var setupErr error
 		if hybridCgroups() {
 			setupErr = privateWithoutUnified()

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -45,6 +46,26 @@ var original = sync.OnceValue(func() uint64 {
 // Original is the process's timer slack (ns) as it was before Coarsen: what
 // its children should start with. 0 when it cannot be read.
 func Original() uint64 { return original() }
+
+// UseOriginal locks the calling goroutine to its thread and gives the
+// thread the Original slack, so that the processes it starts get it (a
+// baseline measured next to Warren, say); restore gives the thread its
+// slack back and unlocks it.
+func UseOriginal() (restore func()) {
+	runtime.LockOSThread()
+	cur, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	orig := Original()
+	if err != nil || orig == 0 || uint64(cur) == orig {
+		return runtime.UnlockOSThread
+	}
+	if unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(orig), 0, 0, 0) != nil {
+		return runtime.UnlockOSThread
+	}
+	return func() {
+		_ = unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(cur), 0, 0, 0)
+		runtime.UnlockOSThread()
+	}
+}
 
 // Coarsen sets the timer slack of every thread of the process to d and
 // records the one it had (Original). Threads started later inherit it from

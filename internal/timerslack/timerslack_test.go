@@ -3,6 +3,7 @@ package timerslack
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -56,6 +57,21 @@ func TestCoarsen(t *testing.T) {
 	}
 	if got := Original(); got != uint64(before) {
 		t.Errorf("Original %d, want the slack before, %d", got, before)
+	}
+	// What a thread that uses the original starts has it; the thread
+	// gets the coarse one back after.
+	restore := UseOriginal()
+	out, err := exec.Command("/bin/cat", "/proc/self/timerslack_ns").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != fmt.Sprint(before) {
+		t.Errorf("a child of a thread that uses the original: slack %s ns, want %d", got, before)
+	}
+	tid := unix.Gettid()
+	restore()
+	if got := threadSlack(t, tid); got != "1500000" {
+		t.Errorf("after restore the thread's slack is %s ns, want 1500000", got)
 	}
 	for _, d := range []time.Duration{0, -1, 2 * time.Second} {
 		if err := Coarsen(d); err == nil {
