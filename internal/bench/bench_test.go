@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
@@ -46,13 +47,20 @@ func envWith(b *testing.B, prewarm int) *bench.Env {
 	return &bench.Env{Backend: be, Image: img, HostPid: func(sb backend.Sandbox) int { return sb.(*native.Sandbox).Pid() }}
 }
 
+// loop runs f b.N times and reports, besides the mean (ns/op), the median
+// in ms (med-ms): what `warren bench` and the README report, and what a
+// few slow outliers on a noisy machine do not move.
 func loop(b *testing.B, f func() error) {
 	b.Helper()
+	var ds []time.Duration
 	for b.Loop() {
+		start := time.Now()
 		if err := f(); err != nil {
 			b.Fatal(err)
 		}
+		ds = append(ds, time.Since(start))
 	}
+	b.ReportMetric(float64(bench.Median(ds).Microseconds())/1000, "med-ms")
 }
 
 // baseline is loop for what is measured as the host would run it: with
