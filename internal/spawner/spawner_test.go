@@ -256,8 +256,15 @@ func procStatus(t *testing.T, pid int) map[string]string {
 // host's cgroup2 mount (which needs no controller for that).
 func TestSpawnV2(t *testing.T) {
 	c, _ := setup(t)
-	own := ownV2Cgroup(t)
-	dir := filepath.Join(own, fmt.Sprintf("warren-spawnertest-v2-%d", os.Getpid()))
+	spawnIntoV2(t, c, "v2")
+}
+
+// spawnIntoV2 spawns a child into a new cgroup (named after name) below
+// this process's on the cgroup2 mount, checks that the child is its only
+// member, and kills it.
+func spawnIntoV2(t *testing.T, c *Client, name string) {
+	t.Helper()
+	dir := filepath.Join(ownV2Cgroup(t), fmt.Sprintf("warren-spawnertest-%s-%d", name, os.Getpid()))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -274,8 +281,7 @@ func TestSpawnV2(t *testing.T) {
 	target := cgroup.SpawnTarget{V2: true, Files: []*os.File{f}}
 	pid, pidfd, out := spawn(t, c, target, Request{Path: "/bin/sh", Args: []string{"sh", "-c", "echo ready; exec sleep 60"}, KeepCaps: ^uint64(0)})
 	readyLine(t, out, "ready")
-	procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if strings.TrimSpace(string(procs)) != strconv.Itoa(pid) {
+	if procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); strings.TrimSpace(string(procs)) != strconv.Itoa(pid) {
 		t.Errorf("v2 cgroup holds %q, want the child %d", procs, pid)
 	}
 	_ = unix.PidfdSendSignal(pidfd, syscall.SIGKILL, nil, 0)
@@ -701,28 +707,7 @@ func TestSpawnWithoutClone3(t *testing.T) {
 	}
 	waitExited(t, pidfd)
 	// A v2 cgroup, joined through cgroup.procs.
-	own := ownV2Cgroup(t)
-	dir := filepath.Join(own, fmt.Sprintf("warren-spawnertest-n3-%d", os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for deadline := time.Now().Add(5 * time.Second); os.Remove(dir) != nil && time.Now().Before(deadline); {
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-	f, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	pid, pidfd, out = spawn(t, c, cgroup.SpawnTarget{V2: true, Files: []*os.File{f}}, Request{Path: "/bin/sh", Args: []string{"sh", "-c", "echo ready; exec sleep 60"}, KeepCaps: ^uint64(0)})
-	readyLine(t, out, "ready")
-	if procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); strings.TrimSpace(string(procs)) != strconv.Itoa(pid) {
-		t.Errorf("v2 cgroup holds %q, want the child %d", procs, pid)
-	}
-	_ = unix.PidfdSendSignal(pidfd, syscall.SIGKILL, nil, 0)
-	waitExited(t, pidfd)
+	spawnIntoV2(t, c, "n3")
 }
 
 // TestSpawnUnderSignals: signals to this process while it waits for the
