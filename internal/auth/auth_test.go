@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 var (
@@ -596,8 +598,9 @@ func TestLoadSecretRejects(t *testing.T) {
 		if err := os.WriteFile(p, bytes.Repeat([]byte("f"), 40), 0o600); err != nil {
 			t.Fatal(err)
 		}
+		testenv.RequireRoot(t) // to give the file to another owner
 		if err := os.Chown(p, os.Geteuid()+1, -1); err != nil {
-			t.Skipf("cannot chown (needs root): %v", err)
+			t.Fatal(err)
 		}
 		if _, err := LoadOrCreateSecret(p); err == nil || !strings.Contains(err.Error(), "owned by") {
 			t.Fatalf("err = %v, want an ownership refusal", err)
