@@ -103,13 +103,24 @@ func testWarmPool(t *testing.T, migrate bool) {
 	if _, err := os.Stat(filepath.Join(base, "run", ".pool")); !os.IsNotExist(err) {
 		t.Errorf("pool directory left behind: %v", err)
 	}
-	for _, ctrl := range []string{"memory", "pids", "cpu"} {
-		matches, _ := filepath.Glob("/sys/fs/cgroup/" + ctrl + "/*" + prefix + "*")
-		matches2, _ := filepath.Glob("/sys/fs/cgroup/" + ctrl + "/*/*/" + prefix + "/*")
-		if len(matches)+len(matches2) > 0 {
-			t.Errorf("cgroups left behind: %v %v", matches, matches2)
-		}
+	if left := cgroupsNamed(prefix); len(left) > 0 {
+		t.Errorf("cgroups left behind: %v", left)
 	}
+}
+
+// cgroupsNamed are the cgroup directories, at any depth this host nests
+// them, whose name starts with prefix: a backend's prefix and what is below
+// it.
+func cgroupsNamed(prefix string) []string {
+	var found []string
+	for depth := 1; depth <= 5; depth++ {
+		m, _ := filepath.Glob("/sys/fs/cgroup/*/" + strings.Repeat("*/", depth-1) + prefix + "*")
+		found = append(found, m...)
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/" + prefix + "*"); len(m) > 0 { // cgroup v2
+		found = append(found, m...)
+	}
+	return found
 }
 
 // TestPoolSeesLaterHostMounts: a file system the host mounts after the
@@ -143,7 +154,16 @@ func TestPoolSeesLaterHostMounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	// A cleanup, not a defer: it runs after the sandbox's own (cleanups
+	// run last first), when the prefix is empty and can go.
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Error(err)
+		}
+		if left := cgroupsNamed(prefix); len(left) > 0 {
+			t.Errorf("cgroups left behind: %v", left)
+		}
+	})
 	img, err := b.HostImage()
 	if err != nil {
 		t.Fatal(err)
