@@ -232,7 +232,7 @@ child(const struct request *req, const char *path, char *const argv[], char *con
 	// with (setarch -R).
 	personality(PER_LINUX);
 	// Kept across the exec; what the child's threads and children inherit
-	// (internal/spawner.Request.TimerSlack says why an agent wants one).
+	// (package internal/timerslack says why an agent wants a coarse one).
 	if (req->timer_slack_ns != 0 && prctl(PR_SET_TIMERSLACK, (unsigned long)req->timer_slack_ns, 0, 0, 0) < 0)
 		FAIL(STEP_SLACK);
 	// Descriptors 0..nfiles: first the failure pipe and every source are

@@ -61,7 +61,7 @@ func (h *hostFlags) backend(opts native.Options) (*native.Backend, error) {
 	// A process that runs sandboxes runs with a coarse timer slack (package
 	// timerslack says why); what it starts for users gets the usual one.
 	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {
-		opts.Logger.Debug("timer slack left as it was", "err", err.Error())
+		opts.Logger.Debug("timer slack not coarsened, or only in part", "err", err.Error())
 	}
 	return native.New(opts)
 }

@@ -63,10 +63,14 @@ func loop(b *testing.B, f func() error) {
 	b.ReportMetric(float64(bench.Median(ds).Microseconds())/1000, "med-ms")
 }
 
-// baseline is loop for what is measured as the host would run it: with
-// its usual timer slack (package timerslack), whatever warren's is.
+// baseline is loop for what is measured as the host would run it: started
+// from a thread with the host's usual timer slack (package timerslack), in
+// a process coarsened as warren's is, whichever benchmark ran first.
 func baseline(b *testing.B, f func() error) {
 	b.Helper()
+	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {
+		b.Fatal(err)
+	}
 	defer timerslack.UseOriginal()()
 	loop(b, f)
 }

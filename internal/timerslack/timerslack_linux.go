@@ -44,7 +44,9 @@ var original = sync.OnceValue(func() uint64 {
 })
 
 // Original is the process's timer slack (ns) as it was before Coarsen: what
-// its children should start with. 0 when it cannot be read.
+// its children should start with. 0 when it cannot be read (a real-time
+// thread's reads as 0 on some kernels); Warren then leaves its agents'
+// slack alone too, so that nothing of a sandbox's can end up coarse.
 func Original() uint64 { return original() }
 
 // UseOriginal locks the calling goroutine to its thread and gives the
@@ -81,21 +83,35 @@ func Coarsen(d time.Duration) error {
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(ns), 0, 0, 0); err != nil {
 		return fmt.Errorf("timer slack: %w", err)
 	}
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return fmt.Errorf("timer slack: %w", err)
-	}
 	val := []byte(strconv.FormatUint(ns, 10))
-	var errs []error
-	for _, t := range tasks {
-		// /proc/TID names any thread, and is where its own slack is.
-		err := os.WriteFile("/proc/"+t.Name()+"/timerslack_ns", val, 0)
-		if err != nil && !errors.Is(err, os.ErrNotExist) { // a thread that ended meanwhile
-			errs = append(errs, err)
+	// A thread started during a pass by one not yet set would keep the old
+	// slack: passes repeat until one finds no thread it has not set.
+	done := map[string]bool{}
+	for pass := 0; pass < 10; pass++ {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return fmt.Errorf("timer slack: %w", err)
 		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("timer slack of the process's other threads: %w", errors.Join(errs...))
+		var errs []error
+		fresh := false
+		for _, t := range tasks {
+			if done[t.Name()] {
+				continue
+			}
+			fresh = true
+			done[t.Name()] = true
+			// /proc/TID names any thread, and is where its own slack is.
+			err := os.WriteFile("/proc/"+t.Name()+"/timerslack_ns", val, 0)
+			if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ESRCH) { // not one that ended meanwhile
+				errs = append(errs, err)
+			}
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("timer slack of the process's other threads: %w", errors.Join(errs...))
+		}
+		if !fresh {
+			return nil
+		}
 	}
 	return nil
 }

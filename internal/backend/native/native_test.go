@@ -484,19 +484,46 @@ func TestAgentProcs(t *testing.T) {
 	}
 }
 
-// TestTimerSlack: the agent runs with its coarse timer slack, and the
-// sandbox's processes with the host's usual one.
+// TestTimerSlack: with the host coarse, as warren runs, the agent runs with
+// the coarse timer slack and every kind of sandbox process (a command, a
+// background process, a REPL's interpreter) with the host's original.
 func TestTimerSlack(t *testing.T) {
 	h := harness(t)
+	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprint(timerslack.Original())
+	if want == "0" {
+		t.Fatal("the host's timer slack cannot be read")
+	}
 	sb := h.Sandbox(t, backend.Config{ID: "slack"})
 	defer sb.Remove(context.Background())
-	host, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
+	r := conformance.Exec(t, sb, 10*time.Second, "/bin/cat", "/proc/self/timerslack_ns")
+	if got := strings.TrimSpace(r.Stdout); got != want {
+		t.Errorf("a command's timer slack is %q ns (%s), want the host's %s", got, r.Stderr, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := sb.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: []string{"/bin/cat", "/proc/self/timerslack_ns"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := conformance.Exec(t, sb, 10*time.Second, "/bin/cat", "/proc/self/timerslack_ns")
-	if got := strings.TrimSpace(r.Stdout); got != fmt.Sprint(host) {
-		t.Errorf("a sandbox process's timer slack is %q ns (%s), want the host's %d", got, r.Stderr, host)
+	if _, err := sb.Agent().Wait(ctx, p.ID, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	out, err := sb.Agent().Output(ctx, p.ID, wire.Stdout, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out.Data)); got != want {
+		t.Errorf("a background process's timer slack is %q ns, want the host's %s", got, want)
+	}
+	res, err := sb.Agent().Repl(ctx, wire.ReplRequest{Language: "python", Code: "open('/proc/self/timerslack_ns').read().strip()"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Result; got == nil || *got != "'"+want+"'" {
+		t.Errorf("the Python REPL's timer slack is %s (%s), want the host's '%s'", deref(got), res.Error, want)
 	}
 	pid := sb.(*native.Sandbox).Pid()
 	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
@@ -512,9 +539,17 @@ func TestTimerSlack(t *testing.T) {
 		}
 		slacks = append(slacks, strings.TrimSpace(string(b)))
 	}
-	if want := fmt.Sprint(timerslack.Coarse.Nanoseconds()); !slices.Contains(slacks, want) {
-		t.Errorf("agent threads' timer slacks %v, none is the agent's %s", slacks, want)
+	if coarse := fmt.Sprint(timerslack.Coarse.Nanoseconds()); !slices.Contains(slacks, coarse) {
+		t.Errorf("agent threads' timer slacks %v, none is the agent's %s", slacks, coarse)
 	}
+}
+
+// deref is *p, or "nil".
+func deref(p *string) string {
+	if p == nil {
+		return "nil"
+	}
+	return *p
 }
 
 // TestStartUnderUmask: warren's own umask changes nothing: a sandbox

@@ -108,12 +108,12 @@ func testWarmPool(t *testing.T, migrate bool) {
 	}
 }
 
-// cgroupsNamed are the cgroup directories, at any depth this host nests
-// them, whose name starts with prefix: a backend's prefix and what is below
-// it.
+// cgroupsNamed are the cgroup directories up to 8 levels deep (this host
+// puts a process's cgroup 2 levels down, a backend's prefix below it) whose
+// name starts with prefix: a backend's prefix and what is below it.
 func cgroupsNamed(prefix string) []string {
 	var found []string
-	for depth := 1; depth <= 5; depth++ {
+	for depth := 1; depth <= 8; depth++ {
 		m, _ := filepath.Glob("/sys/fs/cgroup/*/" + strings.Repeat("*/", depth-1) + prefix + "*")
 		found = append(found, m...)
 	}

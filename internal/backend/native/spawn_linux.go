@@ -146,9 +146,12 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
 			syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET,
 		KeepCaps: setupCapabilities,
-		// Coarse for the agent; its launcher gives the sandbox's
-		// processes the host's back (guest.Config.TimerSlack).
-		TimerSlack: timerslack.Coarse,
+	}
+	// Coarse for the agent (package timerslack says why); its launcher
+	// gives the sandbox's processes the host's back (guest.Config
+	// .TimerSlack), which must be known for that.
+	if timerslack.Original() != 0 {
+		req.TimerSlack = timerslack.Coarse
 	}
 	if m := b.userNS; m != nil {
 		req.UserNS = &spawner.IDMap{Host: m.Host, Size: m.Size}
