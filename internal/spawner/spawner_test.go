@@ -29,22 +29,30 @@ import (
 func setup(t *testing.T) (*Client, *cgroup.Cgroup) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	m, err := cgroup.New(fmt.Sprintf("warren-spawnertest-%d", os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	cg, err := m.Create(fmt.Sprintf("c%d", time.Now().UnixNano()), cgroup.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cg.Destroy() })
+	cg := testCgroup(t, "c")
 	c, err := Start(testenv.SpawnerBinary(t), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c, cg
+}
+
+// testCgroup makes a cgroup (named kind and a timestamp) under this test
+// process's own prefix; both go at the end of the test.
+func testCgroup(t *testing.T, kind string) *cgroup.Cgroup {
+	t.Helper()
+	m, err := cgroup.New(fmt.Sprintf("warren-spawnertest-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	cg, err := m.Create(fmt.Sprintf("%s%d", kind, time.Now().UnixNano()), cgroup.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cg.Destroy() })
+	return cg
 }
 
 // setupWithGroup is setup with a spawner that has a supplementary group
@@ -561,16 +569,7 @@ func cpuTime(b *testing.B, pid int) time.Duration {
 // oom_score_adj 0.
 func TestChildInheritsNothingOfWarren(t *testing.T) {
 	testenv.RequireRoot(t)
-	m, err := cgroup.New(fmt.Sprintf("warren-spawnertest-%d", os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	cg, err := m.Create(fmt.Sprintf("i%d", time.Now().UnixNano()), cgroup.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cg.Destroy() })
+	cg := testCgroup(t, "i")
 	// The spawner is started from a thread whose state it inherits; the
 	// thread is never given back (it ends with its goroutine).
 	started := make(chan *Client)
@@ -687,16 +686,7 @@ func TestSpawnWithoutClone3(t *testing.T) {
 			t.Errorf("the spawner did not take the clone path; its log: %q", b)
 		}
 	})
-	m, err := cgroup.New(fmt.Sprintf("warren-spawnertest-%d", os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close() })
-	cg, err := m.Create(fmt.Sprintf("n%d", time.Now().UnixNano()), cgroup.Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cg.Destroy() })
+	cg := testCgroup(t, "n")
 	pid, pidfd, out := spawnShell(t, c, cg, "echo ready; exec sleep 60")
 	readyLine(t, out, "ready")
 	if procs, err := cg.Procs(); err != nil || !slices.Equal(procs, []int{pid}) {
