@@ -732,13 +732,7 @@ func TestWebSocketAuth(t *testing.T) {
 		req.Header.Set("Sec-WebSocket-Version", "13")
 		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
 		req.Header.Set("Origin", e.url)
-		if key != "" {
-			req.Header.Set("Authorization", "Bearer "+key)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := e.do(t, req, key)
 		defer resp.Body.Close()
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			return resp.StatusCode, "" // the socket: nothing to read

@@ -190,6 +190,20 @@ func (r *rpcReply) kind() string {
 	return k
 }
 
+// do sends req with key as its bearer token (none when empty); the caller
+// closes the body.
+func (e *env) do(t testing.TB, req *http.Request, key string) *http.Response {
+	t.Helper()
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
 // post sends body to the RPC endpoint with key (none when empty).
 func (e *env) post(key string, body []byte) *rpcReply {
 	e.t.Helper()
@@ -198,13 +212,7 @@ func (e *env) post(key string, body []byte) *rpcReply {
 		e.t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	resp := e.do(e.t, req, key)
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	var out struct {

@@ -17,13 +17,7 @@ import (
 func (e *env) scrape(t *testing.T, key string) map[string]float64 {
 	t.Helper()
 	req, _ := http.NewRequest("GET", e.url+"/metrics", nil)
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := e.do(t, req, key)
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != metrics.ContentType {
 		body, _ := io.ReadAll(resp.Body)
