@@ -675,12 +675,15 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	s.proc, s.cg, s.lifeline = a.proc, cg, a.lifeW
 	s.client = agent.NewClientConn(filepath.Join(s.run, "agent.sock"), a.conn)
 	a.conn = nil
-	attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled, "staged", a.setupPhases["staged"] == 1, "host_root", root != nil,
-		"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
-	for _, p := range []string{"overlay", "mounts", "pivot", "mask_and_misc", "launcher", "seccomp"} {
-		attrs = append(attrs, "agent_"+p+"_ms", a.setupPhases[p])
+	// The phases are built only for a debug log: this is every start's path.
+	if s.b.log.Enabled(ctx, slog.LevelDebug) {
+		attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled, "staged", a.setupPhases["staged"] == 1, "host_root", root != nil,
+			"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
+		for _, p := range []string{"overlay", "mounts", "pivot", "mask_and_misc", "launcher", "seccomp"} {
+			attrs = append(attrs, "agent_"+p+"_ms", a.setupPhases[p])
+		}
+		s.b.log.Debug("sandbox started", attrs...)
 	}
-	s.b.log.Debug("sandbox started", attrs...)
 	return nil
 }
 
