@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -61,6 +62,21 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return "agent: " + e.Message }
+
+// Unwrap returns the server's kind for the agent's kind (nil for internal
+// or unknown kinds), so that errors.Is(err, errdefs.ErrNotFound) and
+// errdefs.Kind see an agent error as the kind it is.
+func (e *Error) Unwrap() error { return kinds[e.Kind] }
+
+// kinds maps the agent's error kinds onto the server's.
+var kinds = map[string]error{
+	wire.ErrInvalid:    errdefs.ErrInvalid,
+	wire.ErrNotFound:   errdefs.ErrNotFound,
+	wire.ErrExists:     errdefs.ErrConflict,
+	wire.ErrPermission: errdefs.ErrForbidden,
+	wire.ErrTooLarge:   errdefs.ErrTooLarge,
+	wire.ErrLimit:      errdefs.ErrLimit,
+}
 
 // IsKind reports whether err is an agent error of kind.
 func IsKind(err error, kind string) bool {

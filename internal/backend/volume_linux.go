@@ -7,10 +7,13 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
-// ErrVolumeNotAllowed marks a volume the server's policy refuses.
-var ErrVolumeNotAllowed = errors.New("host path not allowed")
+// ErrVolumeNotAllowed marks a volume the server's policy refuses: invalid
+// params, as the request names the volume.
+var ErrVolumeNotAllowed = errdefs.Errorf(errdefs.ErrInvalid, "host path not allowed")
 
 // CheckVolumeSource checks that v's host path lies beneath one of roots
 // (absolute paths without symlinks, as returned by filepath.EvalSymlinks)

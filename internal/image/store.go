@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image/layer"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -34,14 +35,15 @@ const (
 	DefaultMaxTotalBytes  = 64 << 30 // uncompressed layer bytes per import
 )
 
-// Errors.
+// Errors. Those declared with errdefs.Errorf carry the kind the server
+// reports them as.
 var (
-	ErrNotFound    = errors.New("image not found")
-	ErrInvalidName = errors.New("invalid image name")
+	ErrNotFound    = errdefs.Errorf(errdefs.ErrNotFound, "image not found")
+	ErrInvalidName = errdefs.Errorf(errdefs.ErrInvalid, "invalid image name")
 	ErrDigest      = errors.New("layer digest mismatch")
-	ErrLimit       = errors.New("image limit exceeded")
-	ErrFormat      = errors.New("unsupported image source")
-	ErrInUse       = errors.New("image in use")
+	ErrLimit       = errdefs.Errorf(errdefs.ErrLimit, "image limit exceeded")
+	ErrFormat      = errdefs.Errorf(errdefs.ErrInvalid, "unsupported image source")
+	ErrInUse       = errdefs.Errorf(errdefs.ErrConflict, "image in use")
 )
 
 // Record describes a named image.

@@ -218,35 +218,63 @@ func settle(data string) (aside string) {
 	return aside
 }
 
+// TestStartFailureLeavesNothing: a failed start undoes itself at once (no
+// agent, cgroup, runtime directory or mount is held by a sandbox that sits
+// there stopped), and Remove then leaves the host as it was. The start
+// fails in the agent's setup: after the host has made the cgroup, spawned
+// the agent and, for a volume, mounted the root.
 func TestStartFailureLeavesNothing(t *testing.T) {
 	b := newBackend(t)
 	img, err := b.HostImage()
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, err := snapshot(b, sharedDirs.data, sharedDirs.run)
-	if err != nil {
-		t.Fatal(err)
-	}
 	broken := *img
 	broken.Layers = []string{"/nonexistent/layer"}
-	sb, err := b.Create(context.Background(), backend.Config{ID: "broken", Image: &broken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = sb.Start(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "overlay") {
-		t.Errorf("start with a missing layer: want an overlay error, got %v", err)
-	}
-	if err := sb.Remove(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	after, err := snapshot(b, sharedDirs.data, sharedDirs.run)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if before != after {
-		t.Errorf("failed start left something:\nbefore:\n%s\nafter:\n%s", before, after)
+	for _, tc := range []struct {
+		name string
+		cfg  backend.Config
+		want string // in the start's error
+	}{
+		{"missing layer", backend.Config{ID: "broken", Image: &broken}, "overlay"},
+		{"missing volume", backend.Config{ID: "broken-volume", Image: img,
+			Volumes: []backend.Volume{{Source: "/nonexistent-volume", Target: "/data"}}}, "/nonexistent-volume"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, err := snapshot(b, sharedDirs.data, sharedDirs.run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sb, err := b.Create(context.Background(), tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			created, err := snapshot(b, sharedDirs.data, sharedDirs.run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = sb.Start(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("start: want an error about %q, got %v", tc.want, err)
+			}
+			failed, err := snapshot(b, sharedDirs.data, sharedDirs.run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if failed != created {
+				t.Errorf("failed start left something:\nbefore it:\n%s\nafter it:\n%s", created, failed)
+			}
+			if err := sb.Remove(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			after, err := snapshot(b, sharedDirs.data, sharedDirs.run)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if before != after {
+				t.Errorf("remove after a failed start left something:\nbefore create:\n%s\nafter remove:\n%s", before, after)
+			}
+		})
 	}
 }
 
