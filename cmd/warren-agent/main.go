@@ -1,6 +1,6 @@
 // Command warren-agent runs as PID 1 inside every Warren sandbox. The host
 // starts it in fresh namespaces with three inherited descriptors (see
-// guest.FDConfig, FDListener, FDStatus); it sets the sandbox up, reports
+// boot.FDConfig, FDListener, FDStatus); it sets the sandbox up, reports
 // readiness and serves the agent protocol until the sandbox is stopped.
 package main
 
@@ -17,10 +17,11 @@ import (
 	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/guest/fs"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
+	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
 func main() {
-	status := inherited(guest.FDStatus, "status")
+	status := inherited(boot.FDStatus, "status")
 	if err := run(status); err != nil {
 		fmt.Fprintf(status, "%v\n", err)
 		fmt.Fprintf(os.Stderr, "warren-agent: %v\n", err)
@@ -41,14 +42,14 @@ func run(status *os.File) error {
 	// A small heap matters more here than GC throughput: one agent idles
 	// in every sandbox.
 	debug.SetGCPercent(50)
-	cfgFile := inherited(guest.FDConfig, "config")
-	lf := os.NewFile(guest.FDListener, "listener")
+	cfgFile := inherited(boot.FDConfig, "config")
+	lf := os.NewFile(boot.FDListener, "listener")
 	if cfgFile == nil || lf == nil || status == nil {
 		return fmt.Errorf("started without the host's descriptors; warren-agent is run by warren, not by hand")
 	}
 	// A pooled agent mounts what every sandbox has while it waits for
 	// its config; a failure only costs the time it saves.
-	stage := os.Getenv(guest.EnvStage)
+	stage := os.Getenv(boot.EnvStage)
 	go warmUp(stage != "")
 	var staged *guest.Staged
 	if dir := stage; dir != "" {
@@ -57,13 +58,13 @@ func run(status *os.File) error {
 			fmt.Fprintf(os.Stderr, "warren-agent: staging the standard mounts (mounting them at start instead): %v\n", err)
 		}
 	}
-	cfg, err := guest.ReadConfig(cfgFile)
+	cfg, err := boot.ReadConfig(cfgFile)
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
 	cfgFile.Close()
 	if cfg.Lifeline {
-		life := inherited(guest.FDLifeline, "lifeline")
+		life := inherited(boot.FDLifeline, "lifeline")
 		go func() {
 			// Blocks until the host's end closes; then the sandbox ends:
 			// PID 1 exiting kills every process in the namespace.
@@ -76,7 +77,7 @@ func run(status *os.File) error {
 		return fmt.Errorf("listener: %w", err)
 	}
 	lf.Close()
-	cf := os.NewFile(guest.FDConn, "conn")
+	cf := os.NewFile(boot.FDConn, "conn")
 	first, err := net.FileConn(cf)
 	if err != nil {
 		return fmt.Errorf("first connection: %w", err)

@@ -12,13 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/oci"
+	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
-
-// EnvStage is the variable of a pooled agent's environment that names the
-// host directory it stages on (see Stage). The host sets it only for agents
-// it spawns ahead of a start: for those the staging happens while they
-// wait, off the start's path.
-const EnvStage = "WARREN_STAGE"
 
 // stagedTops are the standard mounts' top-level destinations: each is moved
 // into the root with everything mounted below it.
@@ -124,7 +119,7 @@ func (st *Staged) takeLauncher(c *specs.LinuxCapabilities) *Launcher {
 // mount at or below /proc, /dev or /sys (which would change what the
 // masks cover, or be covered by the moved mounts in a different order).
 // It returns the index of the standard run in s.Mounts.
-func (st *Staged) fits(s *Spec) (int, bool) {
+func (st *Staged) fits(s *boot.Spec) (int, bool) {
 	if !slices.Equal(s.Linux.MaskedPaths, oci.MaskedPaths) || !slices.Equal(s.Linux.ReadonlyPaths, oci.ReadonlyPaths) {
 		return 0, false
 	}
