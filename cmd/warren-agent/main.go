@@ -14,9 +14,10 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/guest/fs"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
+	"github.com/warren-sandbox/warren/internal/guest/service"
+	"github.com/warren-sandbox/warren/internal/guest/setup"
 	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
@@ -51,10 +52,10 @@ func run(status *os.File) error {
 	// its config; a failure only costs the time it saves.
 	stage := os.Getenv(boot.EnvStage)
 	go warmUp(stage != "")
-	var staged *guest.Staged
+	var staged *setup.Staged
 	if dir := stage; dir != "" {
 		var err error
-		if staged, err = guest.Stage(dir); err != nil {
+		if staged, err = setup.Stage(dir); err != nil {
 			fmt.Fprintf(os.Stderr, "warren-agent: staging the standard mounts (mounting them at start instead): %v\n", err)
 		}
 	}
@@ -84,18 +85,18 @@ func run(status *os.File) error {
 	}
 	cf.Close()
 	phases := map[string]float64{}
-	launcher, err := guest.Setup(cfg, staged, phases)
+	launcher, err := setup.Apply(cfg, staged, phases)
 	if err != nil {
 		return err
 	}
-	reaper := guest.NewReaper(launcher)
+	reaper := setup.NewReaper(launcher)
 	go reaper.Run(nil)
 	env := cfg.Spec.Process.Env
-	runner := &guest.Runner{Reaper: reaper, Env: env, Cwd: cfg.Spec.Process.Cwd}
+	runner := &service.Runner{Starter: reaper, Env: env, Cwd: cfg.Spec.Process.Cwd}
 	if cfg.User != "" {
 		// Like a container runtime, a user the image names but does not
 		// have fails the start rather than silently running as root.
-		if runner.Cred, err = guest.LookupUser(cfg.User); err != nil {
+		if runner.Cred, err = service.LookupUser(cfg.User); err != nil {
 			return fmt.Errorf("the image's user: %w", err)
 		}
 	}
@@ -111,7 +112,7 @@ func run(status *os.File) error {
 			return &syscall.SysProcAttr{Setpgid: true, Credential: runner.DefaultCredential()}
 		},
 	})
-	srv := guest.NewServer(runner, root, rm)
+	srv := service.NewServer(runner, root, rm)
 	// "ok" and the setup phases' timings, for the host's start log.
 	report, _ := json.Marshal(phases)
 	if _, err := status.WriteString("ok " + string(report) + "\n"); err != nil {
@@ -124,5 +125,5 @@ func run(status *os.File) error {
 		}
 		runtime.GOMAXPROCS(n)
 	}
-	return srv.Serve(guest.FirstConn(l, first))
+	return srv.Serve(service.FirstConn(l, first))
 }

@@ -72,7 +72,7 @@ var setupCapabilities = func() uint64 {
 
 // spawnAgent starts an agent in new namespaces, in cgroup cg, its socket
 // and log in dir, through the spawner process. With a stage directory (pooled agents) the
-// agent stages its standard mounts there while it waits (guest.Stage).
+// agent stages its standard mounts there while it waits (setup.Stage).
 func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *agentProc, err error) {
 	sock := filepath.Join(dir, "agent.sock")
 	_ = os.Remove(sock)

@@ -2,7 +2,7 @@
 // Config the host hands warren-agent at start, its binary encoding, how it
 // travels (SendConfig, ReadConfig), and the descriptors and environment the
 // agent inherits. Both sides import it; it holds data and its encoding
-// only, so the host links none of the agent's machinery (package guest).
+// only, so the host links none of the agent's machinery (internal/guest).
 package boot
 
 import specs "github.com/opencontainers/runtime-spec/specs-go"

@@ -1,4 +1,4 @@
-package guest
+package service
 
 import (
 	"bytes"
@@ -21,11 +21,19 @@ import (
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
+// Starter starts the agent's child processes and is told when one has been
+// waited for. In the agent it is PID 1's reaper (setup.Reaper), which must
+// not reap a child its owner waits for.
+type Starter interface {
+	Start(cmd *exec.Cmd) error
+	Release(pid int)
+}
+
 // Runner starts processes in the sandbox on behalf of the host.
 type Runner struct {
-	Reaper *Reaper
-	Env    []string // default environment
-	Cwd    string   // default working directory
+	Starter Starter
+	Env     []string // default environment
+	Cwd     string   // default working directory
 	// Cred is the default credential (the image's user); nil runs a
 	// process that names no user as the agent's (root).
 	Cred *syscall.Credential
@@ -206,7 +214,7 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 		return wire.ExitStatus{}, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	p, err := startProcess(r.Reaper, cmd, []*os.File{outW, errW}, []*os.File{outR, errR}, []func(){
+	p, err := startProcess(r.Starter, cmd, []*os.File{outW, errW}, []*os.File{outR, errR}, []func(){
 		func() { out.copy(wire.Stdout, outR); outR.Close() },
 		func() { out.copy(wire.Stderr, errR); errR.Close() },
 	}, time.Duration(req.TimeoutMs)*time.Millisecond)

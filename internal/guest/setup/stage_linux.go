@@ -1,4 +1,4 @@
-package guest
+package setup
 
 import (
 	"fmt"
@@ -27,7 +27,7 @@ var stagedTops = []string{"/proc", "/dev", "/sys"}
 //   - the loopback interface, up;
 //   - the Launcher's thread, with the default capabilities' bounding set
 //     and sets, plus CAP_SYS_ADMIN in its effective and permitted ones: at
-//     start (Setup) it enters its cgroup namespace and lets that go. By
+//     start (Apply) it enters its cgroup namespace and lets that go. By
 //     then the host has made the agent's cgroup the sandbox's (renamed on
 //     cgroup v1, moved into on v2), so the namespace is rooted there.
 //
@@ -46,7 +46,7 @@ type Staged struct {
 // mount in the namespace a slave first: nothing mounted here propagates to
 // the host, while what the host mounts until the config arrives (a volume's
 // file system, say) still reaches this namespace, as it would without the
-// staging; Setup makes them private. On error nothing is left mounted.
+// staging; Apply makes them private. On error nothing is left mounted.
 func Stage(dir string) (st *Staged, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return nil, fmt.Errorf("make mounts slaves: %w", err)

@@ -1,4 +1,4 @@
-package guest
+package service
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/guest/setup"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -20,7 +21,7 @@ import (
 var chatty = []string{"/bin/sh", "-c", "while :; do echo out; echo err >&2; done"}
 
 func testRunner() *Runner {
-	return &Runner{Reaper: NewReaper(nil), Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/"}
+	return &Runner{Starter: setup.NewReaper(nil), Env: []string{"PATH=/usr/bin:/bin"}, Cwd: "/"}
 }
 
 // TestExecTimeoutWithOutput: an exec that outlives its timeout while

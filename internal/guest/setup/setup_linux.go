@@ -1,4 +1,4 @@
-package guest
+package setup
 
 import (
 	"errors"
@@ -17,7 +17,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
-// Setup turns the freshly cloned process (already in its new namespaces) into
+// Apply turns the freshly cloned process (already in its new namespaces) into
 // the sandbox's init: it assembles the root filesystem, pivots into it, masks
 // what must not be seen, starts the Launcher every sandbox process is forked
 // from (in the sandbox's cgroup namespace, with the sandbox's capabilities),
@@ -27,7 +27,7 @@ import (
 //
 // Phases records how long each step took (milliseconds), for the host's
 // start log; "staged" is 1 when the staged mounts were used.
-func Setup(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launcher, error) {
+func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launcher, error) {
 	mark := phaseTimer(phases)
 	s := cfg.Spec
 	if s == nil || s.Root == nil || s.Linux == nil || s.Process == nil {

@@ -1,4 +1,4 @@
-package guest
+package setup
 
 import (
 	"strings"
@@ -8,10 +8,10 @@ import (
 	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
-// TestSetupRefusesUnfilteredConfig: a config without a seccomp filter or
+// TestApplyRefusesUnfilteredConfig: a config without a seccomp filter or
 // without no_new_privs is refused before anything is mounted, never run
 // unfiltered.
-func TestSetupRefusesUnfilteredConfig(t *testing.T) {
+func TestApplyRefusesUnfilteredConfig(t *testing.T) {
 	sp, err := oci.Build(oci.Params{RootPath: "/nonexistent"})
 	if err != nil {
 		t.Fatal(err)
@@ -22,8 +22,8 @@ func TestSetupRefusesUnfilteredConfig(t *testing.T) {
 		"no filter":       {Spec: boot.SpecFrom(sp)},
 		"no no_new_privs": {Spec: noNNP, SeccompFilter: []byte{1}},
 	} {
-		if _, err := Setup(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "no seccomp filter or no_new_privs") {
-			t.Errorf("%s: Setup = %v, want the refusal", name, err)
+		if _, err := Apply(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "no seccomp filter or no_new_privs") {
+			t.Errorf("%s: Apply = %v, want the refusal", name, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package guest
+package service
 
 import (
 	"context"
@@ -208,7 +208,7 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 			closeOnFailure = append(closeOnFailure, inW)
 		}
 	}
-	life, err := startProcess(ps.runner.Reaper, cmd, closeAfterStart, closeOnFailure, readers, time.Duration(req.TimeoutMs)*time.Millisecond)
+	life, err := startProcess(ps.runner.Starter, cmd, closeAfterStart, closeOnFailure, readers, time.Duration(req.TimeoutMs)*time.Millisecond)
 	if err != nil {
 		return wire.ProcessInfo{}, &apiError{wire.ErrNotFound, err.Error()}
 	}

@@ -1,4 +1,4 @@
-package guest
+package service
 
 import (
 	"os"
@@ -14,7 +14,7 @@ import (
 
 // process is the life of one process the agent runs for the host, the same
 // for an exec (whose request waits for it) and a background process (which
-// a goroutine of Procs waits for): started through the reaper, killed with
+// a goroutine of Procs waits for): started through the Starter, killed with
 // its process group when its timeout passes, waited for, and its output
 // drained.
 //
@@ -24,7 +24,7 @@ import (
 // when the timer killed it, and nothing is shared unsynchronised.
 type process struct {
 	cmd     *exec.Cmd
-	reaper  *Reaper
+	starter Starter
 	pid     int
 	started time.Time
 	readers sync.WaitGroup
@@ -35,14 +35,14 @@ type process struct {
 	timedOut bool // the timer killed it before that
 }
 
-// startProcess starts cmd through reaper. childEnds, the child's ends of
+// startProcess starts cmd through starter. childEnds, the child's ends of
 // its standard streams, are closed once it has started or failed to;
 // parentEnds, the agent's, are closed if it failed. Then each reader drains
 // one output stream in a goroutine of its own until EOF, closing its end. A
 // positive timeout kills the process group when it passes.
-func startProcess(reaper *Reaper, cmd *exec.Cmd, childEnds, parentEnds []*os.File, readers []func(), timeout time.Duration) (*process, error) {
+func startProcess(starter Starter, cmd *exec.Cmd, childEnds, parentEnds []*os.File, readers []func(), timeout time.Duration) (*process, error) {
 	started := time.Now()
-	err := reaper.Start(cmd)
+	err := starter.Start(cmd)
 	for _, f := range childEnds {
 		f.Close()
 	}
@@ -52,7 +52,7 @@ func startProcess(reaper *Reaper, cmd *exec.Cmd, childEnds, parentEnds []*os.Fil
 		}
 		return nil, err
 	}
-	p := &process{cmd: cmd, reaper: reaper, pid: cmd.Process.Pid, started: started}
+	p := &process{cmd: cmd, starter: starter, pid: cmd.Process.Pid, started: started}
 	for _, f := range readers {
 		p.readers.Add(1)
 		go func() { defer p.readers.Done(); f() }()
@@ -99,7 +99,7 @@ func (p *process) wait(grace time.Duration, cut func()) wire.ExitStatus {
 	if p.timer != nil {
 		p.timer.Stop()
 	}
-	p.reaper.Release(p.pid)
+	p.starter.Release(p.pid)
 	st := exitStatus(p.cmd.ProcessState, err)
 	st.TimedOut = timedOut
 	st.DurationMs = float64(time.Since(p.started).Microseconds()) / 1000
