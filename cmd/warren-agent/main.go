@@ -14,7 +14,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/warren-sandbox/warren/internal/guest/fs"
+	"github.com/warren-sandbox/warren/internal/guest/confined"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
 	"github.com/warren-sandbox/warren/internal/guest/service"
 	"github.com/warren-sandbox/warren/internal/guest/setup"
@@ -100,7 +100,7 @@ func run(status *os.File) error {
 			return fmt.Errorf("the image's user: %w", err)
 		}
 	}
-	root, err := fs.Open("/")
+	root, err := confined.Open("/")
 	if err != nil {
 		return err
 	}

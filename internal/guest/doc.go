@@ -6,7 +6,7 @@
 //     thread, reaping orphans;
 //   - service: the agent protocol's server: exec and background processes
 //     (one process lifecycle), files and REPLs;
-//   - fs: the file API, confined to the sandbox's root;
+//   - confined: the file API, confined to the sandbox's root;
 //   - repl: the Python and Node engines;
 //   - httpd: the agent's small HTTP/1.1 server.
 //
