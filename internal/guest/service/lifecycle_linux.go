@@ -37,9 +37,10 @@ type process struct {
 
 // startProcess starts cmd through starter. childEnds, the child's ends of
 // its standard streams, are closed once it has started or failed to;
-// parentEnds, the agent's, are closed if it failed. Then each reader drains
-// one output stream in a goroutine of its own until EOF, closing its end. A
-// positive timeout kills the process group when it passes.
+// parentEnds, the agent's, are closed if it failed. Then each reader, which
+// drains one output stream until it ends, runs in a goroutine of its own
+// (wait waits for them). A positive timeout kills the process group when it
+// passes.
 func startProcess(starter Starter, cmd *exec.Cmd, childEnds, parentEnds []*os.File, readers []func(), timeout time.Duration) (*process, error) {
 	started := time.Now()
 	err := starter.Start(cmd)
