@@ -1,6 +1,6 @@
 // Command warren-agent runs as PID 1 inside every Warren sandbox. The host
 // starts it in fresh namespaces with three inherited descriptors (see
-// guest.FDConfig, FDListener, FDStatus); it sets the sandbox up, reports
+// boot.FDConfig, FDListener, FDStatus); it sets the sandbox up, reports
 // readiness and serves the agent protocol until the sandbox is stopped.
 package main
 
@@ -14,13 +14,15 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/warren-sandbox/warren/internal/guest"
-	"github.com/warren-sandbox/warren/internal/guest/fs"
+	"github.com/warren-sandbox/warren/internal/guest/confined"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
+	"github.com/warren-sandbox/warren/internal/guest/service"
+	"github.com/warren-sandbox/warren/internal/guest/setup"
+	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
 func main() {
-	status := inherited(guest.FDStatus, "status")
+	status := inherited(boot.FDStatus, "status")
 	if err := run(status); err != nil {
 		fmt.Fprintf(status, "%v\n", err)
 		fmt.Fprintf(os.Stderr, "warren-agent: %v\n", err)
@@ -41,29 +43,29 @@ func run(status *os.File) error {
 	// A small heap matters more here than GC throughput: one agent idles
 	// in every sandbox.
 	debug.SetGCPercent(50)
-	cfgFile := inherited(guest.FDConfig, "config")
-	lf := os.NewFile(guest.FDListener, "listener")
+	cfgFile := inherited(boot.FDConfig, "config")
+	lf := os.NewFile(boot.FDListener, "listener")
 	if cfgFile == nil || lf == nil || status == nil {
 		return fmt.Errorf("started without the host's descriptors; warren-agent is run by warren, not by hand")
 	}
 	// A pooled agent mounts what every sandbox has while it waits for
 	// its config; a failure only costs the time it saves.
-	stage := os.Getenv(guest.EnvStage)
+	stage := os.Getenv(boot.EnvStage)
 	go warmUp(stage != "")
-	var staged *guest.Staged
+	var staged *setup.Staged
 	if dir := stage; dir != "" {
 		var err error
-		if staged, err = guest.Stage(dir); err != nil {
+		if staged, err = setup.Stage(dir); err != nil {
 			fmt.Fprintf(os.Stderr, "warren-agent: staging the standard mounts (mounting them at start instead): %v\n", err)
 		}
 	}
-	cfg, err := guest.ReadConfig(cfgFile)
+	cfg, err := boot.ReadConfig(cfgFile)
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
 	cfgFile.Close()
 	if cfg.Lifeline {
-		life := inherited(guest.FDLifeline, "lifeline")
+		life := inherited(boot.FDLifeline, "lifeline")
 		go func() {
 			// Blocks until the host's end closes; then the sandbox ends:
 			// PID 1 exiting kills every process in the namespace.
@@ -76,29 +78,29 @@ func run(status *os.File) error {
 		return fmt.Errorf("listener: %w", err)
 	}
 	lf.Close()
-	cf := os.NewFile(guest.FDConn, "conn")
+	cf := os.NewFile(boot.FDConn, "conn")
 	first, err := net.FileConn(cf)
 	if err != nil {
 		return fmt.Errorf("first connection: %w", err)
 	}
 	cf.Close()
 	phases := map[string]float64{}
-	launcher, err := guest.Setup(cfg, staged, phases)
+	launcher, err := setup.Apply(cfg, staged, phases)
 	if err != nil {
 		return err
 	}
-	reaper := guest.NewReaper(launcher)
+	reaper := setup.NewReaper(launcher)
 	go reaper.Run(nil)
 	env := cfg.Spec.Process.Env
-	runner := &guest.Runner{Reaper: reaper, Env: env, Cwd: cfg.Spec.Process.Cwd}
+	runner := &service.Runner{Starter: reaper, Env: env, Cwd: cfg.Spec.Process.Cwd}
 	if cfg.User != "" {
 		// Like a container runtime, a user the image names but does not
 		// have fails the start rather than silently running as root.
-		if runner.Cred, err = guest.LookupUser(cfg.User); err != nil {
+		if runner.Cred, err = service.LookupUser(cfg.User); err != nil {
 			return fmt.Errorf("the image's user: %w", err)
 		}
 	}
-	root, err := fs.Open("/")
+	root, err := confined.Open("/")
 	if err != nil {
 		return err
 	}
@@ -110,7 +112,7 @@ func run(status *os.File) error {
 			return &syscall.SysProcAttr{Setpgid: true, Credential: runner.DefaultCredential()}
 		},
 	})
-	srv := guest.NewServer(runner, root, rm)
+	srv := service.NewServer(runner, root, rm)
 	// "ok" and the setup phases' timings, for the host's start log.
 	report, _ := json.Marshal(phases)
 	if _, err := status.WriteString("ok " + string(report) + "\n"); err != nil {
@@ -123,5 +125,5 @@ func run(status *os.File) error {
 		}
 		runtime.GOMAXPROCS(n)
 	}
-	return srv.Serve(guest.FirstConn(l, first))
+	return srv.Serve(service.FirstConn(l, first))
 }

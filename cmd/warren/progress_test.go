@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/guest"
+	"github.com/warren-sandbox/warren/internal/guest/service"
 	"github.com/warren-sandbox/warren/internal/image"
 )
 
 func TestIsTerminal(t *testing.T) {
-	master, slave, err := guest.OpenPTY()
+	master, slave, err := service.OpenPTY()
 	if err != nil {
 		t.Fatal(err)
 	}

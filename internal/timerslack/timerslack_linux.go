@@ -14,7 +14,7 @@
 //
 // A process's children inherit the slack of the thread that forks them, so
 // what Warren starts for users gets Original back: the agent's launcher
-// thread, which forks every sandbox process, sets it (guest.Config).
+// thread, which forks every sandbox process, sets it (boot.Config).
 package timerslack
 
 import (

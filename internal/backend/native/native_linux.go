@@ -38,12 +38,12 @@ import (
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/cgroup"
-	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/seccomp"
 	"github.com/warren-sandbox/warren/internal/spawner"
 	"github.com/warren-sandbox/warren/internal/timerslack"
+	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
 // User namespace modes.
@@ -527,7 +527,7 @@ func (s *Sandbox) Pid() int {
 	return s.proc.pid
 }
 
-func (s *Sandbox) spec() (*guest.Config, error) {
+func (s *Sandbox) spec() (*boot.Config, error) {
 	img := s.cfg.Image
 	env := append(append([]string(nil), img.Env...), s.cfg.Env...)
 	if len(img.Env) == 0 {
@@ -552,12 +552,12 @@ func (s *Sandbox) spec() (*guest.Config, error) {
 	// oci.Build puts the default profile in the spec; it travels
 	// compiled (the backend's filter). The namespaces, id maps and cgroup
 	// limits are applied here, not by the agent.
-	rootfs := guest.Rootfs{
+	rootfs := boot.Rootfs{
 		Lower: img.Layers, Upper: filepath.Join(s.dir, "upper"), Work: filepath.Join(s.dir, "work"),
 		UserXattr: s.b.userNS != nil,
 	}
-	return &guest.Config{
-		Spec:          guest.SpecFrom(sp),
+	return &boot.Config{
+		Spec:          boot.SpecFrom(sp),
 		SeccompFilter: s.b.seccompFilter,
 		Rootfs:        rootfs,
 		Python:        s.b.opts.Python, Node: s.b.opts.Node, User: img.User,
@@ -746,7 +746,7 @@ const maxLowerOpts = 3000
 // lower paths would not fit in one page of mount options, it links each
 // layer as <sandbox dir>/l/<n> and has the agent mount with those short
 // relative paths (overlay resolves them at mount time).
-func (s *Sandbox) shortLayerPaths(r *guest.Rootfs) error {
+func (s *Sandbox) shortLayerPaths(r *boot.Rootfs) error {
 	n := 0
 	for _, l := range r.Lower {
 		n += len(l) + 1

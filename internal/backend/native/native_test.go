@@ -103,7 +103,7 @@ func TestConformance(t *testing.T) {
 
 // TestConformancePooled runs the suite on sandboxes started from the warm
 // pool, whose agents stage /proc, /dev, /sys, their masks and the launcher
-// before their config arrives (guest.Stage): isolation must not depend on
+// before their config arrives (setup.Stage): isolation must not depend on
 // which way a sandbox was started.
 func TestConformancePooled(t *testing.T) {
 	testenv.RequireRoot(t)

@@ -33,7 +33,7 @@ func (b *Backend) startPool(n int) error {
 		return err
 	}
 	// Searchable by sandbox root: pooled agents mount their staging
-	// (guest.Stage) on its stage directory, each in its own namespace.
+	// (setup.Stage) on its stage directory, each in its own namespace.
 	if err := mkdirAllMode(filepath.Join(dir, poolStageDir), 0o711); err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/guest"
+	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
 // A sandbox's overlay root is mounted by the host, as a detached mount (in
@@ -39,11 +39,11 @@ var (
 // rootMount is a detached mount of one sandbox's overlay.
 type rootMount struct {
 	fd int
-	of guest.Rootfs // what it was made of
+	of boot.Rootfs // what it was made of
 }
 
 // isOf reports whether the mount is of r's layers and directories.
-func (m *rootMount) isOf(r guest.Rootfs) bool {
+func (m *rootMount) isOf(r boot.Rootfs) bool {
 	return slices.Equal(m.of.Lower, r.Lower) && m.of.Upper == r.Upper && m.of.Work == r.Work && m.of.UserXattr == r.UserXattr
 }
 
@@ -51,7 +51,7 @@ func (m *rootMount) isOf(r guest.Rootfs) bool {
 // ("lowerdir+", Linux 6.8), or as one list where that is missing and the
 // list fits a mount parameter (256 bytes); an error means the agent should
 // mount the root itself.
-func mountRoot(r guest.Rootfs) (*rootMount, error) {
+func mountRoot(r boot.Rootfs) (*rootMount, error) {
 	if len(r.Lower) == 0 || r.Upper == "" || r.Dir != "" {
 		return nil, errors.New("not a plain layered root")
 	}
@@ -64,7 +64,7 @@ func mountRoot(r guest.Rootfs) (*rootMount, error) {
 	return m, nil
 }
 
-func fsmountOverlay(r guest.Rootfs, layerByLayer bool) (*rootMount, error) {
+func fsmountOverlay(r boot.Rootfs, layerByLayer bool) (*rootMount, error) {
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("fsopen overlay: %w", err)
@@ -158,7 +158,7 @@ type roots struct {
 // rootFor returns a clone of the sandbox's root mount for r, mounting it
 // first if it holds none for these layers; nil when the host cannot mount
 // it, and the agent mounts the layers itself.
-func (s *Sandbox) rootFor(r guest.Rootfs) *os.File {
+func (s *Sandbox) rootFor(r boot.Rootfs) *os.File {
 	if !HostHoldsRoots() {
 		return nil
 	}

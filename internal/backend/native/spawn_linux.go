@@ -15,10 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
-	"github.com/warren-sandbox/warren/internal/guest"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/spawner"
 	"github.com/warren-sandbox/warren/internal/timerslack"
+	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
 // agentProc is a started warren-agent, in its namespaces, that has not been
@@ -29,7 +29,7 @@ type agentProc struct {
 	dir     string
 	cfgW    *os.File // the host's end of the config socket
 	statusR *os.File
-	// conn is the host's end of the first agent connection (guest.FDConn),
+	// conn is the host's end of the first agent connection (boot.FDConn),
 	// until the agent's client takes it.
 	conn  net.Conn
 	lifeW *os.File // the host's end of the lifeline; nil unless ExitWithHost
@@ -72,7 +72,7 @@ var setupCapabilities = func() uint64 {
 
 // spawnAgent starts an agent in new namespaces, in cgroup cg, its socket
 // and log in dir, through the spawner process. With a stage directory (pooled agents) the
-// agent stages its standard mounts there while it waits (guest.Stage).
+// agent stages its standard mounts there while it waits (setup.Stage).
 func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *agentProc, err error) {
 	sock := filepath.Join(dir, "agent.sock")
 	_ = os.Remove(sock)
@@ -119,7 +119,7 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 	}
 	closers = append(closers, connAgent)
 	a.conn = connHost
-	// The child's descriptors 1.. (guest.FDConfig is 3).
+	// The child's descriptors 1.. (boot.FDConfig is 3).
 	files := []*os.File{logf, logf, cfgR, lf, statusW, connAgent}
 	if b.opts.ExitWithHost {
 		lifeR, lifeW, err := os.Pipe()
@@ -131,10 +131,10 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		a.lifeW = lifeW
 		files = append(files, lifeR)
 	}
-	// One P until the config says otherwise (guest.Config.Procs).
+	// One P until the config says otherwise (boot.Config.Procs).
 	env := []string{"GOMAXPROCS=1"}
 	if stage != "" {
-		env = append(env, guest.EnvStage+"="+stage)
+		env = append(env, boot.EnvStage+"="+stage)
 	}
 	req := spawner.Request{
 		Path: b.agentPath, Args: []string{"warren-agent"}, Env: env,
@@ -148,7 +148,7 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		KeepCaps: setupCapabilities,
 	}
 	// Coarse for the agent (package timerslack says why); its launcher
-	// gives the sandbox's processes the host's back (guest.Config
+	// gives the sandbox's processes the host's back (boot.Config
 	// .TimerSlack), which must be known for that.
 	if timerslack.Original() != 0 {
 		req.TimerSlack = timerslack.Coarse
@@ -185,8 +185,8 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 
 // configure sends the agent its config, with the root's mount when the host
 // made one (nil otherwise), and waits until it serves.
-func (a *agentProc) configure(ctx context.Context, cfg *guest.Config, rootMount *os.File) error {
-	if err := guest.SendConfig(a.cfgW, cfg, rootMount); err != nil {
+func (a *agentProc) configure(ctx context.Context, cfg *boot.Config, rootMount *os.File) error {
+	if err := boot.SendConfig(a.cfgW, cfg, rootMount); err != nil {
 		return fmt.Errorf("send config to agent: %w", a.failure(err))
 	}
 	a.cfgW.Close()

@@ -1,4 +1,4 @@
-package guest
+package service
 
 import (
 	"bytes"
@@ -18,16 +18,22 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
+// Starter starts the agent's child processes and is told when one has been
+// waited for. In the agent it is PID 1's reaper (setup.Reaper), which must
+// not reap a child its owner waits for.
+type Starter interface {
+	Start(cmd *exec.Cmd) error
+	Release(pid int)
+}
+
 // Runner starts processes in the sandbox on behalf of the host.
 type Runner struct {
-	Reaper *Reaper
-	Env    []string // default environment
-	Cwd    string   // default working directory
+	Starter Starter
+	Env     []string // default environment
+	Cwd     string   // default working directory
 	// Cred is the default credential (the image's user); nil runs a
 	// process that names no user as the agent's (root).
 	Cred *syscall.Credential
@@ -208,75 +214,23 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 		return wire.ExitStatus{}, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	start := time.Now()
-	err = r.Reaper.Start(cmd)
-	outW.Close()
-	errW.Close()
+	p, err := startProcess(r.Starter, cmd, []*os.File{outW, errW}, []*os.File{outR, errR}, []func(){
+		func() { out.copy(wire.Stdout, outR); outR.Close() },
+		func() { out.copy(wire.Stderr, errR); errR.Close() },
+	}, time.Duration(req.TimeoutMs)*time.Millisecond)
 	if err != nil {
-		outR.Close()
-		errR.Close()
 		return startFailure(err), nil
 	}
-	pid := cmd.Process.Pid
-	defer r.Reaper.Release(pid)
-
-	var readers sync.WaitGroup
-	readers.Add(2)
-	go func() { defer readers.Done(); out.copy(wire.Stdout, outR) }()
-	go func() { defer readers.Done(); out.copy(wire.Stderr, errR) }()
-
-	timedOut := false
-	done := make(chan struct{})
-	var timer <-chan time.Time
-	if req.TimeoutMs > 0 {
-		t := time.NewTimer(time.Duration(req.TimeoutMs) * time.Millisecond)
-		defer t.Stop()
-		timer = t.C
-	}
-	go func() {
-		select {
-		case <-done:
-		case <-timer:
-			timedOut = true
-			_ = unix.Kill(-pid, unix.SIGKILL)
-		case <-ctx.Done():
-			_ = unix.Kill(-pid, unix.SIGKILL)
-		}
-	}()
-	waitErr := cmd.Wait()
-	close(done)
+	// The client went away: kill it (not what it left behind once it has
+	// exited, as the timeout does not).
+	stop := context.AfterFunc(ctx, p.killRunning)
 	// Descendants may still hold the pipes open; take what they wrote
-	// promptly, but never wait on them beyond a short grace.
-	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(100 * time.Millisecond):
-		outR.Close()
-		errR.Close()
-		<-drained
-	}
-	outR.Close()
-	errR.Close()
-	st := exitStatus(cmd.ProcessState, waitErr)
-	st.TimedOut = timedOut
+	// promptly, but never wait on them beyond a short grace. Closing our
+	// ends ends the readers, so emit is not called once Exec returns.
+	st := p.wait(100*time.Millisecond, func() { outR.Close(); errR.Close() })
+	stop()
 	st.Truncated = out.truncated
-	st.DurationMs = float64(time.Since(start).Microseconds()) / 1000
 	return st, nil
-}
-
-// stdPipes makes the pipes of a process's stdout and stderr: the read ends
-// are the agent's, the write ends go to the child.
-func stdPipes() (outR, outW, errR, errW *os.File, err error) {
-	if outR, outW, err = os.Pipe(); err != nil {
-		return nil, nil, nil, nil, err
-	}
-	if errR, errW, err = os.Pipe(); err != nil {
-		outR.Close()
-		outW.Close()
-		return nil, nil, nil, nil, err
-	}
-	return outR, outW, errR, errW, nil
 }
 
 func startFailure(err error) wire.ExitStatus {
@@ -285,21 +239,6 @@ func startFailure(err error) wire.ExitStatus {
 		code = 127
 	}
 	return wire.ExitStatus{Code: code, Error: err.Error()}
-}
-
-func exitStatus(ps *os.ProcessState, waitErr error) wire.ExitStatus {
-	if ps == nil {
-		msg := "process state unavailable"
-		if waitErr != nil {
-			msg = waitErr.Error()
-		}
-		return wire.ExitStatus{Code: 255, Error: msg}
-	}
-	ws, _ := ps.Sys().(syscall.WaitStatus)
-	if ws.Signaled() {
-		return wire.ExitStatus{Code: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
-	}
-	return wire.ExitStatus{Code: ws.ExitStatus()}
 }
 
 // capped forwards output until a byte limit shared by both streams, then

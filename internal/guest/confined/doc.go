@@ -1,4 +1,4 @@
-// Package fs implements the agent's file API: stat, list, read, write,
+// Package confined implements the agent's file API: stat, list, read, write,
 // mkdir, remove, move, and tar download/upload, all confined to one root
 // directory (the sandbox's "/" in the agent, a t.TempDir() in tests).
 //
@@ -48,4 +48,4 @@
 // exceeded limit; entries already written stay. See ExtractTar for details.
 //
 // Errors carry one of the wire.Err* kinds; Kind extracts it.
-package fs
+package confined

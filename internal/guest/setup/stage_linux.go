@@ -1,4 +1,4 @@
-package guest
+package setup
 
 import (
 	"fmt"
@@ -12,13 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/oci"
+	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
-
-// EnvStage is the variable of a pooled agent's environment that names the
-// host directory it stages on (see Stage). The host sets it only for agents
-// it spawns ahead of a start: for those the staging happens while they
-// wait, off the start's path.
-const EnvStage = "WARREN_STAGE"
 
 // stagedTops are the standard mounts' top-level destinations: each is moved
 // into the root with everything mounted below it.
@@ -32,7 +27,7 @@ var stagedTops = []string{"/proc", "/dev", "/sys"}
 //   - the loopback interface, up;
 //   - the Launcher's thread, with the default capabilities' bounding set
 //     and sets, plus CAP_SYS_ADMIN in its effective and permitted ones: at
-//     start (Setup) it enters its cgroup namespace and lets that go. By
+//     start (Apply) it enters its cgroup namespace and lets that go. By
 //     then the host has made the agent's cgroup the sandbox's (renamed on
 //     cgroup v1, moved into on v2), so the namespace is rooted there.
 //
@@ -51,7 +46,7 @@ type Staged struct {
 // mount in the namespace a slave first: nothing mounted here propagates to
 // the host, while what the host mounts until the config arrives (a volume's
 // file system, say) still reaches this namespace, as it would without the
-// staging; Setup makes them private. On error nothing is left mounted.
+// staging; Apply makes them private. On error nothing is left mounted.
 func Stage(dir string) (st *Staged, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return nil, fmt.Errorf("make mounts slaves: %w", err)
@@ -124,7 +119,7 @@ func (st *Staged) takeLauncher(c *specs.LinuxCapabilities) *Launcher {
 // mount at or below /proc, /dev or /sys (which would change what the
 // masks cover, or be covered by the moved mounts in a different order).
 // It returns the index of the standard run in s.Mounts.
-func (st *Staged) fits(s *Spec) (int, bool) {
+func (st *Staged) fits(s *boot.Spec) (int, bool) {
 	if !slices.Equal(s.Linux.MaskedPaths, oci.MaskedPaths) || !slices.Equal(s.Linux.ReadonlyPaths, oci.ReadonlyPaths) {
 		return 0, false
 	}

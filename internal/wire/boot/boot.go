@@ -1,11 +1,9 @@
-// Package guest is the in-sandbox side of Warren: the code of warren-agent,
-// which runs as PID 1 in every sandbox. It sets the sandbox up from the
-// parts of an OCI runtime spec it applies (Spec, Setup), reaps orphans (Reaper), and serves the host over the
-// agent protocol (Server): exec, background processes, files and REPLs.
-//
-// The agent is not trusted by the host: limits, timeouts and kills are
-// enforced from outside. It is kept small and static (CGO_ENABLED=0).
-package guest
+// Package boot is the contract between the host and a starting agent: the
+// Config the host hands warren-agent at start, its binary encoding, how it
+// travels (SendConfig, ReadConfig), and the descriptors and environment the
+// agent inherits. Both sides import it; it holds data and its encoding
+// only, so the host links none of the agent's machinery (internal/guest).
+package boot
 
 import specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -124,3 +122,9 @@ const (
 	FDConn     = 6
 	FDLifeline = 7 // read, when Config.Lifeline: EOF means the host is gone
 )
+
+// EnvStage is the variable of a pooled agent's environment that names the
+// host directory it stages its standard mounts on before its config
+// arrives. The host sets it only for agents it spawns ahead of a start: for
+// those the staging happens while they wait, off the start's path.
+const EnvStage = "WARREN_STAGE"

@@ -1,4 +1,4 @@
-package guest
+package setup
 
 import (
 	"errors"
@@ -14,9 +14,10 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/seccomp"
+	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
-// Setup turns the freshly cloned process (already in its new namespaces) into
+// Apply turns the freshly cloned process (already in its new namespaces) into
 // the sandbox's init: it assembles the root filesystem, pivots into it, masks
 // what must not be seen, starts the Launcher every sandbox process is forked
 // from (in the sandbox's cgroup namespace, with the sandbox's capabilities),
@@ -26,7 +27,7 @@ import (
 //
 // Phases records how long each step took (milliseconds), for the host's
 // start log; "staged" is 1 when the staged mounts were used.
-func Setup(cfg *Config, staged *Staged, phases map[string]float64) (*Launcher, error) {
+func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launcher, error) {
 	mark := phaseTimer(phases)
 	s := cfg.Spec
 	if s == nil || s.Root == nil || s.Linux == nil || s.Process == nil {
@@ -184,7 +185,7 @@ func phaseTimer(phases map[string]float64) func(string) {
 // mountOverlay puts the root's overlay on target: the host's mount when it
 // sent one, else one the agent mounts itself (a host on a kernel without
 // the new mount API, or whose mount failed).
-func mountOverlay(target string, r Rootfs) error {
+func mountOverlay(target string, r boot.Rootfs) error {
 	if r.Mount != 0 {
 		// Made by the host (see Rootfs.Mount); attaching it is all.
 		err := unix.MoveMount(r.Mount, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH)

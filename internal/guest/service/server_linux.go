@@ -1,4 +1,4 @@
-package guest
+package service
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/guest/fs"
+	"github.com/warren-sandbox/warren/internal/guest/confined"
 	"github.com/warren-sandbox/warren/internal/guest/httpd"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
 	"github.com/warren-sandbox/warren/internal/wire"
@@ -23,12 +23,12 @@ import (
 type Server struct {
 	runner *Runner
 	procs  *Procs
-	root   *fs.Root
+	root   *confined.Root
 	repl   *repl.Manager
 }
 
 // NewServer wires the services. root confines the file API.
-func NewServer(runner *Runner, root *fs.Root, rm *repl.Manager) *Server {
+func NewServer(runner *Runner, root *confined.Root, rm *repl.Manager) *Server {
 	return &Server{runner: runner, procs: NewProcs(runner), root: root, repl: rm}
 }
 
@@ -307,7 +307,7 @@ func (s *Server) downloadTar(w httpd.ResponseWriter, r *httpd.Request) {
 }
 
 func (s *Server) uploadTar(w httpd.ResponseWriter, r *httpd.Request) {
-	stats, err := s.root.ExtractTar(httpd.LimitBody(r.Body, wire.MaxTarUpload), r.Query.Get("path"), fs.TarLimits{})
+	stats, err := s.root.ExtractTar(httpd.LimitBody(r.Body, wire.MaxTarUpload), r.Query.Get("path"), confined.TarLimits{})
 	if err != nil {
 		writeError(w, err)
 		return
@@ -377,7 +377,7 @@ func writeError(w httpd.ResponseWriter, err error) {
 	case errors.Is(err, httpd.ErrBodyTooLarge):
 		kind = wire.ErrTooLarge
 	default:
-		if k := fs.Kind(err); k != "" {
+		if k := confined.Kind(err); k != "" {
 			kind = k
 		}
 	}

@@ -1,4 +1,4 @@
-package guest
+package service
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -115,6 +114,7 @@ type proc struct {
 	stderr  *ring
 	stdin   io.WriteCloser // pipe or pty master; nil when closed
 	tty     *os.File       // pty master, when the process has a terminal
+	life    *process
 	done    chan struct{}
 	mu      sync.Mutex
 	exit    *wire.ExitStatus
@@ -208,18 +208,11 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 			closeOnFailure = append(closeOnFailure, inW)
 		}
 	}
-	err = ps.runner.Reaper.Start(cmd)
-	for _, f := range closeAfterStart {
-		f.Close()
-	}
+	life, err := startProcess(ps.runner.Starter, cmd, closeAfterStart, closeOnFailure, readers, time.Duration(req.TimeoutMs)*time.Millisecond)
 	if err != nil {
-		for _, f := range closeOnFailure {
-			f.Close()
-		}
 		return wire.ProcessInfo{}, &apiError{wire.ErrNotFound, err.Error()}
 	}
-	p.pid = cmd.Process.Pid
-	p.started = time.Now()
+	p.life, p.pid, p.started = life, life.pid, life.started
 	ps.mu.Lock()
 	ps.seq++
 	p.id = "proc-" + strconv.Itoa(ps.seq)
@@ -228,43 +221,24 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 	inserted = true
 	ps.mu.Unlock()
 
-	var wg sync.WaitGroup
-	for _, f := range readers {
-		wg.Add(1)
-		go func() { defer wg.Done(); f() }()
-	}
-	go ps.supervise(p, cmd, req.TimeoutMs, &wg)
+	go ps.supervise(p)
 	return p.info(), nil
 }
 
-func (ps *Procs) supervise(p *proc, cmd *exec.Cmd, timeoutMs int64, readers *sync.WaitGroup) {
-	timedOut := false
-	if timeoutMs > 0 {
-		t := time.AfterFunc(time.Duration(timeoutMs)*time.Millisecond, func() {
-			p.mu.Lock()
-			timedOut = true
-			p.mu.Unlock()
-			_ = unix.Kill(-p.pid, unix.SIGKILL)
-		})
-		defer t.Stop()
-	}
-	err := cmd.Wait()
-	ps.runner.Reaper.Release(p.pid)
-	st := exitStatus(cmd.ProcessState, err)
-	st.DurationMs = float64(time.Since(p.started).Microseconds()) / 1000
+// supervise records how p ended once its output has drained, or after a
+// grace: a descendant may hold its output open.
+func (ps *Procs) supervise(p *proc) {
+	var cut func() // pipes: leave their readers, whose writes are dropped once the streams end
 	if p.tty != nil {
 		// The pty reader ends with EIO once every slave fd is closed; a
-		// grandchild may keep one open, so bound the wait.
-		go func() { time.Sleep(100 * time.Millisecond); p.tty.Close() }()
+		// grandchild may keep one open, so end it.
+		cut = func() { p.tty.Close() }
 	}
-	drained := make(chan struct{})
-	go func() { readers.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(200 * time.Millisecond):
+	st := p.life.wait(100*time.Millisecond, cut)
+	if p.tty != nil {
+		p.tty.Close()
 	}
 	p.mu.Lock()
-	st.TimedOut = timedOut
 	p.exit = &st
 	p.mu.Unlock()
 	p.stdout.close()
@@ -352,7 +326,7 @@ func (ps *Procs) Remove(id string) error {
 	if err != nil {
 		return err
 	}
-	_ = unix.Kill(-p.pid, unix.SIGKILL)
+	p.life.kill()
 	select {
 	case <-p.done:
 	case <-time.After(2 * time.Second):
@@ -368,7 +342,7 @@ func (ps *Procs) KillAll() {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	for _, p := range ps.m {
-		_ = unix.Kill(-p.pid, unix.SIGKILL)
+		p.life.kill()
 	}
 }
 

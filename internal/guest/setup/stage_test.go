@@ -1,4 +1,4 @@
-package guest
+package setup
 
 import (
 	"maps"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
 // TestStagedFits: what a pooled agent staged is used only for a spec that
@@ -65,7 +66,7 @@ func TestStagedFits(t *testing.T) {
 			return s
 		}(), -1},
 	} {
-		at, ok := st.fits(SpecFrom(c.spec))
+		at, ok := st.fits(boot.SpecFrom(c.spec))
 		if !ok {
 			at = -1
 		}

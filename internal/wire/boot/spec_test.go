@@ -1,9 +1,8 @@
-package guest
+package boot
 
 import (
 	"encoding/json"
 	"reflect"
-	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -70,24 +69,4 @@ func asMap(t *testing.T, v any) map[string]any {
 		t.Fatal(err)
 	}
 	return m
-}
-
-// TestSetupRefusesUnfilteredConfig: a config without a seccomp filter or
-// without no_new_privs is refused before anything is mounted, never run
-// unfiltered.
-func TestSetupRefusesUnfilteredConfig(t *testing.T) {
-	sp, err := oci.Build(oci.Params{RootPath: "/nonexistent"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	noNNP := SpecFrom(sp)
-	noNNP.Process.NoNewPrivileges = false
-	for name, cfg := range map[string]*Config{
-		"no filter":       {Spec: SpecFrom(sp)},
-		"no no_new_privs": {Spec: noNNP, SeccompFilter: []byte{1}},
-	} {
-		if _, err := Setup(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "no seccomp filter or no_new_privs") {
-			t.Errorf("%s: Setup = %v, want the refusal", name, err)
-		}
-	}
 }
