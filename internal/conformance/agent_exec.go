@@ -95,7 +95,7 @@ func (s *agentSuite) execEnv(t *testing.T) {
 		t.Fatalf("default environment has no PATH: %v", base)
 	}
 	// The agent overlays the request's entries on the sandbox defaults,
-	// later entries winning (guest.mergeEnv). Note wire.ExecRequest.Env's
+	// later entries winning (service.mergeEnv in the agent). Note wire.ExecRequest.Env's
 	// doc comment says "replaces"; overlay is the implemented behaviour.
 	over := []string{"WARREN_A=1", "HOME=/warren-home", "WARREN_EMPTY=", "WARREN_EQ=a b = c", "WARREN_A=2", "WARREN_UNI=é😀"}
 	r := s.mustExec(t, &wire.ExecRequest{Argv: []string{"env", "-0"}, Env: over})
