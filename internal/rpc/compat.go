@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -178,13 +177,14 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 		img = "python"
 	}
 	spec := sandbox.Spec{Image: img, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
+	var deps []string // the dependencies this start started
 	if len(cfg.DependsOn) > 0 {
 		// A config that will be refused starts no dependency (the
 		// manager validates it again; without dependencies, only there).
 		if err := spec.Validate(); err != nil {
 			return nil, err
 		}
-		if err := s.startDependencies(ctx, ns, p.Sandbox, cfg.DependsOn); err != nil {
+		if deps, err = s.startDependencies(ctx, ns, p.Sandbox, cfg.DependsOn); err != nil {
 			return nil, err
 		}
 	}
@@ -199,8 +199,8 @@ func (s *Server) sandboxStart(ctx context.Context, c *call) (any, error) {
 	if started {
 		s.m.startLatency(ns, time.Since(t0))
 	}
-	if run != nil && started {
-		if err := s.startExec(ctx, ns, p.Sandbox, run); err != nil {
+	if len(deps) > 0 || (run != nil && started) {
+		if err := s.afterStart(ctx, ns, p.Sandbox, deps, run); err != nil {
 			return nil, err
 		}
 	}
@@ -279,18 +279,19 @@ func checkCommand(what, cmd string) error {
 // startDependencies makes every sandbox in deps run before name starts:
 // each must already exist in the namespace (the server has no
 // Sandboxfile to create it from); a stopped one is started again with the
-// config it last ran with.
-func (s *Server) startDependencies(ctx context.Context, ns, name string, deps []string) error {
+// config it last ran with. It returns those it started.
+func (s *Server) startDependencies(ctx context.Context, ns, name string, deps []string) ([]string, error) {
 	if len(deps) > maxDependsOn {
-		return errdefs.Errorf(errInvalidParams, "depends_on: %d given, at most %d", len(deps), maxDependsOn)
+		return nil, errdefs.Errorf(errInvalidParams, "depends_on: %d given, at most %d", len(deps), maxDependsOn)
 	}
+	var started []string
 	seen := map[string]bool{}
 	for _, d := range deps {
 		if err := sandboxName(d); err != nil {
-			return fmt.Errorf("depends_on: %w", err)
+			return nil, fmt.Errorf("depends_on: %w", err)
 		}
 		if d == name {
-			return errdefs.Errorf(errInvalidParams, "depends_on: sandbox %q cannot depend on itself", d)
+			return nil, errdefs.Errorf(errInvalidParams, "depends_on: sandbox %q cannot depend on itself", d)
 		}
 		if seen[d] {
 			continue
@@ -298,27 +299,35 @@ func (s *Server) startDependencies(ctx context.Context, ns, name string, deps []
 		seen[d] = true
 		info, err := s.mgr.Get(ns, d)
 		if err != nil {
-			return fmt.Errorf("depends_on: %w", err)
+			return nil, fmt.Errorf("depends_on: %w", err)
 		}
 		if info.State == sandbox.Running {
 			continue
 		}
 		if _, err := s.mgr.Start(ctx, ns, d, info.Spec, false); err != nil {
-			return fmt.Errorf("depends_on: start %q: %w", d, err)
+			return nil, fmt.Errorf("depends_on: start %q: %w", d, err)
 		}
-		s.mgr.Logf(ns, name, "started %q, which it depends on", d)
+		started = append(started, d)
 	}
-	return nil
+	return started, nil
 }
 
-// startExec runs a start config's command as a background process.
-func (s *Server) startExec(ctx context.Context, ns, name string, argv []string) error {
-	sb, release, err := s.mgr.Use(ns, name)
+// afterStart records in the log of the sandbox just started the
+// dependencies its start started, and runs its start command (argv, when
+// not nil) as a background process.
+func (s *Server) afterStart(ctx context.Context, ns, name string, deps, argv []string) error {
+	l, err := s.mgr.Lease(ns, name)
 	if err != nil {
 		return err
 	}
-	defer release()
-	pi, err := sb.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: argv})
+	defer l.Release()
+	for _, d := range deps {
+		l.Logf("started %q, which it depends on", d)
+	}
+	if argv == nil {
+		return nil
+	}
+	pi, err := l.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: argv})
 	if err != nil {
 		switch errdefs.Kind(err) {
 		case errdefs.ErrNotFound.Error(), errdefs.ErrInvalid.Error(), errdefs.ErrForbidden.Error():
@@ -328,7 +337,7 @@ func (s *Server) startExec(ctx context.Context, ns, name string, argv []string) 
 		}
 		return fmt.Errorf("start command: %w", err)
 	}
-	s.mgr.Logf(ns, name, "start command started as process %s", pi.ID)
+	l.Logf("start command started as process %s", pi.ID)
 	return nil
 }
 
@@ -414,19 +423,17 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	sb, release, err := s.mgr.Use(ns, name)
+	l, err := s.mgr.Lease(ns, name)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
+	defer l.Release()
 	t0 := time.Now()
-	res, err := replRun(ctx, sb, wire.ReplRequest{Language: p.Language, Code: *p.Code, TimeoutMs: timeout.Milliseconds()}, timeout)
+	res, err := l.Repl(ctx, wire.ReplRequest{Language: p.Language, Code: *p.Code, TimeoutMs: timeout.Milliseconds()})
 	s.m.execLatency(ns, "repl", time.Since(t0))
 	if err != nil {
-		s.mgr.Logf(ns, name, "repl %s: %v", p.Language, err)
-		return nil, s.cutShort(ctx, ns, name, sb, "the code ran", err)
+		return nil, err
 	}
-	s.mgr.Logf(ns, name, "repl %s: %s (%d bytes of code, %.1f ms)", p.Language, res.Status, len(*p.Code), res.DurationMs)
 	out := replResult{Status: "success", Language: p.Language, Output: res.Output, Result: res.Result,
 		Error: res.Error, Truncated: res.Truncated, DurationMs: res.DurationMs}
 	if out.Output == nil {
@@ -442,16 +449,6 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call) (any, error) {
 		}
 	}
 	return out, nil
-}
-
-// replRun runs code with the host's deadline on top of the agent's.
-func replRun(ctx context.Context, sb backend.Sandbox, req wire.ReplRequest, timeout time.Duration) (wire.ReplResult, error) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout+30*time.Second)
-		defer cancel()
-	}
-	return sb.Agent().Repl(ctx, req)
 }
 
 type commandParams struct {
@@ -511,59 +508,18 @@ func (s *Server) sandboxCommand(ctx context.Context, c *call) (any, error) {
 		Output: out, Truncated: res.Truncated, DurationMs: res.DurationMs}, nil
 }
 
-// exec runs one command in a running sandbox, with metrics and the
-// sandbox's log.
+// exec runs one command in a running sandbox, timed for the metrics.
 func (s *Server) exec(ctx context.Context, ns, name, kind string, req *wire.ExecRequest, onOutput func(string, []byte)) (backend.ExecResult, error) {
-	sb, release, err := s.mgr.Use(ns, name)
+	l, err := s.mgr.Lease(ns, name)
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
-	defer release()
+	defer l.Release()
 	t0 := time.Now()
-	res, err := backend.Exec(ctx, sb, req, onOutput)
+	res, err := l.Exec(ctx, kind, req, onOutput)
 	s.m.execLatency(ns, kind, time.Since(t0))
-	argv := strings.Join(req.Argv, " ")
-	if err != nil {
-		s.mgr.Logf(ns, name, "%s %.200s: %v", kind, argv, err)
-		if errors.Is(err, backend.ErrAgentUnresponsive) {
-			return res, errdefs.Errorf(errdefs.ErrTimeout, "%w", err)
-		}
-		return res, s.cutShort(ctx, ns, name, sb, "the command ran", err)
-	}
-	what := fmt.Sprintf("exit %d", res.Code)
-	switch {
-	case res.Error != "":
-		what = "could not start: " + res.Error
-	case res.TimedOut:
-		what = "timed out"
-	case res.OOMKilled:
-		what = "killed: out of memory"
-	}
-	s.mgr.Logf(ns, name, "%s %.200s: %s (%.1f ms)", kind, argv, what, res.DurationMs)
-	return res, nil
+	return res, err
 }
-
-// cutShort turns the error of an operation on sb, which Use returned for
-// ns/name, into a conflict saying the sandbox was stopped while the
-// operation (what: "the command ran") was under way, when that is what
-// broke it: the agent's connection then ends with a bare transport error
-// (EOF, connection reset) that says nothing to the caller. Errors of a
-// known kind, and errors while the sandbox still runs, are returned as
-// they are.
-func (s *Server) cutShort(ctx context.Context, ns, name string, sb backend.Sandbox, what string, err error) error {
-	if errdefs.Kind(err) != errdefs.Internal || ctx.Err() != nil {
-		return err
-	}
-	why, stopped := s.mgr.Interrupted(ns, name, sb, stopSettle)
-	if !stopped {
-		return err
-	}
-	return errdefs.Errorf(errdefs.ErrConflict, "sandbox %q in namespace %q was stopped while %s (%s); start it again to go on", name, ns, what, why)
-}
-
-// stopSettle bounds how long after an agent connection broke the sandbox's
-// init may take to be seen exiting, when a stop broke it.
-const stopSettle = time.Second
 
 // lineSplitter turns output chunks into lines per stream, in the order
 // lines were completed.

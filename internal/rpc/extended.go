@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/wire"
@@ -320,16 +319,17 @@ func encode(b []byte, binary bool) string {
 	return text(b)
 }
 
-// agentCall runs f against the running sandbox's agent.
-func (s *Server) agentCall(ctx context.Context, ns, name string, f func(a *agent.Client) (any, error)) (any, error) {
-	sb, release, err := s.mgr.Use(ns, name)
+// agentCall runs f with a lease on the running sandbox; an error that a
+// stop caused says so.
+func (s *Server) agentCall(ctx context.Context, ns, name string, f func(l *sandbox.Lease) (any, error)) (any, error) {
+	l, err := s.mgr.Lease(ns, name)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	res, err := f(sb.Agent())
+	defer l.Release()
+	res, err := f(l)
 	if err != nil {
-		return nil, s.cutShort(ctx, ns, name, sb, "the request ran", err)
+		return nil, l.Explain(ctx, "the request ran", err)
 	}
 	return res, nil
 }
@@ -358,7 +358,7 @@ type processParams struct {
 
 // processCall decodes a process method's params, checking only the fields
 // that method takes are present.
-func (s *Server) processCall(ctx context.Context, c *call, allowed map[string]bool, f func(ctx context.Context, a *agent.Client, p *processParams) (any, error)) (any, error) {
+func (s *Server) processCall(ctx context.Context, c *call, allowed map[string]bool, f func(ctx context.Context, l *sandbox.Lease, p *processParams) (any, error)) (any, error) {
 	var p processParams
 	if err := c.decodeFields(&p, allowed); err != nil {
 		return nil, err
@@ -370,8 +370,7 @@ func (s *Server) processCall(ctx context.Context, c *call, allowed map[string]bo
 	if allowed["id"] && p.ID == "" {
 		return nil, errdefs.Errorf(errInvalidParams, "\"id\" (the process id) is missing")
 	}
-	p.Namespace, p.Sandbox = ns, name // as resolved
-	return s.agentCall(ctx, ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
+	return s.agentCall(ctx, ns, name, func(l *sandbox.Lease) (any, error) { return f(ctx, l, &p) })
 }
 
 func fields(names ...string) map[string]bool {
@@ -383,26 +382,26 @@ func fields(names ...string) map[string]bool {
 }
 
 func (s *Server) processStart(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields("argv", "env", "cwd", "user", "tty", "rows", "cols", "stdin"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
+	return s.processCall(ctx, c, fields("argv", "env", "cwd", "user", "tty", "rows", "cols", "stdin"), func(ctx context.Context, l *sandbox.Lease, p *processParams) (any, error) {
 		if len(p.Argv) == 0 || p.Argv[0] == "" {
 			return nil, errdefs.Errorf(errInvalidParams, "\"argv\" is missing or empty")
 		}
 		if len(p.Stdin) > wire.MaxStdin {
 			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "stdin is larger than %d MiB", wire.MaxStdin>>20)
 		}
-		pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: p.Argv, Env: p.Env, Cwd: p.Cwd, User: p.User, TTY: p.TTY,
+		pi, err := l.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: p.Argv, Env: p.Env, Cwd: p.Cwd, User: p.User, TTY: p.TTY,
 			Rows: p.Rows, Cols: p.Cols, Stdin: []byte(p.Stdin)})
 		if err != nil {
 			return nil, err
 		}
-		s.mgr.Logf(p.Namespace, p.Sandbox, "process %s started: %.200q", pi.ID, p.Argv)
+		l.Logf("process %s started: %.200q", pi.ID, p.Argv)
 		return pi, nil
 	})
 }
 
 func (s *Server) processList(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields(), func(ctx context.Context, a *agent.Client, _ *processParams) (any, error) {
-		ps, err := a.Processes(ctx)
+	return s.processCall(ctx, c, fields(), func(ctx context.Context, l *sandbox.Lease, _ *processParams) (any, error) {
+		ps, err := l.Agent().Processes(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -414,8 +413,8 @@ func (s *Server) processList(ctx context.Context, c *call) (any, error) {
 }
 
 func (s *Server) processGet(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields("id"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
-		return a.Process(ctx, p.ID)
+	return s.processCall(ctx, c, fields("id"), func(ctx context.Context, l *sandbox.Lease, p *processParams) (any, error) {
+		return l.Agent().Process(ctx, p.ID)
 	})
 }
 
@@ -428,7 +427,7 @@ type outputResult struct {
 }
 
 func (s *Server) processOutput(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields("id", "stream", "offset", "wait", "binary"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
+	return s.processCall(ctx, c, fields("id", "stream", "offset", "wait", "binary"), func(ctx context.Context, l *sandbox.Lease, p *processParams) (any, error) {
 		if p.Stream == "" {
 			p.Stream = wire.Stdout
 		}
@@ -442,7 +441,7 @@ func (s *Server) processOutput(ctx context.Context, c *call) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		ch, err := a.Output(ctx, p.ID, p.Stream, p.Offset, wait)
+		ch, err := l.Agent().Output(ctx, p.ID, p.Stream, p.Offset, wait)
 		if err != nil {
 			return nil, err
 		}
@@ -451,7 +450,7 @@ func (s *Server) processOutput(ctx context.Context, c *call) (any, error) {
 }
 
 func (s *Server) processWait(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields("id", "timeout"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
+	return s.processCall(ctx, c, fields("id", "timeout"), func(ctx context.Context, l *sandbox.Lease, p *processParams) (any, error) {
 		timeout, err := seconds("timeout", p.Timeout, 5*time.Minute)
 		if err != nil {
 			return nil, err
@@ -459,39 +458,39 @@ func (s *Server) processWait(ctx context.Context, c *call) (any, error) {
 		if timeout == 0 {
 			timeout = 5 * time.Minute
 		}
-		return a.Wait(ctx, p.ID, timeout)
+		return l.Agent().Wait(ctx, p.ID, timeout)
 	})
 }
 
 func (s *Server) processSignal(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields("id", "signal"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
+	return s.processCall(ctx, c, fields("id", "signal"), func(ctx context.Context, l *sandbox.Lease, p *processParams) (any, error) {
 		if p.Signal == "" {
 			return nil, errdefs.Errorf(errInvalidParams, "\"signal\" is missing")
 		}
-		return struct{}{}, a.Signal(ctx, p.ID, p.Signal)
+		return struct{}{}, l.Agent().Signal(ctx, p.ID, p.Signal)
 	})
 }
 
 func (s *Server) processStdin(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields("id", "data", "close"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
+	return s.processCall(ctx, c, fields("id", "data", "close"), func(ctx context.Context, l *sandbox.Lease, p *processParams) (any, error) {
 		if len(p.Data) > wire.MaxStdin {
 			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "data is larger than %d MiB", wire.MaxStdin>>20)
 		}
-		return struct{}{}, a.WriteStdin(ctx, p.ID, []byte(p.Data), p.Close)
+		return struct{}{}, l.Agent().WriteStdin(ctx, p.ID, []byte(p.Data), p.Close)
 	})
 }
 
 func (s *Server) processResize(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields("id", "rows", "cols"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
+	return s.processCall(ctx, c, fields("id", "rows", "cols"), func(ctx context.Context, l *sandbox.Lease, p *processParams) (any, error) {
 		if p.Rows == 0 || p.Cols == 0 {
 			return nil, errdefs.Errorf(errInvalidParams, "rows and cols must be positive")
 		}
-		return struct{}{}, a.Resize(ctx, p.ID, p.Rows, p.Cols)
+		return struct{}{}, l.Agent().Resize(ctx, p.ID, p.Rows, p.Cols)
 	})
 }
 
 func (s *Server) processRemove(ctx context.Context, c *call) (any, error) {
-	return s.processCall(ctx, c, fields("id"), func(ctx context.Context, a *agent.Client, p *processParams) (any, error) {
-		return struct{}{}, a.RemoveProcess(ctx, p.ID)
+	return s.processCall(ctx, c, fields("id"), func(ctx context.Context, l *sandbox.Lease, p *processParams) (any, error) {
+		return struct{}{}, l.Agent().RemoveProcess(ctx, p.ID)
 	})
 }

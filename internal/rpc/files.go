@@ -13,6 +13,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -91,7 +92,7 @@ func (s *Server) fileCall(ctx context.Context, c *call, allowed map[string]bool,
 	if allowed["path"] && p.Path == "" {
 		return nil, errdefs.Errorf(errInvalidParams, "\"path\" is missing")
 	}
-	return s.agentCall(ctx, ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
+	return s.agentCall(ctx, ns, name, func(l *sandbox.Lease) (any, error) { return f(ctx, l.Agent(), &p) })
 }
 
 func (s *Server) fileRead(ctx context.Context, c *call) (any, error) {
@@ -187,13 +188,14 @@ func (s *Server) fileMove(ctx context.Context, c *call) (any, error) {
 // "default"); it is not a valid namespace name.
 const defaultNamespaceSegment = "-"
 
-// transfer resolves a tar route's sandbox and the caller's right to it.
-func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client, func(), string, bool) {
+// transfer resolves a tar route's sandbox and the caller's right to it,
+// and leases the sandbox.
+func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*sandbox.Lease, string, bool) {
 	ctx := r.Context()
 	claims, err := s.authenticate(r)
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
-		return nil, nil, "", false
+		return nil, "", false
 	}
 	c := &call{s: s, claims: claims, method: "tar"}
 	ns := r.PathValue("namespace")
@@ -203,19 +205,19 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client
 	ns, name, err := c.resolve(ns, r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
-		return nil, nil, "", false
+		return nil, "", false
 	}
 	p := r.URL.Query().Get("path")
 	if p == "" {
 		s.writeError(w, ctx, nil, errdefs.Errorf(errInvalidParams, "query parameter \"path\" is missing"), 0)
-		return nil, nil, "", false
+		return nil, "", false
 	}
-	sb, release, err := s.mgr.Use(ns, name)
+	l, err := s.mgr.Lease(ns, name)
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
-		return nil, nil, "", false
+		return nil, "", false
 	}
-	return sb.Agent(), release, p, true
+	return l, p, true
 }
 
 // TarLimitHeader carries a tar download's size limit in bytes, so that a
@@ -223,11 +225,12 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client
 const TarLimitHeader = "X-Warren-Tar-Limit"
 
 func (s *Server) serveTarDownload(w http.ResponseWriter, r *http.Request) {
-	a, release, p, ok := s.transfer(w, r)
+	l, p, ok := s.transfer(w, r)
 	if !ok {
 		return
 	}
-	defer release()
+	defer l.Release()
+	a := l.Agent()
 	ctx := r.Context()
 	limit := s.opts.MaxTarDownload
 	// A file's size is known before anything is sent: one over the limit
@@ -270,11 +273,12 @@ func (s *Server) serveTarDownload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveTarUpload(w http.ResponseWriter, r *http.Request) {
-	a, release, p, ok := s.transfer(w, r)
+	l, p, ok := s.transfer(w, r)
 	if !ok {
 		return
 	}
-	defer release()
+	defer l.Release()
+	a := l.Agent()
 	body := http.MaxBytesReader(w, r.Body, wire.MaxTarUpload)
 	if err := a.UploadTar(r.Context(), p, body); err != nil {
 		var mbe *http.MaxBytesError
