@@ -27,10 +27,7 @@ func (s *Server) images() (*image.Store, error) {
 	return s.opts.Images, nil
 }
 
-func (s *Server) imageList(_ context.Context, c *call) (any, error) {
-	if err := c.decode(&struct{}{}, true); err != nil {
-		return nil, err
-	}
+func (s *Server) imageList(_ context.Context, _ *call, _ *noParams) (any, error) {
 	st, err := s.images()
 	if err != nil {
 		return nil, err
@@ -46,16 +43,14 @@ func (s *Server) imageList(_ context.Context, c *call) (any, error) {
 	return map[string]any{"images": out}, nil
 }
 
-func (s *Server) imagePull(ctx context.Context, c *call) (any, error) {
-	var p struct {
-		Ref      string `json:"ref"`
-		Name     string `json:"name"`
-		Platform string `json:"platform"`
-		Insecure bool   `json:"insecure"`
-	}
-	if err := c.decode(&p, true); err != nil {
-		return nil, err
-	}
+type imagePullParams struct {
+	Ref      string `json:"ref"`
+	Name     string `json:"name"`
+	Platform string `json:"platform"`
+	Insecure bool   `json:"insecure"`
+}
+
+func (s *Server) imagePull(ctx context.Context, c *call, p *imagePullParams) (any, error) {
 	if err := c.requireAdmin(); err != nil {
 		return nil, err
 	}
@@ -81,25 +76,23 @@ func (s *Server) keys() (*Keys, error) {
 	return s.opts.Keys, nil
 }
 
-// adminKeys decodes a key method's params into p (strictly) and returns
-// the key store, for an admin caller of a server that has one.
-func (s *Server) adminKeys(c *call, p any) (*Keys, error) {
-	if err := c.decode(p, true); err != nil {
-		return nil, err
-	}
+// adminKeys returns the key store, for an admin caller of a server that
+// has one.
+func (s *Server) adminKeys(c *call) (*Keys, error) {
 	if err := c.requireAdmin(); err != nil {
 		return nil, err
 	}
 	return s.keys()
 }
 
-func (s *Server) keyCreate(ctx context.Context, c *call) (any, error) {
-	var p struct {
-		Namespace   string  `json:"namespace"`
-		Expire      float64 `json:"expire"`
-		Description string  `json:"description"`
-	}
-	ks, err := s.adminKeys(c, &p)
+type keyCreateParams struct {
+	Namespace   string  `json:"namespace"`
+	Expire      float64 `json:"expire"`
+	Description string  `json:"description"`
+}
+
+func (s *Server) keyCreate(ctx context.Context, c *call, p *keyCreateParams) (any, error) {
+	ks, err := s.adminKeys(c)
 	if err != nil {
 		return nil, err
 	}
@@ -117,8 +110,8 @@ func (s *Server) keyCreate(ctx context.Context, c *call) (any, error) {
 	return map[string]any{"id": rec.ID, "key": k, "namespace": rec.Namespace, "expires_at": rec.Expires.UTC()}, nil
 }
 
-func (s *Server) keyList(ctx context.Context, c *call) (any, error) {
-	ks, err := s.adminKeys(c, &struct{}{})
+func (s *Server) keyList(ctx context.Context, c *call, _ *noParams) (any, error) {
+	ks, err := s.adminKeys(c)
 	if err != nil {
 		return nil, err
 	}
@@ -129,11 +122,12 @@ func (s *Server) keyList(ctx context.Context, c *call) (any, error) {
 	return map[string]any{"keys": recs}, nil
 }
 
-func (s *Server) keyRevoke(ctx context.Context, c *call) (any, error) {
-	var p struct {
-		ID string `json:"id"`
-	}
-	ks, err := s.adminKeys(c, &p)
+type keyRevokeParams struct {
+	ID string `json:"id"`
+}
+
+func (s *Server) keyRevoke(ctx context.Context, c *call, p *keyRevokeParams) (any, error) {
+	ks, err := s.adminKeys(c)
 	if err != nil {
 		return nil, err
 	}

@@ -328,7 +328,7 @@ func (s *Server) Call(ctx context.Context, claims auth.Claims, name string, para
 	if len(params) == 0 || bytes.Equal(params, []byte("null")) {
 		params = json.RawMessage("{}")
 	}
-	return m(ctx, &call{s: s, claims: claims, params: params, method: name})
+	return m.run(ctx, &call{s: s, claims: claims, params: params, method: name})
 }
 
 func truncate(s string, n int) string {
