@@ -27,6 +27,10 @@ func (s *Server) images() (*image.Store, error) {
 	return s.opts.Images, nil
 }
 
+type imageList struct {
+	Images []imageInfo `json:"images"`
+}
+
 func (s *Server) imageList(_ context.Context, _ *call, _ *noParams) (any, error) {
 	st, err := s.images()
 	if err != nil {
@@ -40,7 +44,7 @@ func (s *Server) imageList(_ context.Context, _ *call, _ *noParams) (any, error)
 	for i := range recs {
 		out[i] = toImageInfo(&recs[i])
 	}
-	return map[string]any{"images": out}, nil
+	return imageList{Images: out}, nil
 }
 
 type imagePullParams struct {
@@ -91,6 +95,14 @@ type keyCreateParams struct {
 	Description string  `json:"description"`
 }
 
+// keyCreated is key.create's answer, the only one that shows the key.
+type keyCreated struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	ID        string    `json:"id"`
+	Key       string    `json:"key"`
+	Namespace string    `json:"namespace"`
+}
+
 func (s *Server) keyCreate(ctx context.Context, c *call, p *keyCreateParams) (any, error) {
 	ks, err := s.adminKeys(c)
 	if err != nil {
@@ -107,7 +119,21 @@ func (s *Server) keyCreate(ctx context.Context, c *call, p *keyCreateParams) (an
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"id": rec.ID, "key": k, "namespace": rec.Namespace, "expires_at": rec.Expires.UTC()}, nil
+	return keyCreated{ID: rec.ID, Key: k, Namespace: rec.Namespace, ExpiresAt: rec.Expires.UTC()}, nil
+}
+
+// keyInfo is a key as listed (the key itself is shown only at creation).
+type keyInfo struct {
+	ID          string     `json:"id"`
+	Namespace   string     `json:"namespace"`
+	Description string     `json:"description"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ExpiresAt   time.Time  `json:"expires_at"`
+	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+}
+
+type keyList struct {
+	Keys []keyInfo `json:"keys"`
 }
 
 func (s *Server) keyList(ctx context.Context, c *call, _ *noParams) (any, error) {
@@ -119,11 +145,19 @@ func (s *Server) keyList(ctx context.Context, c *call, _ *noParams) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"keys": recs}, nil
+	out := keyList{Keys: make([]keyInfo, len(recs))}
+	for i, r := range recs {
+		out.Keys[i] = keyInfo{ID: r.ID, Namespace: r.Namespace, Description: r.Description, CreatedAt: r.Created, ExpiresAt: r.Expires, RevokedAt: r.Revoked}
+	}
+	return out, nil
 }
 
 type keyRevokeParams struct {
 	ID string `json:"id"`
+}
+
+type revokedResult struct {
+	Revoked bool `json:"revoked"`
 }
 
 func (s *Server) keyRevoke(ctx context.Context, c *call, p *keyRevokeParams) (any, error) {
@@ -134,5 +168,5 @@ func (s *Server) keyRevoke(ctx context.Context, c *call, p *keyRevokeParams) (an
 	if err := ks.Revoke(ctx, p.ID); err != nil {
 		return nil, err
 	}
-	return map[string]bool{"revoked": true}, nil
+	return revokedResult{Revoked: true}, nil
 }

@@ -21,13 +21,13 @@ type commandParams struct {
 }
 
 type commandResult struct {
-	Command    string            `json:"command"`
-	Args       []string          `json:"args"`
-	ExitCode   int               `json:"exit_code"`
-	Success    bool              `json:"success"`
-	Output     []wire.OutputLine `json:"output"`
-	Truncated  bool              `json:"truncated,omitempty"`
-	DurationMs float64           `json:"duration_ms"`
+	Command    string       `json:"command"`
+	Args       []string     `json:"args"`
+	ExitCode   int          `json:"exit_code"`
+	Success    bool         `json:"success"`
+	Output     []outputLine `json:"output"`
+	Truncated  bool         `json:"truncated,omitempty"`
+	DurationMs float64      `json:"duration_ms"`
 }
 
 func (s *Server) sandboxCommand(ctx context.Context, c *call, p *commandParams) (any, error) {
@@ -59,7 +59,7 @@ func (s *Server) sandboxCommand(ctx context.Context, c *call, p *commandParams) 
 	}
 	out := lines.done()
 	if res.OOMKilled {
-		out = append(out, wire.OutputLine{Stream: wire.Stderr, Text: "warren: the command was killed: the sandbox ran out of memory"})
+		out = append(out, outputLine{Stream: wire.Stderr, Text: "warren: the command was killed: the sandbox ran out of memory"})
 	}
 	return commandResult{Command: p.Command, Args: p.Args, ExitCode: res.Code, Success: res.Code == 0,
 		Output: out, Truncated: res.Truncated, DurationMs: res.DurationMs}, nil
@@ -81,7 +81,7 @@ func (s *Server) exec(ctx context.Context, ns, name, kind string, req *wire.Exec
 // lineSplitter turns output chunks into lines per stream, in the order
 // lines were completed.
 type lineSplitter struct {
-	lines   []wire.OutputLine
+	lines   []outputLine
 	partial [2][]byte
 }
 
@@ -108,17 +108,17 @@ func (l *lineSplitter) emit(stream string, b []byte) {
 	if len(l.lines) >= maxLines {
 		return
 	}
-	l.lines = append(l.lines, wire.OutputLine{Stream: stream, Text: text(b)})
+	l.lines = append(l.lines, outputLine{Stream: stream, Text: text(b)})
 }
 
-func (l *lineSplitter) done() []wire.OutputLine {
+func (l *lineSplitter) done() []outputLine {
 	for i, stream := range []string{wire.Stdout, wire.Stderr} {
 		if len(l.partial[i]) > 0 {
 			l.emit(stream, l.partial[i])
 		}
 	}
 	if l.lines == nil {
-		return []wire.OutputLine{}
+		return []outputLine{}
 	}
 	return l.lines
 }

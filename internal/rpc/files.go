@@ -34,13 +34,19 @@ func (s *Server) onFile(ctx context.Context, c *call, ref filePath, f func(a *ag
 	return s.agentCall(ctx, ns, name, func(l *sandbox.Lease) (any, error) { return f(l.Agent()) })
 }
 
+// fileData is sandbox.file.read's answer: the file, base64.
+type fileData struct {
+	Data string `json:"data"`
+	Size int    `json:"size"`
+}
+
 func (s *Server) fileRead(ctx context.Context, c *call, p *filePath) (any, error) {
 	return s.onFile(ctx, c, *p, func(a *agent.Client) (any, error) {
 		b, err := a.ReadFile(ctx, p.Path)
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"data": base64.StdEncoding.EncodeToString(b), "size": len(b)}, nil
+		return fileData{Data: base64.StdEncoding.EncodeToString(b), Size: len(b)}, nil
 	})
 }
 
@@ -49,6 +55,10 @@ func (s *Server) fileRead(ctx context.Context, c *call, p *filePath) (any, error
 // the MaxBody of a JSON-RPC request. The agent would take more
 // (wire.MaxFileWrite); bigger files go through the tar upload route.
 const MaxFileWrite = 47 << 20
+
+type fileWritten struct {
+	Size int `json:"size"`
+}
 
 type fileWriteParams struct {
 	filePath
@@ -84,8 +94,12 @@ func (s *Server) fileWrite(ctx context.Context, c *call, p *fileWriteParams) (an
 		if err := a.WriteFile(ctx, p.Path, bytes.NewReader(b), mode); err != nil {
 			return nil, err
 		}
-		return map[string]any{"size": len(b)}, nil
+		return fileWritten{Size: len(b)}, nil
 	})
+}
+
+type fileList struct {
+	Entries []fileInfo `json:"entries"`
 }
 
 func (s *Server) fileList(ctx context.Context, c *call, p *filePath) (any, error) {
@@ -94,16 +108,21 @@ func (s *Server) fileList(ctx context.Context, c *call, p *filePath) (any, error
 		if err != nil {
 			return nil, err
 		}
-		if ents == nil {
-			ents = []wire.FileInfo{}
+		out := fileList{Entries: make([]fileInfo, len(ents))}
+		for i, f := range ents {
+			out.Entries[i] = toFileInfo(f)
 		}
-		return map[string]any{"entries": ents}, nil
+		return out, nil
 	})
 }
 
 func (s *Server) fileStat(ctx context.Context, c *call, p *filePath) (any, error) {
 	return s.onFile(ctx, c, *p, func(a *agent.Client) (any, error) {
-		return a.Stat(ctx, p.Path)
+		fi, err := a.Stat(ctx, p.Path)
+		if err != nil {
+			return nil, err
+		}
+		return toFileInfo(fi), nil
 	})
 }
 
@@ -115,7 +134,7 @@ type fileMkdirParams struct {
 
 func (s *Server) fileMkdir(ctx context.Context, c *call, p *fileMkdirParams) (any, error) {
 	return s.onFile(ctx, c, p.filePath, func(a *agent.Client) (any, error) {
-		return struct{}{}, a.Mkdir(ctx, wire.MkdirRequest{Path: p.Path, Parents: p.Parents, Mode: p.Mode})
+		return done{}, a.Mkdir(ctx, wire.MkdirRequest{Path: p.Path, Parents: p.Parents, Mode: p.Mode})
 	})
 }
 
@@ -126,7 +145,7 @@ type fileRemoveParams struct {
 
 func (s *Server) fileRemove(ctx context.Context, c *call, p *fileRemoveParams) (any, error) {
 	return s.onFile(ctx, c, p.filePath, func(a *agent.Client) (any, error) {
-		return struct{}{}, a.Remove(ctx, wire.RemoveRequest{Path: p.Path, Recursive: p.Recursive})
+		return done{}, a.Remove(ctx, wire.RemoveRequest{Path: p.Path, Recursive: p.Recursive})
 	})
 }
 
@@ -141,7 +160,7 @@ func (s *Server) fileMove(ctx context.Context, c *call, p *fileMoveParams) (any,
 		if p.From == "" || p.To == "" {
 			return nil, errdefs.Errorf(errInvalidParams, "\"from\" and \"to\" are both needed")
 		}
-		return struct{}{}, l.Agent().Move(ctx, p.From, p.To)
+		return done{}, l.Agent().Move(ctx, p.From, p.To)
 	})
 }
 

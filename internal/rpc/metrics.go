@@ -89,6 +89,10 @@ type sandboxMetrics struct {
 	DiskUsage   *int64   `json:"disk_usage"`
 }
 
+type metricsList struct {
+	Sandboxes []sandboxMetrics `json:"sandboxes"`
+}
+
 func (s *Server) sandboxMetrics(_ context.Context, c *call, p *metricsParams) (any, error) {
 	var infos []sandbox.Info
 	if p.Sandbox != "" {
@@ -117,5 +121,5 @@ func (s *Server) sandboxMetrics(_ context.Context, c *call, p *metricsParams) (a
 		out = append(out, sandboxMetrics{Namespace: u.Namespace, Name: u.Name, Running: u.Running,
 			CPUUsage: u.CPUPercent, MemoryUsage: u.MemoryMiB, DiskUsage: u.DiskBytes})
 	}
-	return map[string]any{"sandboxes": out}, nil
+	return metricsList{Sandboxes: out}, nil
 }

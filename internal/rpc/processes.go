@@ -62,8 +62,12 @@ func (s *Server) processStart(ctx context.Context, c *call, p *processStartParam
 			return nil, err
 		}
 		l.Logf("process %s started: %.200q", pi.ID, p.Argv)
-		return pi, nil
+		return toProcessInfo(pi), nil
 	})
+}
+
+type processList struct {
+	Processes []processInfo `json:"processes"`
 }
 
 func (s *Server) processList(ctx context.Context, c *call, p *sandboxRef) (any, error) {
@@ -72,16 +76,21 @@ func (s *Server) processList(ctx context.Context, c *call, p *sandboxRef) (any, 
 		if err != nil {
 			return nil, err
 		}
-		if ps == nil {
-			ps = []wire.ProcessInfo{}
+		out := processList{Processes: make([]processInfo, len(ps))}
+		for i, pi := range ps {
+			out.Processes[i] = toProcessInfo(pi)
 		}
-		return map[string]any{"processes": ps}, nil
+		return out, nil
 	})
 }
 
 func (s *Server) processGet(ctx context.Context, c *call, p *processRef) (any, error) {
 	return s.onProcess(ctx, c, *p, func(l *sandbox.Lease) (any, error) {
-		return l.Agent().Process(ctx, p.ID)
+		pi, err := l.Agent().Process(ctx, p.ID)
+		if err != nil {
+			return nil, err
+		}
+		return toProcessInfo(pi), nil
 	})
 }
 
@@ -138,7 +147,11 @@ func (s *Server) processWait(ctx context.Context, c *call, p *processWaitParams)
 		if timeout == 0 {
 			timeout = 5 * time.Minute
 		}
-		return l.Agent().Wait(ctx, p.ID, timeout)
+		pi, err := l.Agent().Wait(ctx, p.ID, timeout)
+		if err != nil {
+			return nil, err
+		}
+		return toProcessInfo(pi), nil
 	})
 }
 
@@ -152,7 +165,7 @@ func (s *Server) processSignal(ctx context.Context, c *call, p *processSignalPar
 		if p.Signal == "" {
 			return nil, errdefs.Errorf(errInvalidParams, "\"signal\" is missing")
 		}
-		return struct{}{}, l.Agent().Signal(ctx, p.ID, p.Signal)
+		return done{}, l.Agent().Signal(ctx, p.ID, p.Signal)
 	})
 }
 
@@ -167,7 +180,7 @@ func (s *Server) processStdin(ctx context.Context, c *call, p *processStdinParam
 		if len(p.Data) > wire.MaxStdin {
 			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "data is larger than %d MiB", wire.MaxStdin>>20)
 		}
-		return struct{}{}, l.Agent().WriteStdin(ctx, p.ID, []byte(p.Data), p.Close)
+		return done{}, l.Agent().WriteStdin(ctx, p.ID, []byte(p.Data), p.Close)
 	})
 }
 
@@ -182,12 +195,12 @@ func (s *Server) processResize(ctx context.Context, c *call, p *processResizePar
 		if p.Rows == 0 || p.Cols == 0 {
 			return nil, errdefs.Errorf(errInvalidParams, "rows and cols must be positive")
 		}
-		return struct{}{}, l.Agent().Resize(ctx, p.ID, p.Rows, p.Cols)
+		return done{}, l.Agent().Resize(ctx, p.ID, p.Rows, p.Cols)
 	})
 }
 
 func (s *Server) processRemove(ctx context.Context, c *call, p *processRef) (any, error) {
 	return s.onProcess(ctx, c, *p, func(l *sandbox.Lease) (any, error) {
-		return struct{}{}, l.Agent().RemoveProcess(ctx, p.ID)
+		return done{}, l.Agent().RemoveProcess(ctx, p.ID)
 	})
 }

@@ -18,14 +18,14 @@ type replParams struct {
 // replResult is sandbox.repl.run's answer: microsandbox's shape plus
 // Warren's fields.
 type replResult struct {
-	Status     string            `json:"status"`
-	Language   string            `json:"language"`
-	Output     []wire.OutputLine `json:"output"`
-	HasError   bool              `json:"has_error"`
-	Result     *string           `json:"result,omitempty"`
-	Error      string            `json:"error,omitempty"`
-	Truncated  bool              `json:"truncated,omitempty"`
-	DurationMs float64           `json:"duration_ms"`
+	Status     string       `json:"status"`
+	Language   string       `json:"language"`
+	Output     []outputLine `json:"output"`
+	HasError   bool         `json:"has_error"`
+	Result     *string      `json:"result,omitempty"`
+	Error      string       `json:"error,omitempty"`
+	Truncated  bool         `json:"truncated,omitempty"`
+	DurationMs float64      `json:"duration_ms"`
 }
 
 // maxCode bounds the code of one REPL run.
@@ -64,11 +64,8 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call, p *replParams) (any, 
 	if err != nil {
 		return nil, err
 	}
-	out := replResult{Status: "success", Language: p.Language, Output: res.Output, Result: res.Result,
+	out := replResult{Status: "success", Language: p.Language, Output: toOutputLines(res.Output), Result: res.Result,
 		Error: res.Error, Truncated: res.Truncated, DurationMs: res.DurationMs}
-	if out.Output == nil {
-		out.Output = []wire.OutputLine{}
-	}
 	if res.Status != wire.ReplSuccess {
 		out.Status = "error"
 		out.HasError = true

@@ -360,6 +360,10 @@ type listParams struct {
 	Labels    map[string]string `json:"labels"`
 }
 
+type sandboxList struct {
+	Sandboxes []sandboxInfo `json:"sandboxes"`
+}
+
 func (s *Server) sandboxList(_ context.Context, c *call, p *listParams) (any, error) {
 	nss, err := c.namespaces(p.Namespace)
 	if err != nil {
@@ -373,7 +377,11 @@ func (s *Server) sandboxList(_ context.Context, c *call, p *listParams) (any, er
 	for i, in := range infos {
 		out[i] = toInfo(in)
 	}
-	return map[string]any{"sandboxes": out}, nil
+	return sandboxList{Sandboxes: out}, nil
+}
+
+type removedResult struct {
+	Removed bool `json:"removed"`
 }
 
 func (s *Server) sandboxRemove(ctx context.Context, c *call, p *sandboxRef) (any, error) {
@@ -385,12 +393,16 @@ func (s *Server) sandboxRemove(ctx context.Context, c *call, p *sandboxRef) (any
 	if err != nil {
 		return nil, err
 	}
-	return map[string]bool{"removed": removed}, nil
+	return removedResult{Removed: removed}, nil
 }
 
 type logsParams struct {
 	sandboxRef
 	Tail int `json:"tail"`
+}
+
+type logLines struct {
+	Lines []string `json:"lines"`
 }
 
 func (s *Server) sandboxLogs(_ context.Context, c *call, p *logsParams) (any, error) {
@@ -402,5 +414,5 @@ func (s *Server) sandboxLogs(_ context.Context, c *call, p *logsParams) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"lines": lines}, nil
+	return logLines{Lines: lines}, nil
 }

@@ -26,16 +26,16 @@ type wsStart struct {
 
 // wsMsg is every later message, both ways.
 type wsMsg struct {
-	Type    string           `json:"type"`
-	Data    []byte           `json:"data,omitempty"`
-	Rows    uint16           `json:"rows,omitempty"`
-	Cols    uint16           `json:"cols,omitempty"`
-	Signal  string           `json:"signal,omitempty"`
-	ID      string           `json:"id,omitempty"`
-	Pid     int              `json:"pid,omitempty"`
-	Exit    *wire.ExitStatus `json:"exit,omitempty"`
-	Message string           `json:"message,omitempty"`
-	Kind    string           `json:"kind,omitempty"`
+	Type    string      `json:"type"`
+	Data    []byte      `json:"data,omitempty"`
+	Rows    uint16      `json:"rows,omitempty"`
+	Cols    uint16      `json:"cols,omitempty"`
+	Signal  string      `json:"signal,omitempty"`
+	ID      string      `json:"id,omitempty"`
+	Pid     int         `json:"pid,omitempty"`
+	Exit    *exitStatus `json:"exit,omitempty"`
+	Message string      `json:"message,omitempty"`
+	Kind    string      `json:"kind,omitempty"`
 	// Stream and Dropped make a "dropped" message: Dropped bytes of
 	// Stream were lost before the data that follows on it.
 	Stream  string `json:"stream,omitempty"`
@@ -203,5 +203,5 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		return
 	}
 	l.Logf("process %s exited: code %d", pi.ID, info.Exit.Code)
-	_ = send(wsMsg{Type: "exit", Exit: info.Exit})
+	_ = send(wsMsg{Type: "exit", Exit: toExitStatus(info.Exit)})
 }
