@@ -138,9 +138,9 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	var keys *rpc.Keys
+	var keys *auth.Keys
 	if !c.dev {
-		keys = rpc.NewKeys(signer, db.DB())
+		keys = auth.NewKeys(signer, db.DB())
 	}
 	reg := metrics.NewRegistry()
 	mgr, err := sandbox.New(ctx, sandbox.Options{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
 )
@@ -73,7 +74,7 @@ func (s *Server) imagePull(ctx context.Context, c *call, p *imagePullParams) (an
 	return toImageInfo(rec), nil
 }
 
-func (s *Server) keys() (*Keys, error) {
+func (s *Server) keys() (*auth.Keys, error) {
 	if s.opts.Keys == nil {
 		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "this server runs in dev mode without API keys")
 	}
@@ -82,7 +83,7 @@ func (s *Server) keys() (*Keys, error) {
 
 // adminKeys returns the key store, for an admin caller of a server that
 // has one.
-func (s *Server) adminKeys(c *call) (*Keys, error) {
+func (s *Server) adminKeys(c *call) (*auth.Keys, error) {
 	if err := c.requireAdmin(); err != nil {
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func (s *Server) keyCreate(ctx context.Context, c *call, p *keyCreateParams) (an
 		return nil, err
 	}
 	if ttl == 0 {
-		ttl = DefaultKeyTTL
+		ttl = auth.DefaultKeyTTL
 	}
 	k, rec, err := ks.Create(ctx, p.Namespace, ttl, p.Description)
 	if err != nil {

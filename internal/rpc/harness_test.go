@@ -42,7 +42,7 @@ type env struct {
 	srv     *rpc.Server
 	http    *httptest.Server
 	url     string
-	keys    *rpc.Keys
+	keys    *auth.Keys
 	signer  *auth.Signer
 	admin   string // a key for namespace "*"
 	dev     bool
@@ -93,7 +93,7 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.keys = rpc.NewKeys(e.signer, e.db.DB())
+	e.keys = auth.NewKeys(e.signer, e.db.DB())
 	e.admin, _, err = e.keys.Create(context.Background(), "*", time.Hour, "test admin")
 	if err != nil {
 		t.Fatal(err)

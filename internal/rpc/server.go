@@ -45,7 +45,7 @@ type Options struct {
 	// Images pulls and lists images (nil: image methods answer unavailable).
 	Images *image.Store
 	// Keys verifies and records API keys; nil only in dev mode.
-	Keys *Keys
+	Keys *auth.Keys
 	// Dev disables authentication: every request acts with namespace "*".
 	Dev    bool
 	Logger *slog.Logger
