@@ -22,6 +22,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/image/layer"
+	"github.com/warren-sandbox/warren/internal/mcp"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/rpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -148,6 +149,15 @@ func (e *env) start() {
 	}
 	e.http = httptest.NewServer(e.srv.Handler())
 	e.url = e.http.URL
+}
+
+// mountMCP serves MCP at /mcp as warren serve does (cmd/warren's
+// routes): beside the API, behind its front door.
+func (e *env) mountMCP() {
+	mux := http.NewServeMux()
+	mux.Handle("/", e.srv.Handler())
+	mux.Handle("/mcp", e.srv.Authenticated(mcp.Handler(e.srv, nil)))
+	e.http.Config.Handler = mux
 }
 
 // restart is a daemon restart: everything but the sandboxes goes away.

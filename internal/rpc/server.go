@@ -51,8 +51,6 @@ type Options struct {
 	Logger *slog.Logger
 	// Metrics is the registry the server's metrics are registered in.
 	Metrics *metrics.Registry
-	// MCP, if set, is served at /mcp behind the same authentication.
-	MCP http.Handler
 	// MaxTarDownload bounds the tar stream of one download, in bytes
 	// (0: DefaultMaxTarDownload).
 	MaxTarDownload int64
@@ -117,9 +115,6 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarUpload)
 	mux.HandleFunc("GET /api/v1/ws", s.serveWS)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
-	if s.opts.MCP != nil {
-		mux.Handle("/mcp", s.authenticated(s.opts.MCP))
-	}
 	return s.withRequestID(mux)
 }
 
@@ -197,17 +192,20 @@ func (s *Server) authenticate(r *http.Request) (auth.Claims, error) {
 	return s.opts.Keys.Verify(r.Context(), k)
 }
 
-// authenticated wraps h (MCP) with authentication; its claims ride in the
-// request context.
-func (s *Server) authenticated(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// Authenticated gives h, a handler mounted beside Handler's routes (MCP),
+// the API's front door: a request id, the access log, and authentication
+// with an API key, whose claims ride in the request's context (see
+// ClaimsFrom). A request without a valid key gets the API's error answer
+// and does not reach h.
+func (s *Server) Authenticated(h http.Handler) http.Handler {
+	return s.withRequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.authenticate(r)
 		if err != nil {
 			s.writeError(w, r.Context(), nil, err, 0)
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey, c)))
-	})
+	}))
 }
 
 // ClaimsFrom returns the claims an authenticated request carries.
@@ -350,10 +348,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
-
-// SetMCP serves h at /mcp behind the API's authentication (call before
-// Handler).
-func (s *Server) SetMCP(h http.Handler) { s.opts.MCP = h }
 
 // CallMCP runs a method for an MCP tool call, as the caller whose claims
 // the authenticated /mcp request put in ctx.
