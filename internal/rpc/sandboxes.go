@@ -86,7 +86,10 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	if started {
 		s.m.startLatency(ns, time.Since(t0))
 	}
-	if len(deps) > 0 || (run != nil && started) {
+	if !started {
+		run = nil
+	}
+	if len(deps) > 0 || run != nil {
 		if err := s.afterStart(ctx, ns, p.Sandbox, deps, run); err != nil {
 			return nil, err
 		}
@@ -205,6 +208,9 @@ func (s *Server) startDependencies(ctx context.Context, ns, name string, deps []
 func (s *Server) afterStart(ctx context.Context, ns, name string, deps, argv []string) error {
 	l, err := s.mgr.Lease(ns, name)
 	if err != nil {
+		if argv == nil {
+			return nil // stopped meanwhile: only log lines are lost
+		}
 		return err
 	}
 	defer l.Release()
