@@ -199,6 +199,15 @@ func (s *Server) agentCall(ctx context.Context, ns, name string, f func(l *sandb
 	return res, nil
 }
 
+// onSandbox runs f with a lease on the sandbox ref names.
+func (s *Server) onSandbox(ctx context.Context, c *call, ref sandboxRef, f func(l *sandbox.Lease) (any, error)) (any, error) {
+	ns, name, err := c.resolveRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.agentCall(ctx, ns, name, f)
+}
+
 // seconds converts a duration given in seconds (a timeout, a wait, a
 // lifetime) to a time.Duration bounded by max. The bound is checked on the
 // float, before any conversion: converting a value past the range of

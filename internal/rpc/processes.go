@@ -15,15 +15,6 @@ type processRef struct {
 	ID string `json:"id"`
 }
 
-// onSandbox runs f with a lease on the sandbox ref names.
-func (s *Server) onSandbox(ctx context.Context, c *call, ref sandboxRef, f func(l *sandbox.Lease) (any, error)) (any, error) {
-	ns, name, err := c.resolveRef(ref)
-	if err != nil {
-		return nil, err
-	}
-	return s.agentCall(ctx, ns, name, f)
-}
-
 // onProcess runs f with a lease on the sandbox of the process ref names.
 func (s *Server) onProcess(ctx context.Context, c *call, ref processRef, f func(l *sandbox.Lease) (any, error)) (any, error) {
 	ns, name, err := c.resolveRef(ref.sandboxRef)

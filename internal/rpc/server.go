@@ -1,8 +1,15 @@
 // Package rpc is the server's API layer: the microsandbox-compatible
 // JSON-RPC 2.0 endpoint and Warren's extended methods, the health route,
-// tar transfers, WebSocket streams, authentication with API keys, and the
-// mapping of error kinds to HTTP statuses and JSON-RPC codes (in one place,
-// errors.go).
+// tar transfers, WebSocket streams, authentication with API keys (kept by
+// auth.Keys), and the mapping of error kinds to HTTP statuses and JSON-RPC
+// codes (in one place, errors.go).
+//
+// Methods decode their params and shape their answers; whatever runs in a
+// sandbox goes through the manager's sandbox.Lease. The methods live by
+// resource: call.go (the method table, params decoding, namespaces),
+// sandboxes.go, exec.go, repl.go, processes.go, files.go (with tar),
+// metrics.go and admin.go (images, keys); results.go has the API's own
+// shapes of what the agent reports.
 package rpc
 
 import (
