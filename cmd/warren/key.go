@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
-	"github.com/warren-sandbox/warren/internal/rpc"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -46,7 +45,7 @@ func keyCmd(ctx context.Context, args []string) error {
 	// after the subcommand must not leave a database and a secret in the
 	// wrong directory.
 	sub, rest := fs.Arg(0), fs.Args()[1:]
-	var run func(keys *rpc.Keys) error
+	var run func(keys *auth.Keys) error
 	switch sub {
 	case "create":
 		cfs := newFlagSet("warren key create", "warren key create --namespace NS [--expire 30d] [--description TEXT] [--data-dir DIR]", keyAbout)
@@ -64,7 +63,7 @@ func keyCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		run = func(keys *rpc.Keys) error {
+		run = func(keys *auth.Keys) error {
 			k, rec, err := keys.Create(ctx, *ns, ttl, *desc)
 			if err != nil {
 				return err
@@ -79,7 +78,7 @@ func keyCmd(ctx context.Context, args []string) error {
 		if _, err := parseArgs(lfs, rest, 0); err != nil {
 			return err
 		}
-		run = func(keys *rpc.Keys) error { return listKeys(ctx, keys) }
+		run = func(keys *auth.Keys) error { return listKeys(ctx, keys) }
 	case "revoke":
 		rfs := newFlagSet("warren key revoke", "warren key revoke ID [--data-dir DIR]", keyAbout)
 		rfs.StringVar(dataDir, "data-dir", *dataDir, "where the key database and the signing secret are (env WARREN_DATA_DIR)")
@@ -87,7 +86,7 @@ func keyCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return fmt.Errorf("%w (usage: warren key revoke ID; ids are listed by 'warren key list')", err)
 		}
-		run = func(keys *rpc.Keys) error {
+		run = func(keys *auth.Keys) error {
 			if err := keys.Revoke(ctx, pos[0]); err != nil {
 				return err
 			}
@@ -110,7 +109,7 @@ func keyCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return run(rpc.NewKeys(signer, db.DB()))
+	return run(auth.NewKeys(signer, db.DB()))
 }
 
 // parseArgs parses fs from args with flags and want positional arguments
@@ -133,7 +132,7 @@ func parseArgs(fs *flag.FlagSet, args []string, want int) ([]string, error) {
 	return pos, nil
 }
 
-func listKeys(ctx context.Context, keys *rpc.Keys) error {
+func listKeys(ctx context.Context, keys *auth.Keys) error {
 	recs, err := keys.List(ctx)
 	if err != nil {
 		return err

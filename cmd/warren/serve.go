@@ -138,9 +138,9 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	var keys *rpc.Keys
+	var keys *auth.Keys
 	if !c.dev {
-		keys = rpc.NewKeys(signer, db.DB())
+		keys = auth.NewKeys(signer, db.DB())
 	}
 	reg := metrics.NewRegistry()
 	mgr, err := sandbox.New(ctx, sandbox.Options{
@@ -157,13 +157,12 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	api.SetMCP(mcp.Handler(api, log))
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           api.Handler(),
+		Handler:           routes(api, mcp.Handler(api, log)),
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		IdleTimeout:       2 * time.Minute,
@@ -209,4 +208,13 @@ func volumeRoots(dirs []string) ([]string, error) {
 		out = append(out, abs)
 	}
 	return out, nil
+}
+
+// routes is the server's whole HTTP surface: the API, and MCP at /mcp
+// behind the API's front door (request id, access log, API key).
+func routes(api *rpc.Server, mcpHandler http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", api.Handler())
+	mux.Handle("/mcp", api.Authenticated(mcpHandler))
+	return mux
 }

@@ -13,7 +13,8 @@
 // Keys minted by microsandbox's own server with the same secret carry no
 // jti; they verify with an empty Claims.ID.
 //
-// The package deals in cryptographic validity only. Revocation (looking
-// Claims.ID up in a store) and mapping ErrInvalid/ErrExpired to a transport
-// status are the caller's job.
+// Signer deals in cryptographic validity only. Keys adds the server's
+// record of the keys it issued (the api_keys table), where revocation is
+// kept: Keys.Verify accepts a key only if it is valid and not revoked.
+// Mapping errors to a transport status is the caller's job.
 package auth

@@ -4,10 +4,11 @@
 // the translation between MCP tool calls and Warren's JSON-RPC methods
 // (docs/api.md). It speaks the Streamable HTTP transport through the
 // official Go SDK (github.com/modelcontextprotocol/go-sdk), and it does no
-// authentication or authorization of its own: the API server authenticates
-// /mcp before [Handler] runs, and every tool call goes back to the API
-// server through [Caller] with a context that carries that request's values
-// (so the server finds the caller's claims in it).
+// authentication or authorization of its own: warren serve mounts
+// [Handler] at /mcp behind the API server's authentication (rpc's
+// Server.Authenticated), and every tool call goes back to the API server
+// through [Caller] with a context that carries that request's values (so
+// the server finds the caller's claims in it).
 package mcp
 
 import (

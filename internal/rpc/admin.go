@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
 )
@@ -27,10 +28,11 @@ func (s *Server) images() (*image.Store, error) {
 	return s.opts.Images, nil
 }
 
-func (s *Server) imageList(_ context.Context, c *call) (any, error) {
-	if err := c.decode(&struct{}{}, true); err != nil {
-		return nil, err
-	}
+type imageList struct {
+	Images []imageInfo `json:"images"`
+}
+
+func (s *Server) imageList(_ context.Context, _ *call, _ *noParams) (any, error) {
 	st, err := s.images()
 	if err != nil {
 		return nil, err
@@ -43,19 +45,17 @@ func (s *Server) imageList(_ context.Context, c *call) (any, error) {
 	for i := range recs {
 		out[i] = toImageInfo(&recs[i])
 	}
-	return map[string]any{"images": out}, nil
+	return imageList{Images: out}, nil
 }
 
-func (s *Server) imagePull(ctx context.Context, c *call) (any, error) {
-	var p struct {
-		Ref      string `json:"ref"`
-		Name     string `json:"name"`
-		Platform string `json:"platform"`
-		Insecure bool   `json:"insecure"`
-	}
-	if err := c.decode(&p, true); err != nil {
-		return nil, err
-	}
+type imagePullParams struct {
+	Ref      string `json:"ref"`
+	Name     string `json:"name"`
+	Platform string `json:"platform"`
+	Insecure bool   `json:"insecure"`
+}
+
+func (s *Server) imagePull(ctx context.Context, c *call, p *imagePullParams) (any, error) {
 	if err := c.requireAdmin(); err != nil {
 		return nil, err
 	}
@@ -74,32 +74,38 @@ func (s *Server) imagePull(ctx context.Context, c *call) (any, error) {
 	return toImageInfo(rec), nil
 }
 
-func (s *Server) keys() (*Keys, error) {
+func (s *Server) keys() (*auth.Keys, error) {
 	if s.opts.Keys == nil {
 		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "this server runs in dev mode without API keys")
 	}
 	return s.opts.Keys, nil
 }
 
-// adminKeys decodes a key method's params into p (strictly) and returns
-// the key store, for an admin caller of a server that has one.
-func (s *Server) adminKeys(c *call, p any) (*Keys, error) {
-	if err := c.decode(p, true); err != nil {
-		return nil, err
-	}
+// adminKeys returns the key store, for an admin caller of a server that
+// has one.
+func (s *Server) adminKeys(c *call) (*auth.Keys, error) {
 	if err := c.requireAdmin(); err != nil {
 		return nil, err
 	}
 	return s.keys()
 }
 
-func (s *Server) keyCreate(ctx context.Context, c *call) (any, error) {
-	var p struct {
-		Namespace   string  `json:"namespace"`
-		Expire      float64 `json:"expire"`
-		Description string  `json:"description"`
-	}
-	ks, err := s.adminKeys(c, &p)
+type keyCreateParams struct {
+	Namespace   string  `json:"namespace"`
+	Expire      float64 `json:"expire"`
+	Description string  `json:"description"`
+}
+
+// keyCreated is key.create's answer, the only one that shows the key.
+type keyCreated struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	ID        string    `json:"id"`
+	Key       string    `json:"key"`
+	Namespace string    `json:"namespace"`
+}
+
+func (s *Server) keyCreate(ctx context.Context, c *call, p *keyCreateParams) (any, error) {
+	ks, err := s.adminKeys(c)
 	if err != nil {
 		return nil, err
 	}
@@ -108,17 +114,31 @@ func (s *Server) keyCreate(ctx context.Context, c *call) (any, error) {
 		return nil, err
 	}
 	if ttl == 0 {
-		ttl = DefaultKeyTTL
+		ttl = auth.DefaultKeyTTL
 	}
 	k, rec, err := ks.Create(ctx, p.Namespace, ttl, p.Description)
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"id": rec.ID, "key": k, "namespace": rec.Namespace, "expires_at": rec.Expires.UTC()}, nil
+	return keyCreated{ID: rec.ID, Key: k, Namespace: rec.Namespace, ExpiresAt: rec.Expires.UTC()}, nil
 }
 
-func (s *Server) keyList(ctx context.Context, c *call) (any, error) {
-	ks, err := s.adminKeys(c, &struct{}{})
+// keyInfo is a key as listed (the key itself is shown only at creation).
+type keyInfo struct {
+	ID          string     `json:"id"`
+	Namespace   string     `json:"namespace"`
+	Description string     `json:"description"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ExpiresAt   time.Time  `json:"expires_at"`
+	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+}
+
+type keyList struct {
+	Keys []keyInfo `json:"keys"`
+}
+
+func (s *Server) keyList(ctx context.Context, c *call, _ *noParams) (any, error) {
+	ks, err := s.adminKeys(c)
 	if err != nil {
 		return nil, err
 	}
@@ -126,19 +146,28 @@ func (s *Server) keyList(ctx context.Context, c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"keys": recs}, nil
+	out := keyList{Keys: make([]keyInfo, len(recs))}
+	for i, r := range recs {
+		out.Keys[i] = keyInfo{ID: r.ID, Namespace: r.Namespace, Description: r.Description, CreatedAt: r.Created, ExpiresAt: r.Expires, RevokedAt: r.Revoked}
+	}
+	return out, nil
 }
 
-func (s *Server) keyRevoke(ctx context.Context, c *call) (any, error) {
-	var p struct {
-		ID string `json:"id"`
-	}
-	ks, err := s.adminKeys(c, &p)
+type keyRevokeParams struct {
+	ID string `json:"id"`
+}
+
+type revokedResult struct {
+	Revoked bool `json:"revoked"`
+}
+
+func (s *Server) keyRevoke(ctx context.Context, c *call, p *keyRevokeParams) (any, error) {
+	ks, err := s.adminKeys(c)
 	if err != nil {
 		return nil, err
 	}
 	if err := ks.Revoke(ctx, p.ID); err != nil {
 		return nil, err
 	}
-	return map[string]bool{"revoked": true}, nil
+	return revokedResult{Revoked: true}, nil
 }

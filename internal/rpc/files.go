@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -13,94 +12,41 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
-type fileParams struct {
-	Sandbox   string `json:"sandbox"`
-	Namespace string `json:"namespace"`
-	Path      string `json:"path"`
-	Data      string `json:"data"`
-	Mode      uint32 `json:"mode"`
-	Parents   bool   `json:"parents"`
-	Recursive bool   `json:"recursive"`
-	From      string `json:"from"`
-	To        string `json:"to"`
+// filePath names a path in a sandbox.
+type filePath struct {
+	sandboxRef
+	Path string `json:"path"`
 }
 
-// decodeFields is a strict decode that also refuses params the method does
-// not take: one params struct serves several methods, and a field meant
-// for another one is a mistake the caller should hear about. The check
-// reads only the keys of the (by then valid) JSON, so a 64 MiB "data"
-// value is not decoded twice.
-func (c *call) decodeFields(v any, allowed map[string]bool) error {
-	if err := c.decode(v, true); err != nil {
-		return err
-	}
-	for _, k := range objectKeys(c.params) {
-		if !allowed[k] {
-			return errdefs.Errorf(errInvalidParams, "%s params: unknown field %.40q", c.method, k)
-		}
-	}
-	return nil
-}
-
-// objectKeys lists the keys of the top-level JSON object in b, which must
-// be valid JSON, without decoding the values.
-func objectKeys(b []byte) []string {
-	var keys []string
-	depth, wantKey := 0, false
-	for i := 0; i < len(b); i++ {
-		switch b[i] {
-		case '{', '[':
-			depth++
-			wantKey = depth == 1 && b[i] == '{'
-		case '}', ']':
-			depth--
-		case ',':
-			wantKey = depth == 1
-		case '"':
-			j := i + 1
-			for ; j < len(b) && b[j] != '"'; j++ {
-				if b[j] == '\\' {
-					j++
-				}
-			}
-			if wantKey {
-				var k string
-				if json.Unmarshal(b[i:min(j+1, len(b))], &k) == nil {
-					keys = append(keys, k)
-				}
-				wantKey = false
-			}
-			i = j
-		}
-	}
-	return keys
-}
-
-func (s *Server) fileCall(ctx context.Context, c *call, allowed map[string]bool, f func(ctx context.Context, a *agent.Client, p *fileParams) (any, error)) (any, error) {
-	var p fileParams
-	if err := c.decodeFields(&p, allowed); err != nil {
-		return nil, err
-	}
-	ns, name, err := c.resolve(p.Namespace, p.Sandbox)
+// onFile runs f against the agent of the sandbox ref names, for its path.
+func (s *Server) onFile(ctx context.Context, c *call, ref filePath, f func(a *agent.Client) (any, error)) (any, error) {
+	ns, name, err := c.resolveRef(ref.sandboxRef)
 	if err != nil {
 		return nil, err
 	}
-	if allowed["path"] && p.Path == "" {
+	if ref.Path == "" {
 		return nil, errdefs.Errorf(errInvalidParams, "\"path\" is missing")
 	}
-	return s.agentCall(ctx, ns, name, func(a *agent.Client) (any, error) { return f(ctx, a, &p) })
+	return s.agentCall(ctx, ns, name, func(l *sandbox.Lease) (any, error) { return f(l.Agent()) })
 }
 
-func (s *Server) fileRead(ctx context.Context, c *call) (any, error) {
-	return s.fileCall(ctx, c, fields("path"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+// fileData is sandbox.file.read's answer: the file, base64.
+type fileData struct {
+	Data string `json:"data"`
+	Size int    `json:"size"`
+}
+
+func (s *Server) fileRead(ctx context.Context, c *call, p *filePath) (any, error) {
+	return s.onFile(ctx, c, *p, func(a *agent.Client) (any, error) {
 		b, err := a.ReadFile(ctx, p.Path)
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"data": base64.StdEncoding.EncodeToString(b), "size": len(b)}, nil
+		return fileData{Data: base64.StdEncoding.EncodeToString(b), Size: len(b)}, nil
 	})
 }
 
@@ -110,8 +56,18 @@ func (s *Server) fileRead(ctx context.Context, c *call) (any, error) {
 // (wire.MaxFileWrite); bigger files go through the tar upload route.
 const MaxFileWrite = 47 << 20
 
-func (s *Server) fileWrite(ctx context.Context, c *call) (any, error) {
-	return s.fileCall(ctx, c, fields("path", "data", "mode"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+type fileWritten struct {
+	Size int `json:"size"`
+}
+
+type fileWriteParams struct {
+	filePath
+	Data string `json:"data"`
+	Mode uint32 `json:"mode"`
+}
+
+func (s *Server) fileWrite(ctx context.Context, c *call, p *fileWriteParams) (any, error) {
+	return s.onFile(ctx, c, p.filePath, func(a *agent.Client) (any, error) {
 		tooLarge := func(n int) error {
 			return errdefs.Errorf(errdefs.ErrTooLarge, "data is %d bytes, more than the %d MiB sandbox.file.write takes; send bigger files with the tar upload route (PUT /api/v1/sandboxes/{namespace}/{name}/tar)", n, MaxFileWrite>>20)
 		}
@@ -138,47 +94,73 @@ func (s *Server) fileWrite(ctx context.Context, c *call) (any, error) {
 		if err := a.WriteFile(ctx, p.Path, bytes.NewReader(b), mode); err != nil {
 			return nil, err
 		}
-		return map[string]any{"size": len(b)}, nil
+		return fileWritten{Size: len(b)}, nil
 	})
 }
 
-func (s *Server) fileList(ctx context.Context, c *call) (any, error) {
-	return s.fileCall(ctx, c, fields("path"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+type fileList struct {
+	Entries []fileInfo `json:"entries"`
+}
+
+func (s *Server) fileList(ctx context.Context, c *call, p *filePath) (any, error) {
+	return s.onFile(ctx, c, *p, func(a *agent.Client) (any, error) {
 		ents, err := a.List(ctx, p.Path)
 		if err != nil {
 			return nil, err
 		}
-		if ents == nil {
-			ents = []wire.FileInfo{}
+		out := fileList{Entries: make([]fileInfo, len(ents))}
+		for i, f := range ents {
+			out.Entries[i] = toFileInfo(f)
 		}
-		return map[string]any{"entries": ents}, nil
+		return out, nil
 	})
 }
 
-func (s *Server) fileStat(ctx context.Context, c *call) (any, error) {
-	return s.fileCall(ctx, c, fields("path"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
-		return a.Stat(ctx, p.Path)
+func (s *Server) fileStat(ctx context.Context, c *call, p *filePath) (any, error) {
+	return s.onFile(ctx, c, *p, func(a *agent.Client) (any, error) {
+		fi, err := a.Stat(ctx, p.Path)
+		if err != nil {
+			return nil, err
+		}
+		return toFileInfo(fi), nil
 	})
 }
 
-func (s *Server) fileMkdir(ctx context.Context, c *call) (any, error) {
-	return s.fileCall(ctx, c, fields("path", "parents", "mode"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
-		return struct{}{}, a.Mkdir(ctx, wire.MkdirRequest{Path: p.Path, Parents: p.Parents, Mode: p.Mode})
+type fileMkdirParams struct {
+	filePath
+	Parents bool   `json:"parents"`
+	Mode    uint32 `json:"mode"`
+}
+
+func (s *Server) fileMkdir(ctx context.Context, c *call, p *fileMkdirParams) (any, error) {
+	return s.onFile(ctx, c, p.filePath, func(a *agent.Client) (any, error) {
+		return done{}, a.Mkdir(ctx, wire.MkdirRequest{Path: p.Path, Parents: p.Parents, Mode: p.Mode})
 	})
 }
 
-func (s *Server) fileRemove(ctx context.Context, c *call) (any, error) {
-	return s.fileCall(ctx, c, fields("path", "recursive"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
-		return struct{}{}, a.Remove(ctx, wire.RemoveRequest{Path: p.Path, Recursive: p.Recursive})
+type fileRemoveParams struct {
+	filePath
+	Recursive bool `json:"recursive"`
+}
+
+func (s *Server) fileRemove(ctx context.Context, c *call, p *fileRemoveParams) (any, error) {
+	return s.onFile(ctx, c, p.filePath, func(a *agent.Client) (any, error) {
+		return done{}, a.Remove(ctx, wire.RemoveRequest{Path: p.Path, Recursive: p.Recursive})
 	})
 }
 
-func (s *Server) fileMove(ctx context.Context, c *call) (any, error) {
-	return s.fileCall(ctx, c, fields("from", "to"), func(ctx context.Context, a *agent.Client, p *fileParams) (any, error) {
+type fileMoveParams struct {
+	sandboxRef
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+func (s *Server) fileMove(ctx context.Context, c *call, p *fileMoveParams) (any, error) {
+	return s.onSandbox(ctx, c, p.sandboxRef, func(l *sandbox.Lease) (any, error) {
 		if p.From == "" || p.To == "" {
 			return nil, errdefs.Errorf(errInvalidParams, "\"from\" and \"to\" are both needed")
 		}
-		return struct{}{}, a.Move(ctx, p.From, p.To)
+		return done{}, l.Agent().Move(ctx, p.From, p.To)
 	})
 }
 
@@ -187,13 +169,14 @@ func (s *Server) fileMove(ctx context.Context, c *call) (any, error) {
 // "default"); it is not a valid namespace name.
 const defaultNamespaceSegment = "-"
 
-// transfer resolves a tar route's sandbox and the caller's right to it.
-func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client, func(), string, bool) {
+// transfer resolves a tar route's sandbox and the caller's right to it,
+// and leases the sandbox.
+func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*sandbox.Lease, string, bool) {
 	ctx := r.Context()
 	claims, err := s.authenticate(r)
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
-		return nil, nil, "", false
+		return nil, "", false
 	}
 	c := &call{s: s, claims: claims, method: "tar"}
 	ns := r.PathValue("namespace")
@@ -203,19 +186,19 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client
 	ns, name, err := c.resolve(ns, r.PathValue("name"))
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
-		return nil, nil, "", false
+		return nil, "", false
 	}
 	p := r.URL.Query().Get("path")
 	if p == "" {
 		s.writeError(w, ctx, nil, errdefs.Errorf(errInvalidParams, "query parameter \"path\" is missing"), 0)
-		return nil, nil, "", false
+		return nil, "", false
 	}
-	sb, release, err := s.mgr.Use(ns, name)
+	l, err := s.mgr.Lease(ns, name)
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
-		return nil, nil, "", false
+		return nil, "", false
 	}
-	return sb.Agent(), release, p, true
+	return l, p, true
 }
 
 // TarLimitHeader carries a tar download's size limit in bytes, so that a
@@ -223,11 +206,12 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*agent.Client
 const TarLimitHeader = "X-Warren-Tar-Limit"
 
 func (s *Server) serveTarDownload(w http.ResponseWriter, r *http.Request) {
-	a, release, p, ok := s.transfer(w, r)
+	l, p, ok := s.transfer(w, r)
 	if !ok {
 		return
 	}
-	defer release()
+	defer l.Release()
+	a := l.Agent()
 	ctx := r.Context()
 	limit := s.opts.MaxTarDownload
 	// A file's size is known before anything is sent: one over the limit
@@ -270,11 +254,12 @@ func (s *Server) serveTarDownload(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) serveTarUpload(w http.ResponseWriter, r *http.Request) {
-	a, release, p, ok := s.transfer(w, r)
+	l, p, ok := s.transfer(w, r)
 	if !ok {
 		return
 	}
-	defer release()
+	defer l.Release()
+	a := l.Agent()
 	body := http.MaxBytesReader(w, r.Body, wire.MaxTarUpload)
 	if err := a.UploadTar(r.Context(), p, body); err != nil {
 		var mbe *http.MaxBytesError

@@ -22,6 +22,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/image/layer"
+	"github.com/warren-sandbox/warren/internal/mcp"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/rpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -42,7 +43,7 @@ type env struct {
 	srv     *rpc.Server
 	http    *httptest.Server
 	url     string
-	keys    *rpc.Keys
+	keys    *auth.Keys
 	signer  *auth.Signer
 	admin   string // a key for namespace "*"
 	dev     bool
@@ -93,7 +94,7 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.keys = rpc.NewKeys(e.signer, e.db.DB())
+	e.keys = auth.NewKeys(e.signer, e.db.DB())
 	e.admin, _, err = e.keys.Create(context.Background(), "*", time.Hour, "test admin")
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +149,15 @@ func (e *env) start() {
 	}
 	e.http = httptest.NewServer(e.srv.Handler())
 	e.url = e.http.URL
+}
+
+// mountMCP serves MCP at /mcp as warren serve does (cmd/warren's
+// routes): beside the API, behind its front door.
+func (e *env) mountMCP() {
+	mux := http.NewServeMux()
+	mux.Handle("/", e.srv.Handler())
+	mux.Handle("/mcp", e.srv.Authenticated(mcp.Handler(e.srv, nil)))
+	e.http.Config.Handler = mux
 }
 
 // restart is a daemon restart: everything but the sandboxes goes away.

@@ -3,14 +3,16 @@ package rpc_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/backend"
-	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
@@ -143,34 +145,75 @@ func (e *env) waitState(ns, name, want string, within time.Duration) sbInfo {
 	}
 }
 
-// agentOf is the host side of ns/name's running sandbox: its handle (whose
-// Done closes when the agent, the sandbox's PID 1, ends) and the agent's
-// host pid.
-func (e *env) agentOf(ns, name string) (backend.Sandbox, int) {
+// agentOf finds the host pid of ns/name's agent, the sandbox's PID 1, as
+// an operator would: it starts a process no other could be mistaken for,
+// finds it among the host's processes and walks up its parents to the one
+// that is PID 1 in its own pid namespace.
+func (e *env) agentOf(ns, name string) int {
 	e.t.Helper()
-	sb, release, err := e.mgr.Use(ns, name)
-	if err != nil {
-		e.t.Fatal(err)
+	marker := fmt.Sprintf("%d.%d", 100000+markerSeq.Add(1), os.Getpid()) // seconds of a sleep
+	e.must("sandbox.process.start", map[string]any{"sandbox": name, "namespace": ns, "argv": []string{"sleep", marker}}, nil)
+	want := "sleep\x00" + marker + "\x00"
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			if b, err := os.ReadFile(d + "/cmdline"); err != nil || string(b) != want {
+				continue
+			}
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			for pid > 1 {
+				nspid, ppid := procStatus(pid)
+				if len(nspid) > 1 && nspid[len(nspid)-1] == "1" {
+					return pid
+				}
+				pid = ppid
+			}
+			e.t.Fatalf("%s/%s: no PID 1 of a pid namespace above the process %q", ns, name, marker)
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s/%s: the process %q is not among the host's processes", ns, name, marker)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	release()
-	pid := sb.(*native.Sandbox).Pid()
-	if pid <= 0 {
-		e.t.Fatalf("%s/%s runs without an agent pid", ns, name)
-	}
-	return sb, pid
 }
 
-// killAgent kills ns/name's PID 1 from the host, as the OOM killer or an
-// operator would, and waits until it is gone.
-func (e *env) killAgent(sb backend.Sandbox, pid int) {
+var markerSeq atomic.Int64
+
+// procStatus reads a process's pid in each pid namespace it is in
+// (outermost first) and its parent's pid.
+func procStatus(pid int) (nspid []string, ppid int) {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		switch k {
+		case "NSpid":
+			nspid = strings.Fields(v)
+		case "PPid":
+			ppid, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return nspid, ppid
+}
+
+// killAgent kills a sandbox's PID 1 from the host, as the OOM killer or an
+// operator would, and waits until it is dead.
+func (e *env) killAgent(pid int) {
 	e.t.Helper()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		e.t.Fatalf("kill agent %d: %v", pid, err)
 	}
-	select {
-	case <-sb.Done():
-	case <-time.After(5 * time.Second):
-		e.t.Fatalf("agent %d still runs 5 s after SIGKILL", pid)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		// Gone, or a zombie: "pid (comm) Z ...".
+		if err != nil || strings.Contains(string(b), ") Z ") {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("agent %d still runs 5 s after SIGKILL", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -242,11 +285,11 @@ func TestRestartFindsAgentDead(t *testing.T) {
 	e := newEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "dead", "namespace": "n1"}, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "alive", "namespace": "n1"}, nil)
-	sb, pid := e.agentOf("n1", "dead")
+	pid := e.agentOf("n1", "dead")
 	// The daemon goes away; the agent dies while none runs.
 	e.http.Close()
 	e.mgr.Close()
-	e.killAgent(sb, pid)
+	e.killAgent(pid)
 	e.start()
 
 	in := e.get("n1", "dead")

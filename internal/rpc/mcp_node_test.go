@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/mcp"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -91,8 +90,7 @@ func installNodeMCPSDK(t *testing.T) (node, dir string) {
 // a command and code run in a real sandbox, in the key's namespace.
 func TestMCPNodeClient(t *testing.T) {
 	e := newEnv(t, false, nil)
-	e.srv.SetMCP(mcp.Handler(e.srv, nil))
-	e.http.Config.Handler = e.srv.Handler()
+	e.mountMCP()
 	node, dir := installNodeMCPSDK(t)
 	script := filepath.Join(dir, "client.mjs")
 	if err := os.WriteFile(script, []byte(nodeMCPClient), 0o644); err != nil {

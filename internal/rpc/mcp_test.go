@@ -9,8 +9,6 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/warren-sandbox/warren/internal/mcp"
 )
 
 type bearer struct {
@@ -28,8 +26,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // MCP client, authenticated, and checks a scoped key stays in its namespace.
 func TestMCPEndToEnd(t *testing.T) {
 	e := newEnv(t, false, nil)
-	e.srv.SetMCP(mcp.Handler(e.srv, nil))
-	e.http.Config.Handler = e.srv.Handler()
+	e.mountMCP()
 	connect := func(key string) (*sdk.ClientSession, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -99,8 +96,7 @@ func TestMCPEndToEnd(t *testing.T) {
 // "default" with a key for every namespace.
 func TestNamespaceDefaultsToKey(t *testing.T) {
 	e := newEnv(t, false, nil)
-	e.srv.SetMCP(mcp.Handler(e.srv, nil))
-	e.http.Config.Handler = e.srv.Handler()
+	e.mountMCP()
 	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
 	if err != nil {
 		t.Fatal(err)

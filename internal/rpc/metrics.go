@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -73,4 +74,52 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = s.opts.Metrics.WriteTextFiltered(w, metrics.MatchLabel("namespace", claims.Namespace))
+}
+
+// metricsParams name one sandbox, or with no sandbox, a namespace ("*":
+// every one) whose sandboxes are measured.
+type metricsParams = sandboxRef
+
+type sandboxMetrics struct {
+	Namespace   string   `json:"namespace"`
+	Name        string   `json:"name"`
+	Running     bool     `json:"running"`
+	CPUUsage    *float64 `json:"cpu_usage"`
+	MemoryUsage *int64   `json:"memory_usage"`
+	DiskUsage   *int64   `json:"disk_usage"`
+}
+
+type metricsList struct {
+	Sandboxes []sandboxMetrics `json:"sandboxes"`
+}
+
+func (s *Server) sandboxMetrics(_ context.Context, c *call, p *metricsParams) (any, error) {
+	var infos []sandbox.Info
+	if p.Sandbox != "" {
+		ns, name, err := c.resolve(p.Namespace, p.Sandbox)
+		if err != nil {
+			return nil, err
+		}
+		info, err := s.mgr.Get(ns, name)
+		if err != nil {
+			return nil, err
+		}
+		infos = []sandbox.Info{info}
+	} else {
+		nss, err := c.namespaces(p.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		infos = s.mgr.List(sandbox.Filter{Namespaces: nss})
+	}
+	out := make([]sandboxMetrics, 0, len(infos))
+	for _, in := range infos {
+		u, err := s.mgr.Usage(in.Namespace, in.Name)
+		if err != nil {
+			continue // removed meanwhile
+		}
+		out = append(out, sandboxMetrics{Namespace: u.Namespace, Name: u.Name, Running: u.Running,
+			CPUUsage: u.CPUPercent, MemoryUsage: u.MemoryMiB, DiskUsage: u.DiskBytes})
+	}
+	return metricsList{Sandboxes: out}, nil
 }

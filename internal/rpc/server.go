@@ -1,8 +1,15 @@
 // Package rpc is the server's API layer: the microsandbox-compatible
 // JSON-RPC 2.0 endpoint and Warren's extended methods, the health route,
-// tar transfers, WebSocket streams, authentication with API keys, and the
-// mapping of error kinds to HTTP statuses and JSON-RPC codes (in one place,
-// errors.go).
+// tar transfers, WebSocket streams, authentication with API keys (kept by
+// auth.Keys), and the mapping of error kinds to HTTP statuses and JSON-RPC
+// codes (in one place, errors.go).
+//
+// Methods decode their params and shape their answers; whatever runs in a
+// sandbox goes through the manager's sandbox.Lease. The methods live by
+// resource: call.go (the method table, params decoding, namespaces),
+// sandboxes.go, exec.go, repl.go, processes.go, files.go (with tar),
+// metrics.go and admin.go (images, keys); results.go has the API's own
+// shapes of what the agent reports.
 package rpc
 
 import (
@@ -45,14 +52,12 @@ type Options struct {
 	// Images pulls and lists images (nil: image methods answer unavailable).
 	Images *image.Store
 	// Keys verifies and records API keys; nil only in dev mode.
-	Keys *Keys
+	Keys *auth.Keys
 	// Dev disables authentication: every request acts with namespace "*".
 	Dev    bool
 	Logger *slog.Logger
 	// Metrics is the registry the server's metrics are registered in.
 	Metrics *metrics.Registry
-	// MCP, if set, is served at /mcp behind the same authentication.
-	MCP http.Handler
 	// MaxTarDownload bounds the tar stream of one download, in bytes
 	// (0: DefaultMaxTarDownload).
 	MaxTarDownload int64
@@ -117,9 +122,6 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarUpload)
 	mux.HandleFunc("GET /api/v1/ws", s.serveWS)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
-	if s.opts.MCP != nil {
-		mux.Handle("/mcp", s.authenticated(s.opts.MCP))
-	}
 	return s.withRequestID(mux)
 }
 
@@ -197,17 +199,20 @@ func (s *Server) authenticate(r *http.Request) (auth.Claims, error) {
 	return s.opts.Keys.Verify(r.Context(), k)
 }
 
-// authenticated wraps h (MCP) with authentication; its claims ride in the
-// request context.
-func (s *Server) authenticated(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// Authenticated gives h, a handler mounted beside Handler's routes (MCP),
+// the API's front door: a request id, the access log, and authentication
+// with an API key, whose claims ride in the request's context (see
+// ClaimsFrom). A request without a valid key gets the API's error answer
+// and does not reach h.
+func (s *Server) Authenticated(h http.Handler) http.Handler {
+	return s.withRequestID(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c, err := s.authenticate(r)
 		if err != nil {
 			s.writeError(w, r.Context(), nil, err, 0)
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), claimsKey, c)))
-	})
+	}))
 }
 
 // ClaimsFrom returns the claims an authenticated request carries.
@@ -328,7 +333,7 @@ func (s *Server) Call(ctx context.Context, claims auth.Claims, name string, para
 	if len(params) == 0 || bytes.Equal(params, []byte("null")) {
 		params = json.RawMessage("{}")
 	}
-	return m(ctx, &call{s: s, claims: claims, params: params, method: name})
+	return m.run(ctx, &call{s: s, claims: claims, params: params, method: name})
 }
 
 func truncate(s string, n int) string {
@@ -350,10 +355,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 }
-
-// SetMCP serves h at /mcp behind the API's authentication (call before
-// Handler).
-func (s *Server) SetMCP(h http.Handler) { s.opts.MCP = h }
 
 // CallMCP runs a method for an MCP tool call, as the caller whose claims
 // the authenticated /mcp request put in ctx.

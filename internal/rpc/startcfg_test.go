@@ -69,6 +69,21 @@ func TestStartConfig(t *testing.T) {
 	if got := stdout("app", "cat /tmp/marks 2>/dev/null"); strings.Count(got, "started-") != 1 {
 		t.Fatalf("start script ran again on a start of a running sandbox: %q", got)
 	}
+	// Nor when that start starts a stopped dependency, which the
+	// sandbox's log records.
+	e.must("sandbox.stop", map[string]any{"sandbox": "db"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "app", "config": cfg}, nil)
+	time.Sleep(300 * time.Millisecond)
+	if got := stdout("app", "cat /tmp/marks 2>/dev/null"); strings.Count(got, "started-") != 1 {
+		t.Fatalf("start script ran again on a start of a running sandbox that started a dependency: %q", got)
+	}
+	var logs struct {
+		Lines []string `json:"lines"`
+	}
+	e.must("sandbox.logs", map[string]any{"sandbox": "app"}, &logs)
+	if all := strings.Join(logs.Lines, "\n"); strings.Count(all, `started "db", which it depends on`) != 2 {
+		t.Fatalf("app's log does not record both starts of its dependency:\n%s", all)
+	}
 	// A restart after a stop runs it again.
 	e.must("sandbox.stop", map[string]any{"sandbox": "app"}, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "app", "config": cfg}, nil)

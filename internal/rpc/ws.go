@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -26,16 +26,16 @@ type wsStart struct {
 
 // wsMsg is every later message, both ways.
 type wsMsg struct {
-	Type    string           `json:"type"`
-	Data    []byte           `json:"data,omitempty"`
-	Rows    uint16           `json:"rows,omitempty"`
-	Cols    uint16           `json:"cols,omitempty"`
-	Signal  string           `json:"signal,omitempty"`
-	ID      string           `json:"id,omitempty"`
-	Pid     int              `json:"pid,omitempty"`
-	Exit    *wire.ExitStatus `json:"exit,omitempty"`
-	Message string           `json:"message,omitempty"`
-	Kind    string           `json:"kind,omitempty"`
+	Type    string      `json:"type"`
+	Data    []byte      `json:"data,omitempty"`
+	Rows    uint16      `json:"rows,omitempty"`
+	Cols    uint16      `json:"cols,omitempty"`
+	Signal  string      `json:"signal,omitempty"`
+	ID      string      `json:"id,omitempty"`
+	Pid     int         `json:"pid,omitempty"`
+	Exit    *exitStatus `json:"exit,omitempty"`
+	Message string      `json:"message,omitempty"`
+	Kind    string      `json:"kind,omitempty"`
 	// Stream and Dropped make a "dropped" message: Dropped bytes of
 	// Stream were lost before the data that follows on it.
 	Stream  string `json:"stream,omitempty"`
@@ -61,26 +61,26 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, ctx, nil, err, 0)
 		return
 	}
-	sb, release, err := s.mgr.Use(ns, name)
+	l, err := s.mgr.Lease(ns, name)
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
 		return
 	}
-	defer release()
+	defer l.Release()
 	// Keys travel in headers, which browsers cannot set on a WebSocket, so
 	// a page on another origin cannot ride a user's credentials: no
 	// origin check is needed beyond authentication.
 	srv := websocket.Server{Handshake: func(*websocket.Config, *http.Request) error { return nil },
 		Handler: func(conn *websocket.Conn) {
 			conn.MaxPayloadBytes = wsMaxMessage
-			s.wsSession(conn, sb, ns, name)
+			s.wsSession(conn, l)
 		}}
 	srv.ServeHTTP(w, r)
 }
 
-func (s *Server) wsSession(conn *websocket.Conn, sb backend.Sandbox, ns, name string) {
+func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 	defer func() { _ = conn.Close() }()
-	a := sb.Agent()
+	a := l.Agent()
 	ctx, cancel := context.WithCancel(conn.Request().Context())
 	defer cancel()
 	var sendMu sync.Mutex
@@ -110,7 +110,7 @@ func (s *Server) wsSession(conn *websocket.Conn, sb backend.Sandbox, ns, name st
 		fail(err)
 		return
 	}
-	s.mgr.Logf(ns, name, "process %s started over WebSocket: %.200q", pi.ID, start.Argv)
+	l.Logf("process %s started over WebSocket: %.200q", pi.ID, start.Argv)
 	// However the session ends, the process does not outlive it.
 	defer func() {
 		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -165,13 +165,13 @@ func (s *Server) wsSession(conn *websocket.Conn, sb backend.Sandbox, ns, name st
 				ch, err := a.Output(ctx, pi.ID, st, off, 20*time.Second)
 				if err != nil {
 					if ctx.Err() == nil {
-						fail(s.cutShort(ctx, ns, name, sb, "the process ran", err))
+						fail(l.Explain(ctx, "the process ran", err))
 						cancel()
 					}
 					return
 				}
 				if ch.Dropped > 0 {
-					s.mgr.Logf(ns, name, "process %s: %d bytes of %s dropped: the WebSocket client read slower than the process wrote", pi.ID, ch.Dropped, st)
+					l.Logf("process %s: %d bytes of %s dropped: the WebSocket client read slower than the process wrote", pi.ID, ch.Dropped, st)
 					if err := send(wsMsg{Type: "dropped", Stream: st, Dropped: ch.Dropped}); err != nil {
 						cancel()
 						return
@@ -199,9 +199,9 @@ func (s *Server) wsSession(conn *websocket.Conn, sb backend.Sandbox, ns, name st
 		if err == nil {
 			err = errdefs.Errorf(errdefs.ErrTimeout, "process %s did not report its exit", pi.ID)
 		}
-		fail(s.cutShort(ctx, ns, name, sb, "the process ran", err))
+		fail(l.Explain(ctx, "the process ran", err))
 		return
 	}
-	s.mgr.Logf(ns, name, "process %s exited: code %d", pi.ID, info.Exit.Code)
-	_ = send(wsMsg{Type: "exit", Exit: info.Exit})
+	l.Logf("process %s exited: code %d", pi.ID, info.Exit.Code)
+	_ = send(wsMsg{Type: "exit", Exit: toExitStatus(info.Exit)})
 }

@@ -1,4 +1,4 @@
-package rpc
+package auth
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/store"
 )
@@ -18,14 +17,14 @@ const DefaultKeyTTL = 30 * 24 * time.Hour
 // Keys issues API keys and checks them against the api_keys table, where
 // revocation is recorded.
 type Keys struct {
-	signer *auth.Signer
+	signer *Signer
 	db     *sql.DB
 	stmts  *store.Stmts // Verify's check runs on every request
 	now    func() time.Time
 }
 
 // NewKeys returns the key store over db, signing with signer.
-func NewKeys(signer *auth.Signer, db *sql.DB) *Keys {
+func NewKeys(signer *Signer, db *sql.DB) *Keys {
 	return &Keys{signer: signer, db: db, stmts: store.NewStmts(db), now: time.Now}
 }
 
@@ -41,7 +40,7 @@ type KeyRecord struct {
 
 // Create issues a key for namespace ("*" = all) valid for ttl.
 func (k *Keys) Create(ctx context.Context, namespace string, ttl time.Duration, description string) (string, KeyRecord, error) {
-	if !auth.ValidNamespace(namespace) {
+	if !ValidNamespace(namespace) {
 		return "", KeyRecord{}, errdefs.Errorf(errdefs.ErrInvalid, "namespace %.70q: want \"*\" or 1-63 of [A-Za-z0-9_-] starting with a letter or digit", namespace)
 	}
 	if len(description) > 256 {
@@ -105,13 +104,13 @@ func (k *Keys) Revoke(ctx context.Context, id string) error {
 // by this server and not revoked. Keys without an id (made by microsandbox
 // tooling with the same secret) cannot be revoked and are accepted on
 // their signature.
-func (k *Keys) Verify(ctx context.Context, key string) (auth.Claims, error) {
+func (k *Keys) Verify(ctx context.Context, key string) (Claims, error) {
 	c, err := k.signer.Verify(key, k.now())
 	if err != nil {
-		if errors.Is(err, auth.ErrExpired) {
-			return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key expired; create a new one with 'warren key create'")
+		if errors.Is(err, ErrExpired) {
+			return Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key expired; create a new one with 'warren key create'")
 		}
-		return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "invalid API key (%w)", err)
+		return Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "invalid API key (%w)", err)
 	}
 	if c.ID == "" {
 		return c, nil
@@ -120,11 +119,11 @@ func (k *Keys) Verify(ctx context.Context, key string) (auth.Claims, error) {
 	err = k.stmts.QueryRow(ctx, `SELECT revoked FROM api_keys WHERE id = ?`, c.ID).Scan(&revoked)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key is not known to this server")
+		return Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key is not known to this server")
 	case err != nil:
-		return auth.Claims{}, fmt.Errorf("check API key: %w", err)
+		return Claims{}, fmt.Errorf("check API key: %w", err)
 	case revoked != 0:
-		return auth.Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key was revoked")
+		return Claims{}, errdefs.Errorf(errdefs.ErrUnauthorized, "API key was revoked")
 	}
 	return c, nil
 }

@@ -1,0 +1,231 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+)
+
+// method is one JSON-RPC method: it decodes its own params struct and runs.
+type method struct {
+	// lenient: unknown params are ignored (the microsandbox methods, whose
+	// clients of every version send what they send); every other method
+	// refuses them.
+	lenient bool
+	run     func(ctx context.Context, c *call) (any, error)
+}
+
+// strict makes a method whose params decode into a P and may hold no
+// field P lacks: a field meant for another method is a mistake the caller
+// should hear about.
+func strict[P any](f func(context.Context, *call, *P) (any, error)) method {
+	return method{run: decoded(f, true)}
+}
+
+// lenient makes a microsandbox method: params decode into a P, other
+// fields are ignored.
+func lenient[P any](f func(context.Context, *call, *P) (any, error)) method {
+	return method{lenient: true, run: decoded(f, false)}
+}
+
+func decoded[P any](f func(context.Context, *call, *P) (any, error), strict bool) func(context.Context, *call) (any, error) {
+	return func(ctx context.Context, c *call) (any, error) {
+		var p P
+		if err := c.decode(&p, strict); err != nil {
+			return nil, err
+		}
+		return f(ctx, c, &p)
+	}
+}
+
+func (s *Server) methodTable() map[string]method {
+	return map[string]method{
+		// microsandbox (PROTOCOL.md §4)
+		"sandbox.start":       lenient(s.sandboxStart),
+		"sandbox.stop":        lenient(s.sandboxStop),
+		"sandbox.repl.run":    lenient(s.sandboxRepl),
+		"sandbox.command.run": lenient(s.sandboxCommand),
+		"sandbox.metrics.get": lenient(s.sandboxMetrics),
+		// Warren (docs/api.md)
+		"sandbox.create":         strict(s.sandboxCreate),
+		"sandbox.get":            strict(s.sandboxGet),
+		"sandbox.list":           strict(s.sandboxList),
+		"sandbox.remove":         strict(s.sandboxRemove),
+		"sandbox.logs":           strict(s.sandboxLogs),
+		"sandbox.exec":           strict(s.sandboxExec),
+		"sandbox.shell":          strict(s.sandboxShell),
+		"sandbox.process.start":  strict(s.processStart),
+		"sandbox.process.list":   strict(s.processList),
+		"sandbox.process.get":    strict(s.processGet),
+		"sandbox.process.output": strict(s.processOutput),
+		"sandbox.process.wait":   strict(s.processWait),
+		"sandbox.process.signal": strict(s.processSignal),
+		"sandbox.process.stdin":  strict(s.processStdin),
+		"sandbox.process.resize": strict(s.processResize),
+		"sandbox.process.remove": strict(s.processRemove),
+		"sandbox.file.read":      strict(s.fileRead),
+		"sandbox.file.write":     strict(s.fileWrite),
+		"sandbox.file.list":      strict(s.fileList),
+		"sandbox.file.stat":      strict(s.fileStat),
+		"sandbox.file.mkdir":     strict(s.fileMkdir),
+		"sandbox.file.remove":    strict(s.fileRemove),
+		"sandbox.file.move":      strict(s.fileMove),
+		"image.list":             strict(s.imageList),
+		"image.pull":             strict(s.imagePull),
+		"key.create":             strict(s.keyCreate),
+		"key.list":               strict(s.keyList),
+		"key.revoke":             strict(s.keyRevoke),
+	}
+}
+
+// call is one method invocation.
+type call struct {
+	s      *Server
+	claims auth.Claims
+	params json.RawMessage
+	method string
+}
+
+// decode reads params into v; strict decoding refuses unknown fields.
+func (c *call) decode(v any, strict bool) error {
+	d := json.NewDecoder(bytes.NewReader(c.params))
+	if strict {
+		d.DisallowUnknownFields()
+	}
+	if err := d.Decode(v); err != nil {
+		return errdefs.Errorf(errInvalidParams, "%s params: %s", c.method, jsonMessage(err))
+	}
+	return nil
+}
+
+// noParams are the params of a method that takes none.
+type noParams struct{}
+
+// sandboxRef names a sandbox: the params every sandbox method has.
+type sandboxRef struct {
+	Sandbox   string `json:"sandbox"`
+	Namespace string `json:"namespace"`
+}
+
+// resolveRef checks ref and the caller's right to its namespace.
+func (c *call) resolveRef(ref sandboxRef) (ns, name string, err error) {
+	return c.resolve(ref.Namespace, ref.Sandbox)
+}
+
+func (c *call) resolve(ns, name string) (string, string, error) {
+	if err := sandboxName(name); err != nil {
+		return "", "", err
+	}
+	ns, err := c.namespace(ns)
+	return ns, name, err
+}
+
+// namespace resolves a request's namespace and checks the caller may touch
+// it. Absent, it is the key's namespace when the key is for one namespace
+// (the only one it may touch), and "default" for a key for every
+// namespace and in dev mode, as microsandbox clients that send none expect.
+func (c *call) namespace(ns string) (string, error) {
+	if ns == "" {
+		ns = c.defaultNamespace()
+	}
+	if !sandbox.ValidName(ns) {
+		return "", errdefs.Errorf(errInvalidParams, "namespace %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", ns)
+	}
+	if !c.claims.Allows(ns) {
+		return "", errdefs.Errorf(errdefs.ErrForbidden, "this API key is for namespace %q, not %q", c.claims.Namespace, ns)
+	}
+	return ns, nil
+}
+
+// defaultNamespace is the namespace of a request that names none.
+func (c *call) defaultNamespace() string {
+	if k := c.claims.Namespace; k != "" && k != "*" {
+		return k
+	}
+	return DefaultNamespace
+}
+
+// namespaces resolves a namespace filter that may be "*": nil means all.
+func (c *call) namespaces(ns string) ([]string, error) {
+	if ns == "*" {
+		if c.claims.Namespace != "*" {
+			return nil, errdefs.Errorf(errdefs.ErrForbidden, "this API key is for namespace %q and cannot list all namespaces", c.claims.Namespace)
+		}
+		return nil, nil
+	}
+	ns, err := c.namespace(ns)
+	if err != nil {
+		return nil, err
+	}
+	return []string{ns}, nil
+}
+
+// requireAdmin checks the caller holds a key for every namespace.
+func (c *call) requireAdmin() error {
+	if c.claims.Namespace != "*" {
+		return errdefs.Errorf(errdefs.ErrForbidden, "%s needs an API key with namespace \"*\"", c.method)
+	}
+	return nil
+}
+
+func sandboxName(name string) error {
+	if name == "" {
+		return errdefs.Errorf(errInvalidParams, "\"sandbox\" (the sandbox's name) is missing")
+	}
+	if !sandbox.ValidName(name) {
+		return errdefs.Errorf(errInvalidParams, "sandbox name %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// agentCall runs f with a lease on the running sandbox ns/name; an error
+// that a stop caused says so.
+func (s *Server) agentCall(ctx context.Context, ns, name string, f func(l *sandbox.Lease) (any, error)) (any, error) {
+	l, err := s.mgr.Lease(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Release()
+	res, err := f(l)
+	if err != nil {
+		return nil, l.Explain(ctx, "the request ran", err)
+	}
+	return res, nil
+}
+
+// onSandbox runs f with a lease on the sandbox ref names.
+func (s *Server) onSandbox(ctx context.Context, c *call, ref sandboxRef, f func(l *sandbox.Lease) (any, error)) (any, error) {
+	ns, name, err := c.resolveRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.agentCall(ctx, ns, name, f)
+}
+
+// seconds converts a duration given in seconds (a timeout, a wait, a
+// lifetime) to a time.Duration bounded by max. The bound is checked on the
+// float, before any conversion: converting a value past the range of
+// time.Duration gives an arbitrary (on amd64, negative) duration, which
+// would slip past a check made after it. A positive value under a
+// millisecond counts as one millisecond, the unit timeouts travel in, so
+// it never turns into 0 (no timeout). NaN and infinities cannot come from
+// JSON, but are refused all the same.
+func seconds(what string, v float64, max time.Duration) (time.Duration, error) {
+	if math.IsNaN(v) || v < 0 || v > max.Seconds() {
+		return 0, errdefs.Errorf(errInvalidParams, "%s %g: want a number of seconds from 0 up to %g", what, v, max.Seconds())
+	}
+	d := time.Duration(v * float64(time.Second))
+	if v > 0 && d < time.Millisecond {
+		d = time.Millisecond
+	}
+	return d, nil
+}
+
+// maxTimeout bounds every command and code timeout.
+const maxTimeout = 24 * time.Hour

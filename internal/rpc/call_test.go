@@ -1,0 +1,73 @@
+package rpc
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/auth"
+)
+
+// TestParamsStrictness: the microsandbox methods ignore params they do not
+// know, as clients of every microsandbox version expect; every other
+// method refuses them, with invalid_params naming the field, before it
+// does anything else (the server here has no manager to reach).
+func TestParamsStrictness(t *testing.T) {
+	s := &Server{}
+	var lenient []string
+	for name, m := range s.methodTable() {
+		c := &call{s: s, claims: auth.Claims{Namespace: "*"}, params: json.RawMessage(`{"no_such_field":1}`), method: name}
+		err := run(t, m, c)
+		if m.lenient {
+			lenient = append(lenient, name)
+			if err != nil && strings.Contains(err.Error(), "no_such_field") {
+				t.Errorf("%s (lenient) refused an unknown field: %v", name, err)
+			}
+			continue
+		}
+		want := name + ` params: unknown field "no_such_field"`
+		if err == nil || kindOf(err) != "invalid_params" || err.Error() != want {
+			t.Errorf("%s: %v (kind %s), want invalid_params %q", name, err, kindOf(err), want)
+		}
+	}
+	slices.Sort(lenient)
+	if want := []string{"sandbox.command.run", "sandbox.metrics.get", "sandbox.repl.run", "sandbox.start", "sandbox.stop"}; !slices.Equal(lenient, want) {
+		t.Errorf("lenient methods %q, want %q", lenient, want)
+	}
+}
+
+// TestParamsOfAnotherMethod: a field that another method takes is refused
+// as unknown by a method that does not (one params struct per method).
+func TestParamsOfAnotherMethod(t *testing.T) {
+	s := &Server{}
+	table := s.methodTable()
+	for _, tc := range []struct{ method, params string }{
+		{"sandbox.file.read", `{"sandbox":"a","path":"/x","recursive":true}`},
+		{"sandbox.file.stat", `{"sandbox":"a","path":"/x","data":""}`},
+		{"sandbox.file.move", `{"sandbox":"a","from":"/x","to":"/y","path":"/z"}`},
+		{"sandbox.process.get", `{"sandbox":"a","id":"p","signal":"TERM"}`},
+		{"sandbox.process.list", `{"sandbox":"a","id":"p"}`},
+		{"sandbox.process.wait", `{"sandbox":"a","id":"p","offset":1}`},
+		{"sandbox.get", `{"sandbox":"a","tail":1}`},
+	} {
+		c := &call{s: s, claims: auth.Claims{Namespace: "*"}, params: json.RawMessage(tc.params), method: tc.method}
+		err := run(t, table[tc.method], c)
+		if err == nil || kindOf(err) != "invalid_params" || !strings.Contains(err.Error(), "unknown field") {
+			t.Errorf("%s %s: %v, want invalid_params for an unknown field", tc.method, tc.params, err)
+		}
+	}
+}
+
+// run runs m, turning the panic of a method that got past its params
+// (and reached the missing manager) into an error.
+func run(t *testing.T, m method, c *call) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	_, err = m.run(t.Context(), c)
+	return err
+}

@@ -1,0 +1,424 @@
+package rpc
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/wire"
+)
+
+type startParams struct {
+	Sandbox   string `json:"sandbox"`
+	Namespace string `json:"namespace"`
+	Config    struct {
+		Image     string            `json:"image"`
+		Memory    float64           `json:"memory"`
+		CPUs      float64           `json:"cpus"`
+		Volumes   []string          `json:"volumes"`
+		Ports     []string          `json:"ports"`
+		Envs      []string          `json:"envs"`
+		DependsOn []string          `json:"depends_on"`
+		Workdir   string            `json:"workdir"`
+		Shell     string            `json:"shell"`
+		Scripts   map[string]string `json:"scripts"`
+		Exec      string            `json:"exec"`
+	} `json:"config"`
+}
+
+func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any, error) {
+	if err := sandboxName(p.Sandbox); err != nil {
+		return nil, err
+	}
+	ns, err := c.namespace(p.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	cfg := p.Config
+	vols, err := parseVolumes(cfg.Volumes)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Ports) > 0 {
+		return nil, errdefs.Errorf(errInvalidParams, "ports: sandboxes have no network but loopback; publishing ports is not supported")
+	}
+	if cfg.Memory == 0 {
+		cfg.Memory = 512
+	}
+	if cfg.CPUs == 0 {
+		cfg.CPUs = 1
+	}
+	if cfg.Memory != float64(int64(cfg.Memory)) {
+		return nil, errdefs.Errorf(errInvalidParams, "memory %v: want a whole number of MiB", cfg.Memory)
+	}
+	run, err := startCommand(cfg.Shell, cfg.Exec, cfg.Scripts)
+	if err != nil {
+		return nil, err
+	}
+	img := cfg.Image
+	if img == "" {
+		img = "python"
+	}
+	spec := sandbox.Spec{Image: img, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
+	var deps []string // the dependencies this start started
+	if len(cfg.DependsOn) > 0 {
+		// A config that will be refused starts no dependency (the
+		// manager validates it again; without dependencies, only there).
+		if err := spec.Validate(); err != nil {
+			return nil, err
+		}
+		if deps, err = s.startDependencies(ctx, ns, p.Sandbox, cfg.DependsOn); err != nil {
+			return nil, err
+		}
+	}
+	t0 := time.Now()
+	info, err := s.mgr.Start(ctx, ns, p.Sandbox, spec, false)
+	if err != nil {
+		return nil, err
+	}
+	// A start of a sandbox that was already running changes nothing: it
+	// is not timed as a start, and its start command is not run again.
+	started := !info.Started.Before(t0)
+	if started {
+		s.m.startLatency(ns, time.Since(t0))
+	}
+	if !started {
+		run = nil
+	}
+	if len(deps) > 0 || run != nil {
+		if err := s.afterStart(ctx, ns, p.Sandbox, deps, run); err != nil {
+			return nil, err
+		}
+	}
+	return fmt.Sprintf("Sandbox %s started successfully", p.Sandbox), nil
+}
+
+// parseVolumes reads "HOST:GUEST[:ro]" volumes; the manager applies the
+// server's host-mount policy.
+func parseVolumes(vs []string) ([]backend.Volume, error) {
+	var out []backend.Volume
+	for _, v := range vs {
+		vol, err := backend.ParseVolume(v)
+		if err != nil {
+			return nil, errdefs.Errorf(errInvalidParams, "%w", err)
+		}
+		out = append(out, vol)
+	}
+	return out, nil
+}
+
+// Limits on a start config's commands.
+const (
+	maxScripts     = 64
+	maxScriptLen   = 64 << 10
+	maxDependsOn   = 16
+	maxShellPath   = 4096
+	defaultShell   = "/bin/sh"
+	startScriptKey = "start"
+)
+
+// startCommand is the argv a start config runs once the sandbox is up, as
+// microsandbox does: `exec` when given, otherwise the script named "start";
+// either runs as `<shell> -c <command>` (shell default /bin/sh). Nil when
+// there is nothing to run. Every script is checked, run or not.
+func startCommand(shell, exec string, scripts map[string]string) ([]string, error) {
+	if shell == "" {
+		shell = defaultShell
+	}
+	if !strings.HasPrefix(shell, "/") || len(shell) > maxShellPath || strings.ContainsRune(shell, 0) {
+		return nil, errdefs.Errorf(errInvalidParams, "shell %.64q: want an absolute path inside the sandbox, like /bin/bash", shell)
+	}
+	if len(scripts) > maxScripts {
+		return nil, errdefs.Errorf(errInvalidParams, "scripts: %d given, at most %d", len(scripts), maxScripts)
+	}
+	for name, cmd := range scripts {
+		if !sandbox.ValidName(name) {
+			return nil, errdefs.Errorf(errInvalidParams, "scripts: name %.64q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", name)
+		}
+		if err := checkCommand("scripts."+name, cmd); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkCommand("exec", exec); err != nil {
+		return nil, err
+	}
+	cmd := exec
+	if cmd == "" {
+		cmd = scripts[startScriptKey]
+	}
+	if cmd == "" {
+		return nil, nil
+	}
+	return []string{shell, "-c", cmd}, nil
+}
+
+func checkCommand(what, cmd string) error {
+	if len(cmd) > maxScriptLen {
+		return errdefs.Errorf(errInvalidParams, "%s: %d bytes, at most %d", what, len(cmd), maxScriptLen)
+	}
+	if strings.ContainsRune(cmd, 0) {
+		return errdefs.Errorf(errInvalidParams, "%s contains a NUL byte", what)
+	}
+	return nil
+}
+
+// startDependencies makes every sandbox in deps run before name starts:
+// each must already exist in the namespace (the server has no
+// Sandboxfile to create it from); a stopped one is started again with the
+// config it last ran with. It returns those it started.
+func (s *Server) startDependencies(ctx context.Context, ns, name string, deps []string) ([]string, error) {
+	if len(deps) > maxDependsOn {
+		return nil, errdefs.Errorf(errInvalidParams, "depends_on: %d given, at most %d", len(deps), maxDependsOn)
+	}
+	var started []string
+	seen := map[string]bool{}
+	for _, d := range deps {
+		if err := sandboxName(d); err != nil {
+			return nil, fmt.Errorf("depends_on: %w", err)
+		}
+		if d == name {
+			return nil, errdefs.Errorf(errInvalidParams, "depends_on: sandbox %q cannot depend on itself", d)
+		}
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		info, err := s.mgr.Get(ns, d)
+		if err != nil {
+			return nil, fmt.Errorf("depends_on: %w", err)
+		}
+		if info.State == sandbox.Running {
+			continue
+		}
+		if _, err := s.mgr.Start(ctx, ns, d, info.Spec, false); err != nil {
+			return nil, fmt.Errorf("depends_on: start %q: %w", d, err)
+		}
+		started = append(started, d)
+	}
+	return started, nil
+}
+
+// afterStart records in the log of the sandbox just started the
+// dependencies its start started, and runs its start command (argv, when
+// not nil) as a background process.
+func (s *Server) afterStart(ctx context.Context, ns, name string, deps, argv []string) error {
+	l, err := s.mgr.Lease(ns, name)
+	if err != nil {
+		if argv == nil {
+			return nil // stopped meanwhile: only log lines are lost
+		}
+		return err
+	}
+	defer l.Release()
+	for _, d := range deps {
+		l.Logf("started %q, which it depends on", d)
+	}
+	if argv == nil {
+		return nil
+	}
+	pi, err := l.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: argv})
+	if err != nil {
+		switch errdefs.Kind(err) {
+		case errdefs.ErrNotFound.Error(), errdefs.ErrInvalid.Error(), errdefs.ErrForbidden.Error():
+			// The shell is missing or cannot run: the command's fault,
+			// as for command.run. The sandbox keeps running.
+			return errdefs.Errorf(errdefs.ErrExecFailed, "start command could not be started (the sandbox runs): %s", err.Error())
+		}
+		return fmt.Errorf("start command: %w", err)
+	}
+	l.Logf("start command started as process %s", pi.ID)
+	return nil
+}
+
+type stopParams = sandboxRef
+
+func (s *Server) sandboxStop(ctx context.Context, c *call, p *stopParams) (any, error) {
+	ns, name, err := c.resolveRef(*p)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.mgr.Stop(ctx, ns, name); err != nil {
+		return nil, err
+	}
+	return fmt.Sprintf("Sandbox %s stopped successfully", name), nil
+}
+
+// sandboxInfo is SandboxInfo on the wire.
+type sandboxInfo struct {
+	Namespace   string            `json:"namespace"`
+	Name        string            `json:"name"`
+	State       string            `json:"state"`
+	Error       string            `json:"error,omitempty"`
+	Image       string            `json:"image"`
+	MemoryMiB   int64             `json:"memory_mib"`
+	CPUs        float64           `json:"cpus"`
+	Labels      map[string]string `json:"labels"`
+	CreatedAt   *time.Time        `json:"created_at,omitempty"`
+	StartedAt   *time.Time        `json:"started_at,omitempty"`
+	StoppedAt   *time.Time        `json:"stopped_at,omitempty"`
+	IdleTimeout float64           `json:"idle_timeout"`
+	MaxLifetime float64           `json:"max_lifetime"`
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+func toInfo(in sandbox.Info) sandboxInfo {
+	labels := in.Spec.Labels
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	return sandboxInfo{Namespace: in.Namespace, Name: in.Name, State: string(in.State), Error: in.Error,
+		Image: in.Spec.Image, MemoryMiB: in.Spec.MemoryMiB, CPUs: in.Spec.CPUs, Labels: labels,
+		CreatedAt: timePtr(in.Created), StartedAt: timePtr(in.Started), StoppedAt: timePtr(in.Stopped),
+		IdleTimeout: in.Spec.IdleTimeout.Seconds(), MaxLifetime: in.Spec.MaxLifetime.Seconds()}
+}
+
+type createParams struct {
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace"`
+	Image       string            `json:"image"`
+	MemoryMiB   int64             `json:"memory_mib"`
+	CPUs        float64           `json:"cpus"`
+	Env         []string          `json:"env"`
+	Workdir     string            `json:"workdir"`
+	Labels      map[string]string `json:"labels"`
+	IdleTimeout float64           `json:"idle_timeout"`
+	MaxLifetime float64           `json:"max_lifetime"`
+	Workspace   string            `json:"workspace"`
+	Secrets     []string          `json:"secrets"`
+	Egress      []string          `json:"egress"`
+	Volumes     []string          `json:"volumes"`
+}
+
+func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (any, error) {
+	if p.Name == "" {
+		return nil, errdefs.Errorf(errInvalidParams, "\"name\" is missing")
+	}
+	ns, name, err := c.resolve(p.Namespace, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case p.Workspace != "":
+		return nil, errdefs.Errorf(errInvalidParams, "workspace: workspaces are not configured on this server")
+	case len(p.Secrets) > 0:
+		return nil, errdefs.Errorf(errInvalidParams, "secrets: no secret store is configured on this server")
+	case len(p.Egress) > 0:
+		return nil, errdefs.Errorf(errInvalidParams, "egress: sandboxes have no network but loopback; egress rules are not supported yet")
+	}
+	if p.MemoryMiB == 0 {
+		p.MemoryMiB = 512
+	}
+	if p.CPUs == 0 {
+		p.CPUs = 1
+	}
+	if p.Image == "" {
+		p.Image = "python"
+	}
+	idle, err := seconds("idle_timeout", p.IdleTimeout, 30*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	life, err := seconds("max_lifetime", p.MaxLifetime, 30*24*time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	vols, err := parseVolumes(p.Volumes)
+	if err != nil {
+		return nil, err
+	}
+	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
+		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols}
+	t0 := time.Now()
+	info, err := s.mgr.Start(ctx, ns, name, spec, true)
+	if err != nil {
+		return nil, err
+	}
+	s.m.startLatency(ns, time.Since(t0))
+	return toInfo(info), nil
+}
+
+func (s *Server) sandboxGet(_ context.Context, c *call, p *sandboxRef) (any, error) {
+	ns, name, err := c.resolveRef(*p)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.mgr.Get(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return toInfo(info), nil
+}
+
+type listParams struct {
+	Namespace string            `json:"namespace"`
+	State     string            `json:"state"`
+	Labels    map[string]string `json:"labels"`
+}
+
+type sandboxList struct {
+	Sandboxes []sandboxInfo `json:"sandboxes"`
+}
+
+func (s *Server) sandboxList(_ context.Context, c *call, p *listParams) (any, error) {
+	nss, err := c.namespaces(p.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if p.State != "" && !sandbox.ValidState(p.State) {
+		return nil, errdefs.Errorf(errInvalidParams, "state %.40q: want starting, running, stopping, stopped or error", p.State)
+	}
+	infos := s.mgr.List(sandbox.Filter{Namespaces: nss, State: sandbox.State(p.State), Labels: p.Labels})
+	out := make([]sandboxInfo, len(infos))
+	for i, in := range infos {
+		out[i] = toInfo(in)
+	}
+	return sandboxList{Sandboxes: out}, nil
+}
+
+type removedResult struct {
+	Removed bool `json:"removed"`
+}
+
+func (s *Server) sandboxRemove(ctx context.Context, c *call, p *sandboxRef) (any, error) {
+	ns, name, err := c.resolveRef(*p)
+	if err != nil {
+		return nil, err
+	}
+	removed, err := s.mgr.Remove(ctx, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return removedResult{Removed: removed}, nil
+}
+
+type logsParams struct {
+	sandboxRef
+	Tail int `json:"tail"`
+}
+
+type logLines struct {
+	Lines []string `json:"lines"`
+}
+
+func (s *Server) sandboxLogs(_ context.Context, c *call, p *logsParams) (any, error) {
+	ns, name, err := c.resolveRef(p.sandboxRef)
+	if err != nil {
+		return nil, err
+	}
+	lines, err := s.mgr.Logs(ns, name, p.Tail)
+	if err != nil {
+		return nil, err
+	}
+	return logLines{Lines: lines}, nil
+}
