@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
+	"reflect"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
@@ -101,8 +105,67 @@ func (c *call) decode(v any, strict bool) error {
 	if err := d.Decode(v); err != nil {
 		return errdefs.Errorf(errInvalidParams, "%s params: %s", c.method, jsonMessage(err))
 	}
+	if strict {
+		if err := exactKeys(c.params, reflect.TypeOf(v).Elem()); err != nil {
+			return errdefs.Errorf(errInvalidParams, "%s params: %s", c.method, err)
+		}
+	}
 	return nil
 }
+
+// exactKeys refuses a top-level key that names a field of t only when case
+// is ignored ("Path" for "path"): encoding/json matches names without
+// regard to case, and a strict method takes its fields as documented.
+func exactKeys(params json.RawMessage, t reflect.Type) error {
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(params, &keys) != nil || len(keys) == 0 {
+		return nil // not an object (Decode has judged it) or nothing to check
+	}
+	names := fieldNames(t)
+	for k := range keys {
+		if !names[k] {
+			return fmt.Errorf("unknown field %q", k)
+		}
+	}
+	return nil
+}
+
+// fieldNames is the set of JSON names of t's fields, embedded structs'
+// included.
+func fieldNames(t reflect.Type) map[string]bool {
+	if v, ok := fieldNameCache.Load(t); ok {
+		return v.(map[string]bool)
+	}
+	names := map[string]bool{}
+	var walk func(t reflect.Type)
+	walk = func(t reflect.Type) {
+		if t.Kind() == reflect.Pointer {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return
+		}
+		for f := range t.Fields() {
+			tag := f.Tag.Get("json")
+			name, _, _ := strings.Cut(tag, ",")
+			switch {
+			case name == "-" && tag == "-":
+			case f.Anonymous && name == "":
+				walk(f.Type)
+			case !f.IsExported():
+			case name != "":
+				names[name] = true
+			default:
+				names[f.Name] = true
+			}
+		}
+	}
+	walk(t)
+	fieldNameCache.Store(t, names)
+	return names
+}
+
+var fieldNameCache sync.Map // reflect.Type -> map[string]bool
 
 // noParams are the params of a method that takes none.
 type noParams struct{}

@@ -71,3 +71,23 @@ func run(t *testing.T, m method, c *call) (err error) {
 	_, err = m.run(t.Context(), c)
 	return err
 }
+
+// TestParamsExactNames: a strict method takes its fields by their exact
+// names; encoding/json alone would take "Path" for "path".
+func TestParamsExactNames(t *testing.T) {
+	s := &Server{}
+	table := s.methodTable()
+	for _, tc := range []struct{ method, params, field string }{
+		{"sandbox.file.read", `{"sandbox":"a","Path":"/x"}`, "Path"},
+		{"sandbox.process.get", `{"sandbox":"a","ID":"p"}`, "ID"},
+		{"sandbox.create", `{"NAME":"a"}`, "NAME"},
+		{"sandbox.get", `{"Sandbox":"a","namespace":"n"}`, "Sandbox"},
+	} {
+		c := &call{s: s, claims: auth.Claims{Namespace: "*"}, params: json.RawMessage(tc.params), method: tc.method}
+		err := run(t, table[tc.method], c)
+		want := fmt.Sprintf("%s params: unknown field %q", tc.method, tc.field)
+		if err == nil || kindOf(err) != "invalid_params" || err.Error() != want {
+			t.Errorf("%s %s: %v, want invalid_params %q", tc.method, tc.params, err, want)
+		}
+	}
+}
