@@ -171,24 +171,12 @@ type Info struct {
 	Stopped   time.Time
 }
 
-// Backend is what the manager needs of an isolation backend.
-type Backend interface {
-	Create(ctx context.Context, cfg backend.Config) (backend.Sandbox, error)
-	// Open returns a sandbox Create made earlier, attached to its agent
-	// if that still runs.
-	Open(ctx context.Context, cfg backend.Config) (backend.Sandbox, error)
-	// IDs lists the sandboxes with state on the host.
-	IDs() ([]string, error)
-	// ReapOrphans removes runtime leftovers of sandboxes whose agent died.
-	ReapOrphans(keep func(id string) bool) ([]string, error)
-}
-
 // ImageResolver turns an image name from a request into an image.
 type ImageResolver func(ctx context.Context, name string) (*image.Image, error)
 
 // Options configure a Manager.
 type Options struct {
-	Backend Backend
+	Backend backend.Backend
 	DB      *sql.DB
 	Images  ImageResolver
 	// LogDir holds each sandbox's log file.
@@ -214,7 +202,7 @@ type Options struct {
 // Manager owns the server's sandboxes.
 type Manager struct {
 	opts  Options
-	be    Backend
+	be    backend.Backend
 	db    *sql.DB
 	stmts *store.Stmts // the statements of every start and stop
 	log   *slog.Logger
@@ -549,7 +537,7 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 			return err
 		}
 		e.sb = sb
-	} else if s, ok := e.sb.(interface{ SetConfig(backend.Config) }); ok {
+	} else if s, ok := e.sb.(backend.Reconfigurer); ok {
 		s.SetConfig(cfg)
 	}
 	if e.log == nil {

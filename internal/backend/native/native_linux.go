@@ -495,6 +495,14 @@ type Sandbox struct {
 	rootTimer *time.Timer
 }
 
+// The contract and the optional abilities this backend provides.
+var (
+	_ backend.Backend      = (*Backend)(nil)
+	_ backend.Sandbox      = (*Sandbox)(nil)
+	_ backend.Reconfigurer = (*Sandbox)(nil)
+	_ backend.DiskUser     = (*Sandbox)(nil)
+)
+
 // ID implements backend.Sandbox.
 func (s *Sandbox) ID() string { return s.cfg.ID }
 
