@@ -435,6 +435,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		now := time.Now()
 		e = &entry{id: newID(), ns: ns, name: name, state: Starting, spec: spec, created: now}
 		e.lastActive.Store(now.UnixNano())
+		// Held before anyone can see e: a stop or removal of the new
+		// name waits until its row is written and its start is done.
+		e.life.Lock()
 		m.entries[k] = e // reserves the name; concurrent starts see it starting
 	} else {
 		e.state, e.err, e.spec = Starting, "", spec
@@ -447,11 +450,21 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 			delete(m.entries, k)
 			e.removed = true
 			m.mu.Unlock()
+			e.life.Unlock()
 			return Info{}, err
 		}
+	} else {
+		e.life.Lock()
 	}
-
-	e.life.Lock()
+	m.mu.Lock()
+	removed := e.removed
+	m.mu.Unlock()
+	if removed {
+		// Removed while this start waited for the removal to finish: the
+		// name is free again, and the start makes a new sandbox of it.
+		e.life.Unlock()
+		return m.Start(ctx, ns, name, spec, create)
+	}
 	defer e.life.Unlock()
 	t0 := time.Now()
 	err := m.startLocked(ctx, e)
@@ -497,13 +510,15 @@ func (m *Manager) discard(ctx context.Context, e *entry) {
 		// server start removes what is left as an orphan.
 		m.log.Error("remove refused sandbox", "id", e.id, "err", err)
 	}
+	// The row goes before the name is freed: a start of the same name
+	// right after inserts a row of its own.
+	if _, err := m.stmts.Exec(context.WithoutCancel(ctx), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
+		m.log.Error("delete refused sandbox record", "id", e.id, "err", err)
+	}
 	m.mu.Lock()
 	delete(m.entries, key{e.ns, e.name})
 	e.removed = true
 	m.mu.Unlock()
-	if _, err := m.stmts.Exec(context.WithoutCancel(ctx), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
-		m.log.Error("delete refused sandbox record", "id", e.id, "err", err)
-	}
 	e.log.remove()
 }
 
@@ -704,15 +719,17 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 	} else if err := m.removeOnHost(ctx, e.id); err != nil {
 		return true, fmt.Errorf("remove sandbox %q: %w", name, err)
 	}
-	m.mu.Lock()
-	delete(m.entries, key{ns, name})
-	e.removed = true
-	m.mu.Unlock()
+	// The row goes before the name is freed: a start of the same name
+	// right after inserts a row of its own.
 	if _, err := m.stmts.Exec(context.Background(), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
 		// The sandbox is gone from the host; after a restart the row shows
 		// it again, and removing it then deletes the row.
 		m.log.Error("delete sandbox record", "id", e.id, "err", err)
 	}
+	m.mu.Lock()
+	delete(m.entries, key{ns, name})
+	e.removed = true
+	m.mu.Unlock()
 	e.log.remove()
 	return true, nil
 }
