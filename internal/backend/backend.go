@@ -21,13 +21,13 @@ type Config struct {
 	// ID names the sandbox on the host: 1–63 of [a-z0-9_-], unique.
 	ID    string
 	Image *image.Image
-	// Hostname inside the sandbox (default "sandbox").
+	// Hostname inside the sandbox (default DefaultHostname).
 	Hostname string
 	// Env is added to the image's environment ("K=V").
 	Env []string
 	// Workdir overrides the image's working directory.
 	Workdir string
-	// Limits; zero means the backend default.
+	// Limits; zero means unlimited (callers fill in the Default* values).
 	MemoryBytes int64
 	CPUs        float64
 	PidsMax     int64
@@ -41,8 +41,21 @@ type Config struct {
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// Limits every backend enforces on a Config.
+// A sandbox's settings, defined here once: the defaults every layer fills
+// in when a caller chooses nothing, and the bounds every backend enforces.
+// Config.CheckSettings checks the bounds; the sandbox manager adds the
+// server's own policy on top (its maxima, sandbox.Spec.Validate).
 const (
+	// DefaultMemoryBytes is a sandbox's memory limit unless one is asked for.
+	DefaultMemoryBytes = 512 << 20
+	// DefaultCPUs is a sandbox's CPU quota unless one is asked for.
+	DefaultCPUs = 1.0
+	// DefaultPids bounds a sandbox's processes and threads (fork bombs
+	// stop here).
+	DefaultPids = 1024
+	// DefaultHostname is a sandbox's hostname unless one is asked for.
+	DefaultHostname = "sandbox"
+
 	// MinMemoryBytes is the smallest memory limit a sandbox starts with.
 	MinMemoryBytes = 16 << 20
 	// MinCPUs is the smallest CPU quota: the kernel's minimum quota, 1 ms,

@@ -56,7 +56,10 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
 // ValidName reports whether s is a valid sandbox or namespace name.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
 
-// Spec is what a sandbox is asked to be.
+// Spec is what a sandbox is asked to be. Zero values of Image, MemoryMiB
+// and CPUs mean the server's defaults (DefaultImage, backend.Default*),
+// which Start fills in; zero periods mean the server's, applied while the
+// sandbox runs.
 type Spec struct {
 	Image     string            `json:"image"`
 	MemoryMiB int64             `json:"memory_mib"`
@@ -73,26 +76,60 @@ type Spec struct {
 	MaxLifetime time.Duration `json:"max_lifetime"`
 }
 
-// Limits on what a Spec may ask for.
+// The server's defaults, besides a sandbox's own (backend.Default*).
 const (
-	MaxLabels        = 64
-	MaxLabelLen      = 256
-	MaxEnv           = 256
-	MaxEnvLen        = 32 << 10
-	MaxMemoryMiB     = 1 << 20
-	MaxCPUs          = 256
-	minMemoryMiB     = 16
-	maxSandboxPeriod = 30 * 24 * time.Hour
+	// DefaultImage is the image of a sandbox whose spec names none.
+	DefaultImage = "python"
+	// Options' defaults.
+	DefaultIdleTimeout      = 10 * time.Minute
+	DefaultMaxLifetime      = 24 * time.Hour
+	DefaultStoppedRetention = 24 * time.Hour
+	DefaultMaxSandboxes     = 1000
+	DefaultMaxRunning       = 256
 )
 
-// Validate reports every problem with s at once.
+// The server's policy on what a Spec may ask for, on top of the bounds
+// every backend enforces (backend.Config.CheckSettings).
+const (
+	MaxLabels    = 64
+	MaxLabelLen  = 256
+	MaxEnv       = 256
+	MaxEnvLen    = 32 << 10
+	MaxMemoryMiB = 1 << 20
+	MaxCPUs      = 256
+	// MaxPeriod bounds a sandbox's idle timeout and lifetime.
+	MaxPeriod = 30 * 24 * time.Hour
+)
+
+// withDefaults is s with the server's defaults for what it leaves unset.
+func (s Spec) withDefaults() Spec {
+	if s.Image == "" {
+		s.Image = DefaultImage
+	}
+	if s.MemoryMiB == 0 {
+		s.MemoryMiB = backend.DefaultMemoryBytes >> 20
+	}
+	if s.CPUs == 0 {
+		s.CPUs = backend.DefaultCPUs
+	}
+	return s
+}
+
+// Validate reports every problem with s at once: the server's policy
+// here, the limits, working directory and volumes by the backend's own
+// check (a zero limit stands for its default, which is valid).
 func (s *Spec) Validate() error {
 	var errs []error
-	if s.MemoryMiB < minMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
-		errs = append(errs, fmt.Errorf("memory %d MiB: want %d to %d", s.MemoryMiB, minMemoryMiB, MaxMemoryMiB))
+	cfg := s.config("", nil)
+	if s.MemoryMiB > MaxMemoryMiB {
+		errs = append(errs, fmt.Errorf("memory %d MiB: at most %d", s.MemoryMiB, MaxMemoryMiB))
+		cfg.MemoryBytes = 0 // reported; and shifted into bytes it could overflow
 	}
-	if !(s.CPUs >= backend.MinCPUs && s.CPUs <= MaxCPUs) {
-		errs = append(errs, fmt.Errorf("cpus %v: want %v (a 1 ms quota per 100 ms period) up to %d", s.CPUs, backend.MinCPUs, MaxCPUs))
+	if s.CPUs > MaxCPUs {
+		errs = append(errs, fmt.Errorf("cpus %v: at most %d on this server", s.CPUs, MaxCPUs))
+	}
+	if err := cfg.CheckSettings(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(s.Env) > MaxEnv {
 		errs = append(errs, fmt.Errorf("env: %d entries, at most %d", len(s.Env), MaxEnv))
@@ -103,11 +140,8 @@ func (s *Spec) Validate() error {
 			break
 		}
 	}
-	if len(s.Workdir) > 4096 || (s.Workdir != "" && s.Workdir[0] != '/') {
-		errs = append(errs, fmt.Errorf("workdir %.40q: want an absolute path", s.Workdir))
-	}
-	if err := backend.ValidateVolumes(s.Volumes); err != nil {
-		errs = append(errs, err)
+	if len(s.Workdir) > 4096 {
+		errs = append(errs, fmt.Errorf("workdir %.40q: longer than 4096 bytes", s.Workdir))
 	}
 	if len(s.Labels) > MaxLabels {
 		errs = append(errs, fmt.Errorf("labels: %d, at most %d", len(s.Labels), MaxLabels))
@@ -119,7 +153,7 @@ func (s *Spec) Validate() error {
 		}
 	}
 	for what, d := range map[string]time.Duration{"idle_timeout": s.IdleTimeout, "max_lifetime": s.MaxLifetime} {
-		if d < 0 || d > maxSandboxPeriod {
+		if d < 0 || d > MaxPeriod {
 			errs = append(errs, fmt.Errorf("%s %v: want 0 (server default) up to 30 days", what, d))
 		}
 	}
@@ -149,12 +183,9 @@ func (m *Manager) checkVolumes(vs []backend.Volume) error {
 // config is the backend's configuration for a sandbox with this spec.
 func (s *Spec) config(id string, img *image.Image) backend.Config {
 	return backend.Config{ID: id, Image: img, Env: s.Env, Workdir: s.Workdir,
-		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: defaultPids, Network: "none",
+		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: backend.DefaultPids, Network: "none",
 		Volumes: s.Volumes}
 }
-
-// defaultPids bounds the processes of a sandbox (fork bombs stop here).
-const defaultPids = 1024
 
 var envRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+=`)
 
@@ -183,13 +214,14 @@ type Options struct {
 	LogDir string
 	Logger *slog.Logger
 	// Defaults for sandboxes that ask for none.
-	IdleTimeout time.Duration // default 10m
-	MaxLifetime time.Duration // default 24h
+	IdleTimeout time.Duration // default DefaultIdleTimeout
+	MaxLifetime time.Duration // default DefaultMaxLifetime
 	// StoppedRetention removes sandboxes this long after they stopped
-	// (default 24h; negative = keep until removed).
+	// (default DefaultStoppedRetention; negative = keep until removed).
 	StoppedRetention time.Duration
 	// MaxSandboxes bounds sandboxes on this server, stopped ones
-	// included (default 1000); MaxRunning bounds those running (default 256).
+	// included (default DefaultMaxSandboxes); MaxRunning bounds those
+	// running (default DefaultMaxRunning).
 	MaxSandboxes int
 	MaxRunning   int
 	// Tick is the janitor's period (default 1s).
@@ -248,19 +280,19 @@ type entry struct {
 // sandboxes the database does not know are removed from the host.
 func New(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.IdleTimeout == 0 {
-		opts.IdleTimeout = 10 * time.Minute
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	if opts.MaxLifetime == 0 {
-		opts.MaxLifetime = 24 * time.Hour
+		opts.MaxLifetime = DefaultMaxLifetime
 	}
 	if opts.StoppedRetention == 0 {
-		opts.StoppedRetention = 24 * time.Hour
+		opts.StoppedRetention = DefaultStoppedRetention
 	}
 	if opts.MaxSandboxes == 0 {
-		opts.MaxSandboxes = 1000
+		opts.MaxSandboxes = DefaultMaxSandboxes
 	}
 	if opts.MaxRunning == 0 {
-		opts.MaxRunning = 256
+		opts.MaxRunning = DefaultMaxRunning
 	}
 	if opts.Tick == 0 {
 		opts.Tick = time.Second
@@ -394,6 +426,7 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if !ValidName(ns) || !ValidName(name) {
 		return Info{}, errdefs.Errorf(errdefs.ErrInvalid, "sandbox and namespace names are 1-63 of [A-Za-z0-9_-] starting with a letter or digit")
 	}
+	spec = spec.withDefaults()
 	if err := spec.Validate(); err != nil {
 		return Info{}, err
 	}

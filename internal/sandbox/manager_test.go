@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -585,5 +586,61 @@ func TestUsage(t *testing.T) {
 	}
 	if u, err := m.Usage("ns", "a"); err != nil || u.Running || u.MemoryMiB != nil || u.DiskBytes == nil {
 		t.Errorf("usage when stopped: %+v %v", u, err)
+	}
+}
+
+// TestSpecValidate: the server's policy and the backend's bounds, each
+// checked once, reported together as invalid.
+func TestSpecValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec sandbox.Spec
+		want string // "" = valid
+	}{
+		{"defaults", sandbox.Spec{}, ""},
+		{"memory minimum", sandbox.Spec{MemoryMiB: 16}, ""},
+		{"memory below the backend's minimum", sandbox.Spec{MemoryMiB: 8}, "below the 16 MiB minimum"},
+		{"memory above the server's maximum", sandbox.Spec{MemoryMiB: sandbox.MaxMemoryMiB + 1}, "at most 1048576"},
+		{"memory that would overflow in bytes", sandbox.Spec{MemoryMiB: 1 << 50}, "at most"},
+		{"memory negative", sandbox.Spec{MemoryMiB: -1}, "memory: negative"},
+		{"cpus above the server's maximum", sandbox.Spec{CPUs: 257}, "at most 256 on this server"},
+		{"cpus below the kernel's quota", sandbox.Spec{CPUs: 0.001}, "0.01"},
+		{"cpus NaN", sandbox.Spec{CPUs: math.NaN()}, "NaN"},
+		{"workdir relative", sandbox.Spec{Workdir: "w"}, "want an absolute path"},
+		{"volume target /proc", sandbox.Spec{Volumes: []backend.Volume{{Source: "/x", Target: "/proc"}}}, "/proc"},
+		{"env", sandbox.Spec{Env: []string{"=x"}}, "want K=V"},
+		{"label", sandbox.Spec{Labels: map[string]string{"": "x"}}, "label"},
+		{"idle timeout", sandbox.Spec{IdleTimeout: sandbox.MaxPeriod + 1}, "idle_timeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.spec.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && err == nil:
+				t.Errorf("accepted %+v", tc.spec)
+			case tc.want != "" && (!strings.Contains(err.Error(), tc.want) || !errors.Is(err, errdefs.ErrInvalid)):
+				t.Errorf("error %q lacks %q or is not invalid", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestSpecDefaults: what a spec leaves unset is the server's default,
+// recorded in the sandbox's spec and passed on to the backend.
+func TestSpecDefaults(t *testing.T) {
+	e := newEnv(t, sandbox.Options{})
+	m := e.manager(t)
+	info := mustStart(t, m, "a", sandbox.Spec{Image: "base"})
+	if info.Spec.MemoryMiB != backend.DefaultMemoryBytes>>20 || info.Spec.CPUs != backend.DefaultCPUs {
+		t.Errorf("spec %+v", info.Spec)
+	}
+	cfg := e.be.Sandbox(info.ID).Config()
+	if cfg.MemoryBytes != backend.DefaultMemoryBytes || cfg.CPUs != backend.DefaultCPUs || cfg.PidsMax != backend.DefaultPids {
+		t.Errorf("backend config %+v", cfg)
+	}
+	// No image named: the default one, which this server's store lacks.
+	if _, err := m.Start(t.Context(), "ns", "b", sandbox.Spec{}, false); err == nil || !strings.Contains(err.Error(), sandbox.DefaultImage) {
+		t.Errorf("start without an image: %v", err)
 	}
 }
