@@ -33,18 +33,24 @@ func NewClient(socketPath string) *Client { return NewClientConn(socketPath, nil
 // (nil: none), which the first request uses instead of dialling.
 func NewClientConn(socketPath string, first net.Conn) *Client {
 	var mu sync.Mutex
+	return NewClientDial(func(ctx context.Context) (net.Conn, error) {
+		mu.Lock()
+		c := first
+		first = nil
+		mu.Unlock()
+		if c != nil {
+			return c, nil
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socketPath)
+	})
+}
+
+// NewClientDial returns a client that gets each connection to the agent
+// from dial (an agent served in-process, without a socket, in tests).
+func NewClientDial(dial func(ctx context.Context) (net.Conn, error)) *Client {
 	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			mu.Lock()
-			c := first
-			first = nil
-			mu.Unlock()
-			if c != nil {
-				return c, nil
-			}
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socketPath)
-		},
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,

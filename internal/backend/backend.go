@@ -21,13 +21,13 @@ type Config struct {
 	// ID names the sandbox on the host: 1–63 of [a-z0-9_-], unique.
 	ID    string
 	Image *image.Image
-	// Hostname inside the sandbox (default "sandbox").
+	// Hostname inside the sandbox (default DefaultHostname).
 	Hostname string
 	// Env is added to the image's environment ("K=V").
 	Env []string
 	// Workdir overrides the image's working directory.
 	Workdir string
-	// Limits; zero means the backend default.
+	// Limits; zero means unlimited (callers fill in the Default* values).
 	MemoryBytes int64
 	CPUs        float64
 	PidsMax     int64
@@ -41,8 +41,21 @@ type Config struct {
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
-// Limits every backend enforces on a Config.
+// A sandbox's settings, defined here once: the defaults every layer fills
+// in when a caller chooses nothing, and the bounds every backend enforces.
+// Config.CheckSettings checks the bounds; the sandbox manager adds the
+// server's own policy on top (its maxima, sandbox.Spec.Validate).
 const (
+	// DefaultMemoryBytes is a sandbox's memory limit unless one is asked for.
+	DefaultMemoryBytes = 512 << 20
+	// DefaultCPUs is a sandbox's CPU quota unless one is asked for.
+	DefaultCPUs = 1.0
+	// DefaultPids bounds a sandbox's processes and threads (fork bombs
+	// stop here).
+	DefaultPids = 1024
+	// DefaultHostname is a sandbox's hostname unless one is asked for.
+	DefaultHostname = "sandbox"
+
 	// MinMemoryBytes is the smallest memory limit a sandbox starts with.
 	MinMemoryBytes = 16 << 20
 	// MinCPUs is the smallest CPU quota: the kernel's minimum quota, 1 ms,
@@ -102,18 +115,41 @@ func (c *Config) CheckSettings() error {
 	return errors.Join(errs...)
 }
 
-// Backend creates sandboxes of one isolation kind.
+// The backend contract. A backend provides Backend and Sandbox; the
+// abilities below them are optional, each its own small interface, and a
+// caller checks for one with a type assertion:
+//
+//   - Reconfigurer: a stopped sandbox's next start takes a new Config
+//     (without it, a restart keeps the Config the sandbox was made with).
+//   - DiskUser: the space a sandbox's own files take on the host (without
+//     it, disk usage is not reported).
+//
+// internal/backend/native is the real backend; internal/backend/fake is an
+// in-memory one for tests of what sits above the contract.
+
+// Backend creates and finds sandboxes of one isolation kind.
 type Backend interface {
 	// Name is the backend's name ("native").
 	Name() string
 	// Create prepares a sandbox's on-disk state; it does not start it.
 	Create(ctx context.Context, cfg Config) (Sandbox, error)
+	// Open returns a sandbox Create made earlier (possibly in an earlier
+	// process), attached to its agent if that still runs; otherwise the
+	// sandbox is stopped (Done closed) and Start starts it again with its
+	// files kept. It fails when the host has no such sandbox.
+	Open(ctx context.Context, cfg Config) (Sandbox, error)
+	// IDs lists the sandboxes with state on the host, running or not.
+	IDs() ([]string, error)
+	// ReapOrphans removes runtime leftovers of sandboxes whose agent died
+	// and for which keep (nil: none) is false; it returns their ids.
+	ReapOrphans(keep func(id string) bool) ([]string, error)
 }
 
 // Sandbox is one sandbox's lifecycle and agent connection.
 type Sandbox interface {
 	ID() string
-	// Start starts the sandbox's init (the agent) and returns once it serves.
+	// Start starts the sandbox's init (the agent) and returns once it
+	// serves. Starting a running sandbox does nothing.
 	Start(ctx context.Context) error
 	// Agent is the connection to the running agent.
 	Agent() *agent.Client
@@ -122,13 +158,28 @@ type Sandbox interface {
 	// OOMKills is how many processes the memory limit has killed so far
 	// (cheap: Exec reads it around every command).
 	OOMKills() (int64, error)
-	// Done is closed when the sandbox's init has exited.
+	// Done is closed when the sandbox's init has exited (and is closed
+	// for a sandbox that is not running).
 	Done() <-chan struct{}
 	// Stop kills every process of the sandbox and releases its mounts,
 	// cgroups and namespaces; its filesystem changes are kept.
 	Stop(ctx context.Context) error
 	// Remove stops the sandbox and deletes everything it has on the host.
 	Remove(ctx context.Context) error
+}
+
+// Reconfigurer is a Sandbox whose next start can take a new Config.
+type Reconfigurer interface {
+	// SetConfig replaces the Config a stopped sandbox starts with next
+	// (its id stays). A running sandbox keeps the one it started with
+	// until it is stopped.
+	SetConfig(Config)
+}
+
+// DiskUser is a Sandbox that can measure its own files on the host (its
+// writable layer), in bytes.
+type DiskUser interface {
+	DiskUsage() (int64, error)
 }
 
 // Stats is a sandbox's resource usage.

@@ -49,7 +49,7 @@ func PythonHost() error { return exec.Command("/usr/bin/python3", "-c", "print(1
 func (e *Env) ColdCycle(ctx context.Context) error {
 	sb, err := e.Backend.Create(ctx, backend.Config{
 		ID: fmt.Sprintf("bench-%d-%d", os.Getpid(), seq.Add(1)), Image: e.Image,
-		MemoryBytes: 512 << 20, CPUs: 1, PidsMax: 1024,
+		MemoryBytes: backend.DefaultMemoryBytes, CPUs: backend.DefaultCPUs, PidsMax: backend.DefaultPids,
 	})
 	if err != nil {
 		return err
@@ -70,7 +70,7 @@ func (e *Env) ColdCycle(ctx context.Context) error {
 
 // Warm starts a sandbox for the in-sandbox measurements; stop removes it.
 func (e *Env) Warm(ctx context.Context) (sb backend.Sandbox, stop func(), err error) {
-	sb, err = e.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-warm-%d-%d", os.Getpid(), seq.Add(1)), Image: e.Image, MemoryBytes: 512 << 20, CPUs: 1})
+	sb, err = e.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-warm-%d-%d", os.Getpid(), seq.Add(1)), Image: e.Image, MemoryBytes: backend.DefaultMemoryBytes, CPUs: backend.DefaultCPUs})
 	if err != nil {
 		return nil, nil, err
 	}

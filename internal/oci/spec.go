@@ -1,11 +1,14 @@
 // Package oci describes a Warren sandbox as an OCI runtime spec: the
 // namespaces, mounts, masked paths, capabilities, seccomp filter, rlimits and
-// cgroup limits. The native backend's agent applies it; a later backend can
-// hand the same spec to an OCI runtime such as runsc.
+// cgroup limits. The spec is the one description of a sandbox that backends
+// read: the native backend's agent applies its process and mounts, and the
+// backend sets its cgroup from the spec's resources (Limits); a later
+// backend can hand the same spec to an OCI runtime such as runsc.
 package oci
 
 import (
 	"fmt"
+	"math"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -165,7 +168,8 @@ func resources(p Params) *specs.LinuxResources {
 		r.Memory = &specs.LinuxMemory{Limit: &m, Swap: &m}
 	}
 	if p.CPUs > 0 {
-		q := int64(p.CPUs * CPUPeriod)
+		// Rounded, not truncated: 0.29 CPUs is a 29000 µs quota.
+		q := int64(math.Round(p.CPUs * CPUPeriod))
 		per := uint64(CPUPeriod)
 		r.CPU = &specs.LinuxCPU{Quota: &q, Period: &per}
 	}
@@ -174,4 +178,31 @@ func resources(p Params) *specs.LinuxResources {
 		r.Pids = &specs.LinuxPids{Limit: &n}
 	}
 	return r
+}
+
+// Limits are the cgroup limits a spec's resources describe; zero means
+// unlimited.
+type Limits struct {
+	MemoryBytes int64
+	CPUs        float64 // quota per period
+	PidsMax     int64
+}
+
+// ResourceLimits reads back the limits Build wrote into r: what a backend
+// that sets up cgroups itself applies.
+func ResourceLimits(r *specs.LinuxResources) Limits {
+	var l Limits
+	if r == nil {
+		return l
+	}
+	if r.Memory != nil && r.Memory.Limit != nil {
+		l.MemoryBytes = *r.Memory.Limit
+	}
+	if c := r.CPU; c != nil && c.Quota != nil && c.Period != nil && *c.Period > 0 && *c.Quota > 0 {
+		l.CPUs = float64(*c.Quota) / float64(*c.Period)
+	}
+	if r.Pids != nil && r.Pids.Limit != nil {
+		l.PidsMax = *r.Pids.Limit
+	}
+	return l
 }

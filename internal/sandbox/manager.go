@@ -56,7 +56,10 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
 // ValidName reports whether s is a valid sandbox or namespace name.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
 
-// Spec is what a sandbox is asked to be.
+// Spec is what a sandbox is asked to be. Zero values of Image, MemoryMiB
+// and CPUs mean the server's defaults (DefaultImage, backend.Default*),
+// which Start fills in; zero periods mean the server's, applied while the
+// sandbox runs.
 type Spec struct {
 	Image     string            `json:"image"`
 	MemoryMiB int64             `json:"memory_mib"`
@@ -73,26 +76,60 @@ type Spec struct {
 	MaxLifetime time.Duration `json:"max_lifetime"`
 }
 
-// Limits on what a Spec may ask for.
+// The server's defaults, besides a sandbox's own (backend.Default*).
 const (
-	MaxLabels        = 64
-	MaxLabelLen      = 256
-	MaxEnv           = 256
-	MaxEnvLen        = 32 << 10
-	MaxMemoryMiB     = 1 << 20
-	MaxCPUs          = 256
-	minMemoryMiB     = 16
-	maxSandboxPeriod = 30 * 24 * time.Hour
+	// DefaultImage is the image of a sandbox whose spec names none.
+	DefaultImage = "python"
+	// Options' defaults.
+	DefaultIdleTimeout      = 10 * time.Minute
+	DefaultMaxLifetime      = 24 * time.Hour
+	DefaultStoppedRetention = 24 * time.Hour
+	DefaultMaxSandboxes     = 1000
+	DefaultMaxRunning       = 256
 )
 
-// Validate reports every problem with s at once.
+// The server's policy on what a Spec may ask for, on top of the bounds
+// every backend enforces (backend.Config.CheckSettings).
+const (
+	MaxLabels    = 64
+	MaxLabelLen  = 256
+	MaxEnv       = 256
+	MaxEnvLen    = 32 << 10
+	MaxMemoryMiB = 1 << 20
+	MaxCPUs      = 256
+	// MaxPeriod bounds a sandbox's idle timeout and lifetime.
+	MaxPeriod = 30 * 24 * time.Hour
+)
+
+// withDefaults is s with the server's defaults for what it leaves unset.
+func (s Spec) withDefaults() Spec {
+	if s.Image == "" {
+		s.Image = DefaultImage
+	}
+	if s.MemoryMiB == 0 {
+		s.MemoryMiB = backend.DefaultMemoryBytes >> 20
+	}
+	if s.CPUs == 0 {
+		s.CPUs = backend.DefaultCPUs
+	}
+	return s
+}
+
+// Validate reports every problem with s at once: the server's policy
+// here, the limits, working directory and volumes by the backend's own
+// check (a zero limit stands for its default, which is valid).
 func (s *Spec) Validate() error {
 	var errs []error
-	if s.MemoryMiB < minMemoryMiB || s.MemoryMiB > MaxMemoryMiB {
-		errs = append(errs, fmt.Errorf("memory %d MiB: want %d to %d", s.MemoryMiB, minMemoryMiB, MaxMemoryMiB))
+	cfg := s.config("", nil)
+	if s.MemoryMiB > MaxMemoryMiB {
+		errs = append(errs, fmt.Errorf("memory %d MiB: at most %d", s.MemoryMiB, MaxMemoryMiB))
+		cfg.MemoryBytes = 0 // reported; and shifted into bytes it could overflow
 	}
-	if !(s.CPUs >= backend.MinCPUs && s.CPUs <= MaxCPUs) {
-		errs = append(errs, fmt.Errorf("cpus %v: want %v (a 1 ms quota per 100 ms period) up to %d", s.CPUs, backend.MinCPUs, MaxCPUs))
+	if s.CPUs > MaxCPUs {
+		errs = append(errs, fmt.Errorf("cpus %v: at most %d on this server", s.CPUs, MaxCPUs))
+	}
+	if err := cfg.CheckSettings(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(s.Env) > MaxEnv {
 		errs = append(errs, fmt.Errorf("env: %d entries, at most %d", len(s.Env), MaxEnv))
@@ -103,11 +140,8 @@ func (s *Spec) Validate() error {
 			break
 		}
 	}
-	if len(s.Workdir) > 4096 || (s.Workdir != "" && s.Workdir[0] != '/') {
-		errs = append(errs, fmt.Errorf("workdir %.40q: want an absolute path", s.Workdir))
-	}
-	if err := backend.ValidateVolumes(s.Volumes); err != nil {
-		errs = append(errs, err)
+	if len(s.Workdir) > 4096 {
+		errs = append(errs, fmt.Errorf("workdir %.40q: longer than 4096 bytes", s.Workdir))
 	}
 	if len(s.Labels) > MaxLabels {
 		errs = append(errs, fmt.Errorf("labels: %d, at most %d", len(s.Labels), MaxLabels))
@@ -119,7 +153,7 @@ func (s *Spec) Validate() error {
 		}
 	}
 	for what, d := range map[string]time.Duration{"idle_timeout": s.IdleTimeout, "max_lifetime": s.MaxLifetime} {
-		if d < 0 || d > maxSandboxPeriod {
+		if d < 0 || d > MaxPeriod {
 			errs = append(errs, fmt.Errorf("%s %v: want 0 (server default) up to 30 days", what, d))
 		}
 	}
@@ -149,12 +183,9 @@ func (m *Manager) checkVolumes(vs []backend.Volume) error {
 // config is the backend's configuration for a sandbox with this spec.
 func (s *Spec) config(id string, img *image.Image) backend.Config {
 	return backend.Config{ID: id, Image: img, Env: s.Env, Workdir: s.Workdir,
-		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: defaultPids, Network: "none",
+		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: backend.DefaultPids, Network: "none",
 		Volumes: s.Volumes}
 }
-
-// defaultPids bounds the processes of a sandbox (fork bombs stop here).
-const defaultPids = 1024
 
 var envRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+=`)
 
@@ -171,37 +202,26 @@ type Info struct {
 	Stopped   time.Time
 }
 
-// Backend is what the manager needs of an isolation backend.
-type Backend interface {
-	Create(ctx context.Context, cfg backend.Config) (backend.Sandbox, error)
-	// Open returns a sandbox Create made earlier, attached to its agent
-	// if that still runs.
-	Open(ctx context.Context, cfg backend.Config) (backend.Sandbox, error)
-	// IDs lists the sandboxes with state on the host.
-	IDs() ([]string, error)
-	// ReapOrphans removes runtime leftovers of sandboxes whose agent died.
-	ReapOrphans(keep func(id string) bool) ([]string, error)
-}
-
 // ImageResolver turns an image name from a request into an image.
 type ImageResolver func(ctx context.Context, name string) (*image.Image, error)
 
 // Options configure a Manager.
 type Options struct {
-	Backend Backend
+	Backend backend.Backend
 	DB      *sql.DB
 	Images  ImageResolver
 	// LogDir holds each sandbox's log file.
 	LogDir string
 	Logger *slog.Logger
 	// Defaults for sandboxes that ask for none.
-	IdleTimeout time.Duration // default 10m
-	MaxLifetime time.Duration // default 24h
+	IdleTimeout time.Duration // default DefaultIdleTimeout
+	MaxLifetime time.Duration // default DefaultMaxLifetime
 	// StoppedRetention removes sandboxes this long after they stopped
-	// (default 24h; negative = keep until removed).
+	// (default DefaultStoppedRetention; negative = keep until removed).
 	StoppedRetention time.Duration
 	// MaxSandboxes bounds sandboxes on this server, stopped ones
-	// included (default 1000); MaxRunning bounds those running (default 256).
+	// included (default DefaultMaxSandboxes); MaxRunning bounds those
+	// running (default DefaultMaxRunning).
 	MaxSandboxes int
 	MaxRunning   int
 	// Tick is the janitor's period (default 1s).
@@ -214,7 +234,7 @@ type Options struct {
 // Manager owns the server's sandboxes.
 type Manager struct {
 	opts  Options
-	be    Backend
+	be    backend.Backend
 	db    *sql.DB
 	stmts *store.Stmts // the statements of every start and stop
 	log   *slog.Logger
@@ -260,19 +280,19 @@ type entry struct {
 // sandboxes the database does not know are removed from the host.
 func New(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.IdleTimeout == 0 {
-		opts.IdleTimeout = 10 * time.Minute
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	if opts.MaxLifetime == 0 {
-		opts.MaxLifetime = 24 * time.Hour
+		opts.MaxLifetime = DefaultMaxLifetime
 	}
 	if opts.StoppedRetention == 0 {
-		opts.StoppedRetention = 24 * time.Hour
+		opts.StoppedRetention = DefaultStoppedRetention
 	}
 	if opts.MaxSandboxes == 0 {
-		opts.MaxSandboxes = 1000
+		opts.MaxSandboxes = DefaultMaxSandboxes
 	}
 	if opts.MaxRunning == 0 {
-		opts.MaxRunning = 256
+		opts.MaxRunning = DefaultMaxRunning
 	}
 	if opts.Tick == 0 {
 		opts.Tick = time.Second
@@ -406,6 +426,7 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if !ValidName(ns) || !ValidName(name) {
 		return Info{}, errdefs.Errorf(errdefs.ErrInvalid, "sandbox and namespace names are 1-63 of [A-Za-z0-9_-] starting with a letter or digit")
 	}
+	spec = spec.withDefaults()
 	if err := spec.Validate(); err != nil {
 		return Info{}, err
 	}
@@ -447,6 +468,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		now := time.Now()
 		e = &entry{id: newID(), ns: ns, name: name, state: Starting, spec: spec, created: now}
 		e.lastActive.Store(now.UnixNano())
+		// Held before anyone can see e: a stop or removal of the new
+		// name waits until its row is written and its start is done.
+		e.life.Lock()
 		m.entries[k] = e // reserves the name; concurrent starts see it starting
 	} else {
 		e.state, e.err, e.spec = Starting, "", spec
@@ -459,11 +483,21 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 			delete(m.entries, k)
 			e.removed = true
 			m.mu.Unlock()
+			e.life.Unlock()
 			return Info{}, err
 		}
+	} else {
+		e.life.Lock()
 	}
-
-	e.life.Lock()
+	m.mu.Lock()
+	removed := e.removed
+	m.mu.Unlock()
+	if removed {
+		// Removed while this start waited for the removal to finish: the
+		// name is free again, and the start makes a new sandbox of it.
+		e.life.Unlock()
+		return m.Start(ctx, ns, name, spec, create)
+	}
 	defer e.life.Unlock()
 	t0 := time.Now()
 	err := m.startLocked(ctx, e)
@@ -509,13 +543,15 @@ func (m *Manager) discard(ctx context.Context, e *entry) {
 		// server start removes what is left as an orphan.
 		m.log.Error("remove refused sandbox", "id", e.id, "err", err)
 	}
+	// The row goes before the name is freed: a start of the same name
+	// right after inserts a row of its own.
+	if _, err := m.stmts.Exec(context.WithoutCancel(ctx), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
+		m.log.Error("delete refused sandbox record", "id", e.id, "err", err)
+	}
 	m.mu.Lock()
 	delete(m.entries, key{e.ns, e.name})
 	e.removed = true
 	m.mu.Unlock()
-	if _, err := m.stmts.Exec(context.WithoutCancel(ctx), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
-		m.log.Error("delete refused sandbox record", "id", e.id, "err", err)
-	}
 	e.log.remove()
 }
 
@@ -549,7 +585,7 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 			return err
 		}
 		e.sb = sb
-	} else if s, ok := e.sb.(interface{ SetConfig(backend.Config) }); ok {
+	} else if s, ok := e.sb.(backend.Reconfigurer); ok {
 		s.SetConfig(cfg)
 	}
 	if e.log == nil {
@@ -716,15 +752,17 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 	} else if err := m.removeOnHost(ctx, e.id); err != nil {
 		return true, fmt.Errorf("remove sandbox %q: %w", name, err)
 	}
-	m.mu.Lock()
-	delete(m.entries, key{ns, name})
-	e.removed = true
-	m.mu.Unlock()
+	// The row goes before the name is freed: a start of the same name
+	// right after inserts a row of its own.
 	if _, err := m.stmts.Exec(context.Background(), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
 		// The sandbox is gone from the host; after a restart the row shows
 		// it again, and removing it then deletes the row.
 		m.log.Error("delete sandbox record", "id", e.id, "err", err)
 	}
+	m.mu.Lock()
+	delete(m.entries, key{ns, name})
+	e.removed = true
+	m.mu.Unlock()
 	e.log.remove()
 	return true, nil
 }

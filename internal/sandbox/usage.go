@@ -58,12 +58,6 @@ type Usage struct {
 	DiskBytes *int64
 }
 
-// diskUser is implemented by backends that can measure a sandbox's own
-// files (its writable layer).
-type diskUser interface {
-	DiskUsage() (int64, error)
-}
-
 // Usage measures one sandbox.
 func (m *Manager) Usage(ns, name string) (Usage, error) {
 	m.mu.Lock()
@@ -76,7 +70,7 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 	m.mu.Unlock()
 	u := Usage{Namespace: ns, Name: name, Running: running}
 	now := time.Now()
-	if d, ok := sb.(diskUser); ok {
+	if d, ok := sb.(backend.DiskUser); ok {
 		e.usage.mu.Lock()
 		stale := now.Sub(e.usage.diskAt) > diskEvery
 		e.usage.mu.Unlock()

@@ -495,6 +495,14 @@ type Sandbox struct {
 	rootTimer *time.Timer
 }
 
+// The contract and the optional abilities this backend provides.
+var (
+	_ backend.Backend      = (*Backend)(nil)
+	_ backend.Sandbox      = (*Sandbox)(nil)
+	_ backend.Reconfigurer = (*Sandbox)(nil)
+	_ backend.DiskUser     = (*Sandbox)(nil)
+)
+
 // ID implements backend.Sandbox.
 func (s *Sandbox) ID() string { return s.cfg.ID }
 
@@ -527,7 +535,9 @@ func (s *Sandbox) Pid() int {
 	return s.proc.pid
 }
 
-func (s *Sandbox) spec() (*boot.Config, error) {
+// spec is the sandbox's OCI spec, the one description of it, and the
+// agent's config made from it.
+func (s *Sandbox) spec() (*specs.Spec, *boot.Config, error) {
 	img := s.cfg.Image
 	env := append(append([]string(nil), img.Env...), s.cfg.Env...)
 	if len(img.Env) == 0 {
@@ -539,7 +549,7 @@ func (s *Sandbox) spec() (*boot.Config, error) {
 	}
 	host := s.cfg.Hostname
 	if host == "" {
-		host = "sandbox"
+		host = backend.DefaultHostname
 	}
 	sp, err := oci.Build(oci.Params{
 		RootPath: filepath.Join(s.dir, "rootfs"), Hostname: host, Env: env, Cwd: cwd,
@@ -547,7 +557,7 @@ func (s *Sandbox) spec() (*boot.Config, error) {
 		MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// oci.Build puts the default profile in the spec; it travels
 	// compiled (the backend's filter). The namespaces, id maps and cgroup
@@ -556,7 +566,7 @@ func (s *Sandbox) spec() (*boot.Config, error) {
 		Lower: img.Layers, Upper: filepath.Join(s.dir, "upper"), Work: filepath.Join(s.dir, "work"),
 		UserXattr: s.b.userNS != nil,
 	}
-	return &boot.Config{
+	return sp, &boot.Config{
 		Spec:          boot.SpecFrom(sp),
 		SeccompFilter: s.b.seccompFilter,
 		Rootfs:        rootfs,
@@ -611,11 +621,14 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 			}
 		}
 	}()
-	gcfg, err := s.spec()
+	sp, gcfg, err := s.spec()
 	if err != nil {
 		return err
 	}
-	limits := cgroup.Limits{MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax}
+	// The cgroup's limits are the spec's resources, as an OCI runtime
+	// would read them.
+	res := oci.ResourceLimits(sp.Linux.Resources)
+	limits := cgroup.Limits{MemoryBytes: res.MemoryBytes, CPUs: res.CPUs, PidsMax: res.PidsMax}
 	_ = os.RemoveAll(s.run)
 	undo = append(undo, func() { os.RemoveAll(s.run) })
 	// A pooled agent has run nothing of any sandbox yet: its cgroup
