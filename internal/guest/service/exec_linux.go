@@ -227,7 +227,7 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 	// Descendants may still hold the pipes open; take what they wrote
 	// promptly, but never wait on them beyond a short grace. Closing our
 	// ends ends the readers, so emit is not called once Exec returns.
-	st := p.wait(100*time.Millisecond, func() { outR.Close(); errR.Close() })
+	st := p.wait(100*time.Millisecond, func() { outR.Close(); errR.Close() }, outR, errR)
 	stop()
 	st.Truncated = out.truncated
 	return st, nil

@@ -87,11 +87,18 @@ func (p *process) killRunning() {
 }
 
 // wait waits for the process to exit and returns how it ended (its
-// duration is until the exit), after its output has drained. Descendants may hold the output open after the exit:
-// their output is taken for up to grace; then cut, if not nil, ends the
-// readers (closes the agent's ends), and wait returns once they have
-// ended; with a nil cut, wait waits up to grace more and leaves them.
-func (p *process) wait(grace time.Duration, cut func()) wire.ExitStatus {
+// duration is until the exit), after its output has drained. Descendants
+// may hold the output open after the exit: their output is taken for up to
+// grace; then cut, if not nil, ends the readers (closes the agent's ends),
+// and wait returns once they have ended; with a nil cut, wait waits up to
+// grace more and leaves them.
+//
+// Output already written is never cut: the grace measures how long the
+// streams may stay open, not how fast the readers run, and a loaded
+// sandbox may not schedule them within it. So past the grace, while one of
+// outputs (the agent's read ends) still holds unread bytes, wait goes on
+// waiting, up to maxDrain.
+func (p *process) wait(grace time.Duration, cut func(), outputs ...*os.File) wire.ExitStatus {
 	err := p.cmd.Wait()
 	p.mu.Lock()
 	p.exited = true
@@ -109,6 +116,7 @@ func (p *process) wait(grace time.Duration, cut func()) wire.ExitStatus {
 	select {
 	case <-drained:
 	case <-time.After(grace):
+		drainUnread(drained, outputs)
 		if cut != nil {
 			cut()
 			<-drained
@@ -120,6 +128,43 @@ func (p *process) wait(grace time.Duration, cut func()) wire.ExitStatus {
 		}
 	}
 	return st
+}
+
+// maxDrain bounds how long past the grace wait lets the readers take output
+// that was written but not yet read: a descendant that writes without end
+// would otherwise hold the call open.
+const maxDrain = 2 * time.Second
+
+// drainUnread waits, until drained is closed or maxDrain has passed, while
+// any of files has bytes written and not yet read.
+func drainUnread(drained <-chan struct{}, files []*os.File) {
+	deadline := time.Now().Add(maxDrain)
+	for unread(files) && time.Now().Before(deadline) {
+		select {
+		case <-drained:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// unread reports whether a pipe or terminal in files holds bytes not yet
+// read. A closed file holds none.
+func unread(files []*os.File) bool {
+	for _, f := range files {
+		rc, err := f.SyscallConn() // not Fd: that would make f blocking
+		if err != nil {
+			continue
+		}
+		n := 0
+		_ = rc.Control(func(fd uintptr) {
+			n, _ = unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD, for pipes and terminals alike
+		})
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // stdPipes makes the pipes of a process's stdout and stderr: the read ends

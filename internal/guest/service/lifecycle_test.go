@@ -175,3 +175,28 @@ func TestProcessDrainsDescendants(t *testing.T) {
 		}
 	}
 }
+
+// TestExecKeepsUnreadOutput: output written before the process exited is
+// all returned even when its reader falls behind the grace (a loaded
+// sandbox may not schedule it in time): the grace cuts streams held open,
+// not bytes already in the pipe.
+func TestExecKeepsUnreadOutput(t *testing.T) {
+	r := testRunner()
+	var got []byte
+	first := true
+	st, err := r.Exec(context.Background(), &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo first; sleep 0.05; echo second"}}, func(ev wire.ExecEvent) {
+		if first {
+			// The reader is busy past the process's exit and the grace
+			// while "second" waits in the pipe.
+			first = false
+			time.Sleep(400 * time.Millisecond)
+		}
+		got = append(got, ev.Data...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Code != 0 || string(got) != "first\nsecond\n" {
+		t.Errorf("exit %+v, output %q; want 0 and both lines", st, got)
+	}
+}

@@ -114,6 +114,7 @@ type proc struct {
 	stderr  *ring
 	stdin   io.WriteCloser // pipe or pty master; nil when closed
 	tty     *os.File       // pty master, when the process has a terminal
+	outputs []*os.File     // the agent's read ends of its output
 	life    *process
 	done    chan struct{}
 	mu      sync.Mutex
@@ -183,6 +184,7 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 		cmd.SysProcAttr.Setctty = true
 		cmd.SysProcAttr.Ctty = 0
 		p.tty, p.stdin = master, master
+		p.outputs = []*os.File{master}
 		closeAfterStart = append(closeAfterStart, slave)
 		closeOnFailure = append(closeOnFailure, master)
 		readers = append(readers, func() { _, _ = io.Copy(p.stdout, master) })
@@ -192,6 +194,7 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 			return wire.ProcessInfo{}, err
 		}
 		cmd.Stdout, cmd.Stderr = outW, errW
+		p.outputs = []*os.File{outR, errR}
 		closeAfterStart = append(closeAfterStart, outW, errW)
 		closeOnFailure = append(closeOnFailure, outR, errR)
 		readers = append(readers,
@@ -234,7 +237,7 @@ func (ps *Procs) supervise(p *proc) {
 		// grandchild may keep one open, so end it.
 		cut = func() { p.tty.Close() }
 	}
-	st := p.life.wait(100*time.Millisecond, cut)
+	st := p.life.wait(100*time.Millisecond, cut, p.outputs...)
 	if p.tty != nil {
 		p.tty.Close()
 	}
