@@ -263,7 +263,10 @@ type entry struct {
 	started      time.Time
 	stopped      time.Time
 	removed      bool
-	sb           backend.Sandbox
+	// sb and log are set holding both life and Manager.mu, so either
+	// lock is enough to read them.
+	sb  backend.Sandbox
+	log *logFile
 	// why is the reason of the last stop or removal, for the operations
 	// it cut short.
 	why string
@@ -271,8 +274,6 @@ type entry struct {
 	busy       atomic.Int32
 	lastActive atomic.Int64 // unix nanoseconds
 	usage      usage
-
-	log *logFile
 }
 
 // New opens the manager on its database: sandboxes that were running are
@@ -584,12 +585,17 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 		if err != nil {
 			return err
 		}
+		m.mu.Lock()
 		e.sb = sb
+		m.mu.Unlock()
 	} else if s, ok := e.sb.(backend.Reconfigurer); ok {
 		s.SetConfig(cfg)
 	}
 	if e.log == nil {
-		e.log = openLog(m.opts.LogDir, e.id)
+		l := openLog(m.opts.LogDir, e.id)
+		m.mu.Lock()
+		e.log = l
+		m.mu.Unlock()
 	}
 	// The request's cancellation must not leave a half-started sandbox:
 	// the start runs to its own deadline.
@@ -790,11 +796,15 @@ func (e *entry) logf(format string, args ...any) {
 func (m *Manager) Logs(ns, name string, tail int) ([]string, error) {
 	m.mu.Lock()
 	e := m.entries[key{ns, name}]
+	var l *logFile
+	if e != nil {
+		l = e.log
+	}
 	m.mu.Unlock()
 	if e == nil {
 		return nil, notFound(ns, name)
 	}
-	return e.log.tail(tail)
+	return l.tail(tail)
 }
 
 // insert records a new sandbox.

@@ -644,3 +644,31 @@ func TestSpecDefaults(t *testing.T) {
 		t.Errorf("start without an image: %v", err)
 	}
 }
+
+// TestReadsDuringFirstStart: what the API reads of a sandbox while its
+// first start runs (usage, logs, state) is safe to read then; the race
+// detector sees the start's writes of its backend handle and log.
+func TestReadsDuringFirstStart(t *testing.T) {
+	e := newEnv(t, sandbox.Options{})
+	m := e.manager(t)
+	for i := range 20 {
+		name := fmt.Sprintf("s%d", i)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				_, _ = m.Usage("ns", name)
+				_, _ = m.Logs("ns", name, 1)
+				_, _ = m.Get("ns", name)
+			}
+		}()
+		mustStart(t, m, name, spec)
+		done <- struct{}{}
+		<-done
+	}
+}
