@@ -111,7 +111,7 @@ func benchCmd(ctx context.Context, args []string) error {
 	if m := be.UserNS(); m != nil {
 		shift = layer.IDMap{HostBase: m.Host, Size: m.Size}
 	}
-	if err := os.Chmod(tmp, 0o711); err != nil {
+	if err := os.Chmod(tmp, 0o711); err != nil { //nolint:gosec // 0711: the throwaway image store below tmp must be traversable by the sandboxes' uid range
 		return err
 	}
 	storedImg, err := bench.StoredImage(ctx, filepath.Join(tmp, "stored"), shift)

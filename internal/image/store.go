@@ -112,7 +112,7 @@ func OpenStore(dir string, db *store.Store, shift layer.IDMap) (*Store, error) {
 		pinned:         map[string]int{},
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "layers"), s.layersDir()} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
+		if err := os.MkdirAll(d, 0o711); err != nil { //nolint:gosec // 0711: image layers below are lower dirs of sandboxes, so the sandboxes' uid range must traverse
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
@@ -276,7 +276,7 @@ func (s *Store) ensureLayer(ctx context.Context, ls layerSource, b *budget) (int
 // prepareRoot gives a layer's top directory the metadata of an image's /
 // (a layer tar may set it with a "./" entry).
 func (s *Store) prepareRoot(dir string) error {
-	if err := os.Chmod(dir, 0o755); err != nil {
+	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // 0755: the layer's top dir becomes the image's /, which the sandbox's processes must read
 		return err
 	}
 	if os.Geteuid() == 0 && s.shift.Size > 0 {
@@ -420,7 +420,7 @@ func (s *Store) storeSource(ctx context.Context, src *source, name string, pinne
 }
 
 func syncFS(dir string) error {
-	f, err := os.Open(dir)
+	f, err := os.Open(dir) //nolint:gosec // dir is a directory of the store, opened only to fsync it
 	if err != nil {
 		return err
 	}

@@ -164,10 +164,10 @@ func New(opts Options) (*Backend, error) {
 	}
 	b := &Backend{opts: opts, log: opts.Logger, seccompFilter: seccomp.Encode(prog)}
 	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
+		if err := os.MkdirAll(d, 0o711); err != nil { //nolint:gosec // 0711: sandbox roots and image layers live below these dirs, so the sandboxes' uid range must traverse them
 			return nil, fmt.Errorf("native backend: %w", err)
 		}
-		if err := os.Chmod(d, 0o711); err != nil {
+		if err := os.Chmod(d, 0o711); err != nil { //nolint:gosec // 0711 again, whatever the umask did to MkdirAll's mode (same reason)
 			return nil, fmt.Errorf("native backend: %w", err)
 		}
 	}
@@ -296,7 +296,7 @@ func (b *Backend) openAgent() error {
 	if err := mkdirAllMode(dir, 0o711); err != nil {
 		return fmt.Errorf("native backend: install agent: %w", err)
 	}
-	d, err := os.Open(dir)
+	d, err := os.Open(dir) //nolint:gosec // dir is RunDir/.agent, created just above; opened to flock it
 	if err != nil {
 		return fmt.Errorf("native backend: install agent: %w", err)
 	}
@@ -311,7 +311,7 @@ func (b *Backend) openAgent() error {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%d\x00%d", p, st.Dev, st.Ino, src.Size(), src.ModTime().UnixNano()))
 	dst := filepath.Join(dir, "warren-agent-"+hex.EncodeToString(sum[:12]))
 	if cur, err := os.Stat(dst); err != nil || cur.Size() != src.Size() {
-		bin, err := os.ReadFile(p)
+		bin, err := os.ReadFile(p) //nolint:gosec // p is the agent binary the daemon was configured with (Options.AgentPath)
 		if err != nil {
 			return fmt.Errorf("native backend: read agent: %w", err)
 		}
@@ -319,7 +319,7 @@ func (b *Backend) openAgent() error {
 			return fmt.Errorf("native backend: install agent: %w", err)
 		}
 	}
-	held, err := os.Open(dst)
+	held, err := os.Open(dst) //nolint:gosec // dst is inside RunDir/.agent, named by the agent's identity hash
 	if err == nil {
 		err = unix.Flock(int(held.Fd()), unix.LOCK_SH)
 	}
@@ -368,7 +368,7 @@ func writeExecutable(dir, dst string, bin []byte) error {
 
 // removeUnheld deletes p unless a backend holds its shared lock.
 func removeUnheld(p string) {
-	f, err := os.Open(p)
+	f, err := os.Open(p) //nolint:gosec // p is an entry of RunDir/.agent listed by openAgent, opened only to test its lock
 	if err != nil {
 		return
 	}
@@ -438,21 +438,21 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 		}
 	}
 	dir := filepath.Join(b.opts.DataDir, "sandboxes", cfg.ID)
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	if err := os.Mkdir(dir, 0o711); err != nil { //nolint:gosec // 0711: the sandbox's root (a uid in the mapped range) must traverse its dir to reach rootfs
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrExist)
 		}
 		return nil, err
 	}
 	// Whatever this process's umask: sandbox root must pass through.
-	if err := os.Chmod(dir, 0o711); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // 0711, whatever the umask (same reason as the Mkdir above)
 		os.RemoveAll(dir)
 		return nil, err
 	}
 	uid, gid := b.RootIDs()
 	for _, d := range []string{"upper", "work", "rootfs"} {
 		p := filepath.Join(dir, d)
-		if err := os.Mkdir(p, 0o755); err != nil {
+		if err := os.Mkdir(p, 0o755); err != nil { //nolint:gosec // 0755 and chowned to the sandbox's root: upper is what the sandbox sees as / (overlay takes its mode), work and rootfs match it
 			os.RemoveAll(dir)
 			return nil, err
 		}
@@ -771,10 +771,10 @@ func (s *Sandbox) shortLayerPaths(r *boot.Rootfs) error {
 	if err := os.RemoveAll(links); err != nil {
 		return err
 	}
-	if err := os.Mkdir(links, 0o755); err != nil {
+	if err := os.Mkdir(links, 0o755); err != nil { //nolint:gosec // 0755: the layer links are read by the agent as the sandbox's root, a uid in the mapped range that does not own this dir
 		return err
 	}
-	if err := os.Chmod(links, 0o755); err != nil {
+	if err := os.Chmod(links, 0o755); err != nil { //nolint:gosec // 0755 whatever the umask (same reason as the Mkdir above)
 		return err
 	}
 	short := make([]string, len(r.Lower))

@@ -37,7 +37,7 @@ func (b *Backend) startPool(n int) error {
 	if err := mkdirAllMode(filepath.Join(dir, poolStageDir), 0o711); err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, 0o711); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // 0711: pooled agents, as sandbox root, must traverse the pool dir to their stage dirs
 		return err
 	}
 	b.reapPoolCgroups()

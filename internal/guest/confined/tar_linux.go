@@ -428,7 +428,7 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	n, err := writeAt(pfd, base, tr, uint32(hdr.Mode)&0o777, min(left, x.lim.MaxEntrySize), hdr.ModTime)
+	n, err := writeAt(pfd, base, tr, uint32(hdr.Mode)&0o777, min(left, x.lim.MaxEntrySize), hdr.ModTime) //nolint:gosec // masked to 0o777 after the conversion, which keeps the low bits
 	if err != nil {
 		if Kind(err) == wire.ErrTooLarge {
 			return x.fail(hdr.Name, wire.ErrTooLarge, err)
@@ -465,7 +465,7 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 		return err
 	}
 	if x.created[rel] {
-		x.perm[rel] = uint32(hdr.Mode) & 0o777
+		x.perm[rel] = uint32(hdr.Mode) & 0o777 //nolint:gosec // masked to 0o777 after the conversion, which keeps the low bits
 		x.meta[rel] = hdr.ModTime
 	}
 	x.stats.Dirs++

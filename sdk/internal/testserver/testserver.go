@@ -95,7 +95,7 @@ func start() (*server, error) {
 		return nil, err
 	}
 	// Sandbox root is an unprivileged uid that must reach the data dir.
-	if err := os.Chmod(dir, 0o711); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // 0711 for the uid range named above
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -107,7 +107,7 @@ func start() (*server, error) {
 	addr := l.Addr().String()
 	l.Close()
 	s := &server{dir: dir, url: "http://" + addr, log: new(bytes.Buffer)}
-	s.cmd = exec.Command(bin, "serve", "--dev", "--listen", addr, "--prewarm", "1",
+	s.cmd = exec.Command(bin, "serve", "--dev", "--listen", addr, "--prewarm", "1", //nolint:gosec // bin is the warren binary of this checkout (or WARREN_BIN); the arguments are fixed
 		"--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"))
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
