@@ -46,13 +46,13 @@ func benchCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	// With a warm pool as well: what a daemon uses.
 	pooled, err := hf.backend(native.Options{ExitWithHost: true, Prewarm: 2})
 	if err != nil {
 		return err
 	}
-	defer pooled.Close()
+	defer func() { _ = pooled.Close() }()
 	_, _ = be.ReapOrphans(nil)
 	img, err := be.HostImage()
 	if err != nil {
@@ -63,7 +63,7 @@ func benchCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "measurement\tmedian\tratio\tbaseline")

@@ -63,7 +63,7 @@ func imageCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	switch sub, a := rest[0], rest[1:]; {
 	case sub == "import" && len(a) == 2:
 		start := time.Now()
@@ -160,7 +160,7 @@ func (h *hostFlags) imageStore() (*image.Store, *store.Store, error) {
 	}
 	st, err := image.OpenStore(filepath.Join(h.dataDir, "images", fmt.Sprintf("store-%d", shift.HostBase)), db, shift)
 	if err != nil {
-		db.Close()
+		_ = db.Close()
 		return nil, nil, err
 	}
 	return st, db, nil

@@ -50,7 +50,7 @@ func readSecret(path string) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("auth: opening secret file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("auth: stat secret file: %w", err)
@@ -91,13 +91,13 @@ func createSecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("auth: creating secret file: %w", err)
 	}
 	tmpName := tmp.Name()
-	defer os.Remove(tmpName)
+	defer func() { _ = os.Remove(tmpName) }()
 	if _, err := tmp.Write(append(bytes.Clone(secret), '\n')); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return nil, fmt.Errorf("auth: writing secret file: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return nil, fmt.Errorf("auth: syncing secret file: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
@@ -113,7 +113,7 @@ func createSecret(path string) ([]byte, error) {
 	}
 	if d, err := os.Open(dir); err == nil { //nolint:gosec // dir is the secret file's own directory, opened only to fsync it
 		_ = d.Sync() // best effort: the file itself was synced
-		d.Close()
+		_ = d.Close()
 	}
 	return secret, nil
 }

@@ -42,7 +42,7 @@ func StoredImage(ctx context.Context, dir string, shift layer.IDMap) (*image.Ima
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	st, err := image.OpenStore(filepath.Join(dir, "images"), db, shift)
 	if err != nil {
 		return nil, err
@@ -108,7 +108,7 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }()
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil { //nolint:gosec // 0755: directories of an image's rootfs, which a sandbox's processes must read
 		return err
 	}
@@ -117,7 +117,7 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close()
 		return err
 	}
 	return out.Close()

@@ -266,7 +266,7 @@ type SpawnTarget struct {
 // Close closes the target's files.
 func (t SpawnTarget) Close() {
 	for _, f := range t.Files {
-		f.Close()
+		_ = f.Close()
 	}
 }
 
@@ -423,7 +423,7 @@ func (c *Cgroup) isMember(pid int) bool {
 		return false
 	}
 	cg, err := ParseProcSelf(f)
-	f.Close()
+	_ = f.Close()
 	if err != nil {
 		return false
 	}

@@ -133,7 +133,7 @@ func detect() (layout, error) {
 		return layout{}, fmt.Errorf("cgroup: %w", err)
 	}
 	self, err := ParseProcSelf(f)
-	f.Close()
+	_ = f.Close()
 	if err != nil {
 		return layout{}, err
 	}
@@ -142,7 +142,7 @@ func detect() (layout, error) {
 		return layout{}, fmt.Errorf("cgroup: %w", err)
 	}
 	mounts, err := parseMountinfo(mf)
-	mf.Close()
+	_ = mf.Close()
 	if err != nil {
 		return layout{}, err
 	}

@@ -132,7 +132,7 @@ func buildSkeleton(dir, skel string, uid, gid int) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	if err := os.Chmod(tmp, 0o755); err != nil { //nolint:gosec // 0755: tmp becomes the skeleton's /, which the sandbox's processes must read
 		return err
 	}
@@ -234,13 +234,13 @@ func copyTree(src, dst, rel string) error {
 		if err != nil {
 			return err
 		}
-		defer in.Close()
+		defer func() { _ = in.Close() }()
 		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm()) //nolint:gosec // dst is below the skeleton's tmp dir; O_EXCL refuses anything already there
 		if err != nil {
 			return err
 		}
 		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
+			_ = out.Close()
 			return err
 		}
 		return out.Close()

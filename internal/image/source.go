@@ -90,7 +90,7 @@ func openMaybeGzip(p string) (io.ReadCloser, bool, error) {
 	if len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			f.Close()
+			_ = f.Close()
 			return nil, false, err
 		}
 		return struct {
@@ -109,7 +109,7 @@ func scanTar(ctx context.Context, p string) (*tarScan, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	sc := &tarScan{gzip: gz, sizes: map[string]int64{}}
 	tr := tar.NewReader(rc)
 	for {
@@ -251,7 +251,7 @@ func (s *Store) extractLayout(ctx context.Context, src, dir string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	tr := tar.NewReader(f)
 	left := s.maxTotalBytes
 	for n := 0; ; n++ {
@@ -315,7 +315,7 @@ func (s *Store) openRootfsTar(ctx context.Context, src string, gz bool) (*source
 	open := func() (io.ReadCloser, error) {
 		rc, isGz, err := openMaybeGzip(src)
 		if err == nil && isGz != gz {
-			rc.Close()
+			_ = rc.Close()
 			return nil, fmt.Errorf("%s changed during import", src)
 		}
 		return rc, err
@@ -324,7 +324,7 @@ func (s *Store) openRootfsTar(ctx context.Context, src string, gz bool) (*source
 	if err != nil {
 		return nil, err
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	h := newHashWriter()
 	if _, err := io.Copy(h, &countingReader{ctx: ctx, r: rc, b: &budget{left: s.maxTotalBytes}}); err != nil {
 		return nil, err
@@ -436,7 +436,7 @@ func writeTree(ctx context.Context, w io.Writer, root string) error {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		n, err := io.Copy(tw, f)
 		if err == nil && n != hdr.Size {
 			err = fmt.Errorf("%s changed size during import", p)

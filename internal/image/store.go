@@ -237,7 +237,7 @@ func (s *Store) ensureLayer(ctx context.Context, ls layerSource, b *budget) (int
 	if err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(tmp) // a no-op once renamed
+	defer func() { _ = os.RemoveAll(tmp) }() // a no-op once renamed
 	if err := s.prepareRoot(tmp); err != nil {
 		return 0, err
 	}
@@ -245,7 +245,7 @@ func (s *Store) ensureLayer(ctx context.Context, ls layerSource, b *budget) (int
 	if err != nil {
 		return 0, fmt.Errorf("layer %s: %w", ls.diffID, err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	h := sha256.New()
 	r := io.TeeReader(&countingReader{ctx: ctx, r: rc, b: b}, h)
 	// Sandboxes with a user namespace mount their overlay with userxattr,
@@ -337,7 +337,7 @@ func (s *Store) importSource(ctx context.Context, src, name string, pinned *[]st
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(scratch)
+	defer func() { _ = os.RemoveAll(scratch) }()
 	srcImg, err := s.open(ctx, src, scratch)
 	if err != nil {
 		return nil, err
@@ -424,7 +424,7 @@ func syncFS(dir string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	return unix.Syncfs(int(f.Fd()))
 }
 

@@ -169,13 +169,13 @@ func start(path string, log *os.File, env []string) (*Client, error) {
 		return nil, fmt.Errorf("spawner: socketpair: %w", err)
 	}
 	host, child := os.NewFile(uintptr(fds[0]), "spawner"), os.NewFile(uintptr(fds[1]), "spawner-child")
-	defer child.Close()
+	defer func() { _ = child.Close() }()
 	cmd := &exec.Cmd{Path: path, Args: []string{"warren-spawner"}, Env: append([]string{}, env...), ExtraFiles: []*os.File{child}}
 	if log != nil {
 		cmd.Stdout, cmd.Stderr = log, log
 	}
 	if err := cmd.Start(); err != nil {
-		host.Close()
+		_ = host.Close()
 		return nil, fmt.Errorf("spawner: %w", err)
 	}
 	c := &Client{ctl: host, cmd: cmd, done: make(chan struct{})}

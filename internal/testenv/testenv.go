@@ -143,7 +143,7 @@ func SearchableDir(t testing.TB, pattern string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // 0711: the point of SearchableDir, for sandboxes' uid range to traverse
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func lockFile(p string, wait bool) (*os.File, error) {
 		how |= unix.LOCK_NB
 	}
 	if err := unix.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, err
 	}
 	return f, nil
@@ -41,7 +41,7 @@ func markerState(p string) (exists, held bool) {
 	if err != nil {
 		return false, false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return true, errors.Is(err, unix.EWOULDBLOCK)
 	}

@@ -150,7 +150,7 @@ func writeAt(dirfd int, base string, src io.Reader, perm uint32, max int64, mtim
 	done := false
 	defer func() {
 		if !done {
-			f.Close()
+			_ = f.Close()
 			_ = unix.Unlinkat(dirfd, tmp, 0)
 		}
 	}()

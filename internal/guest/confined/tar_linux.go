@@ -181,7 +181,7 @@ func (tw *tarWriter) file(dirfd int, name string, hdr *tar.Header, top bool) err
 		return err
 	}
 	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	hdr.Typeflag = tar.TypeReg
 	hdr.Size = st.Size
 	hdr.Mode = int64(st.Mode & 0o7777)
@@ -207,7 +207,7 @@ func (tw *tarWriter) file(dirfd int, name string, hdr *tar.Header, top bool) err
 // prefixed by prefix.
 func (tw *tarWriter) dir(fd int, prefix string) error {
 	d := os.NewFile(uintptr(fd), prefix)
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	for {
 		names, err := d.Readdirnames(256)
 		slices.Sort(names)

@@ -212,7 +212,7 @@ func startProc(ctx context.Context, opts Options, lang string) (*proc, error) {
 	var childEnds []*os.File
 	defer func() {
 		for _, f := range childEnds {
-			f.Close()
+			_ = f.Close()
 		}
 	}()
 	pipe := func() (r, w *os.File) {
@@ -267,7 +267,7 @@ func startProc(ctx context.Context, opts Options, lang string) (*proc, error) {
 	}
 	p.pid = cmd.Process.Pid
 	for _, f := range childEnds {
-		f.Close()
+		_ = f.Close()
 	}
 	childEnds = nil
 
@@ -369,7 +369,7 @@ func (p *proc) cleanup() {
 func (p *proc) closeFiles() {
 	for _, f := range []*os.File{p.ctlW, p.ctlR, p.outR, p.errR} {
 		if f != nil {
-			f.Close()
+			_ = f.Close()
 		}
 	}
 }

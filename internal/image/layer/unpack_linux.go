@@ -155,7 +155,7 @@ func checkEmpty(fd int) error {
 		return err
 	}
 	f := os.NewFile(uintptr(d), ".")
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	names, err := f.Readdirnames(1)
 	if len(names) > 0 {
 		return errors.New("directory is not empty")

@@ -157,7 +157,7 @@ func loadModules(file string) error {
 			return err
 		}
 		err = unix.FinitModule(int(f.Fd()), "", 0)
-		f.Close()
+		_ = f.Close()
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("load module %s: %w", filepath.Base(p), err)
 		}
@@ -193,7 +193,7 @@ func readPlan(p string) ([]lane, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var lanes []lane
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
