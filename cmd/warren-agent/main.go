@@ -63,7 +63,7 @@ func run(status *os.File) error {
 	if err != nil {
 		return fmt.Errorf("read config: %w", err)
 	}
-	cfgFile.Close()
+	_ = cfgFile.Close()
 	if cfg.Lifeline {
 		life := inherited(boot.FDLifeline, "lifeline")
 		go func() {
@@ -77,13 +77,13 @@ func run(status *os.File) error {
 	if err != nil {
 		return fmt.Errorf("listener: %w", err)
 	}
-	lf.Close()
+	_ = lf.Close()
 	cf := os.NewFile(boot.FDConn, "conn")
 	first, err := net.FileConn(cf)
 	if err != nil {
 		return fmt.Errorf("first connection: %w", err)
 	}
-	cf.Close()
+	_ = cf.Close()
 	phases := map[string]float64{}
 	launcher, err := setup.Apply(cfg, staged, phases)
 	if err != nil {
@@ -118,7 +118,7 @@ func run(status *os.File) error {
 	if _, err := status.WriteString("ok " + string(report) + "\n"); err != nil {
 		return fmt.Errorf("report ready: %w", err)
 	}
-	status.Close()
+	_ = status.Close()
 	if n := int(cfg.Procs); n != 1 {
 		if n == 0 || n > runtime.NumCPU() {
 			n = runtime.NumCPU()

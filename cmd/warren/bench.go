@@ -46,13 +46,13 @@ func benchCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	// With a warm pool as well: what a daemon uses.
 	pooled, err := hf.backend(native.Options{ExitWithHost: true, Prewarm: 2})
 	if err != nil {
 		return err
 	}
-	defer pooled.Close()
+	defer func() { _ = pooled.Close() }()
 	_, _ = be.ReapOrphans(nil)
 	img, err := be.HostImage()
 	if err != nil {
@@ -63,7 +63,7 @@ func benchCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "measurement\tmedian\tratio\tbaseline")
@@ -111,7 +111,7 @@ func benchCmd(ctx context.Context, args []string) error {
 	if m := be.UserNS(); m != nil {
 		shift = layer.IDMap{HostBase: m.Host, Size: m.Size}
 	}
-	if err := os.Chmod(tmp, 0o711); err != nil {
+	if err := os.Chmod(tmp, 0o711); err != nil { //nolint:gosec // 0711: the throwaway image store below tmp must be traversable by the sandboxes' uid range
 		return err
 	}
 	storedImg, err := bench.StoredImage(ctx, filepath.Join(tmp, "stored"), shift)

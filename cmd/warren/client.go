@@ -55,7 +55,7 @@ func (c *apiClient) call(ctx context.Context, method string, params, out any) er
 	if err != nil {
 		return fmt.Errorf("cannot reach the server at %s (is 'warren serve' running?): %w", c.url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
 		return err

@@ -129,7 +129,7 @@ func fsSupported(name string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if fields := strings.Fields(sc.Text()); len(fields) > 0 && fields[len(fields)-1] == name {
@@ -155,7 +155,7 @@ func smokeTest(ctx context.Context, hf *hostFlags) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	img, err := be.HostImage()
 	if err != nil {
 		return 0, err
@@ -165,7 +165,7 @@ func smokeTest(ctx context.Context, hf *hostFlags) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer sb.Remove(context.WithoutCancel(ctx))
+	defer func() { _ = sb.Remove(context.WithoutCancel(ctx)) }()
 	if err := sb.Start(ctx); err != nil {
 		return 0, err
 	}

@@ -63,7 +63,7 @@ func imageCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	switch sub, a := rest[0], rest[1:]; {
 	case sub == "import" && len(a) == 2:
 		start := time.Now()
@@ -151,7 +151,7 @@ func (h *hostFlags) imageStore() (*image.Store, *store.Store, error) {
 	if h.userNS != native.UserNSOff && native.ProbeUserNS() == nil {
 		shift = layer.IDMap{HostBase: native.DefaultUIDBase, Size: 65536}
 	}
-	if err := os.MkdirAll(h.dataDir, 0o711); err != nil {
+	if err := os.MkdirAll(h.dataDir, 0o711); err != nil { //nolint:gosec // 0711: the data dir must be traversable by the sandboxes' uid range (their roots and image layers live below it)
 		return nil, nil, err
 	}
 	db, err := store.Open(filepath.Join(h.dataDir, "warren.db"))
@@ -160,7 +160,7 @@ func (h *hostFlags) imageStore() (*image.Store, *store.Store, error) {
 	}
 	st, err := image.OpenStore(filepath.Join(h.dataDir, "images", fmt.Sprintf("store-%d", shift.HostBase)), db, shift)
 	if err != nil {
-		db.Close()
+		_ = db.Close()
 		return nil, nil, err
 	}
 	return st, db, nil

@@ -100,7 +100,7 @@ func keyCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	secret, err := auth.LoadOrCreateSecret(filepath.Join(*dataDir, "secret.key"))
 	if err != nil {
 		return err

@@ -40,7 +40,7 @@ func storedImage(hf *hostFlags, name string) (img *image.Image, release func(), 
 	if err != nil {
 		return nil, nil, err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	if img, err = st.Get(name); err != nil {
 		return nil, nil, err
 	}
@@ -111,7 +111,7 @@ func runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	// Clear what an earlier `warren run` killed with SIGKILL left behind.
 	_, _ = be.ReapOrphans(nil)
 	var sbImg *image.Image

@@ -124,12 +124,12 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	defer be.Close()
+	defer func() { _ = be.Close() }()
 	imgs, db, err := c.hf.imageStore()
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	secret, err := auth.LoadOrCreateSecret(filepath.Join(c.hf.dataDir, "secret.key"))
 	if err != nil {
 		return err

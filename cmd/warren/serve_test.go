@@ -26,7 +26,7 @@ func startServe(t *testing.T, dir string, extra ...string) (string, *exec.Cmd, *
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close()
+	_ = ln.Close()
 	cmd := warren(t, dir, append([]string{"serve", "--listen", addr, "--prewarm", "1"}, extra...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -38,7 +38,7 @@ func startServe(t *testing.T, dir string, extra ...string) (string, *exec.Cmd, *
 	for {
 		resp, err := http.Get(url + "/api/v1/health")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			break
 		}
 		if time.Now().After(deadline) {
@@ -97,7 +97,7 @@ func TestServeKeysAndClientCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
 	if code := post("sandbox.start", map[string]any{"sandbox": "box"}); code != 200 {
@@ -158,7 +158,7 @@ func TestServeKeysAndClientCommands(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("remove: %v %v", err, resp)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	stopServe(t, srv3)
 }
 
@@ -190,7 +190,7 @@ func TestServeLimitAndTimeoutFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		r := reply{status: resp.StatusCode}
 		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
 			t.Fatal(err)

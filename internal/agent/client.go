@@ -107,7 +107,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		return nil, fmt.Errorf("agent %s %s: %w", method, path, err)
 	}
 	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		ae := &Error{Status: resp.StatusCode}
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		if json.Unmarshal(b, &ae.ErrorBody) != nil || ae.Kind == "" {
@@ -132,7 +132,7 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if out == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return nil
@@ -166,7 +166,7 @@ func (c *Client) Exec(ctx context.Context, req *wire.ExecRequest, onOutput func(
 	if err != nil {
 		return wire.ExitStatus{}, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	return readExecStream(resp.Body, onOutput)
 }
 
@@ -256,7 +256,7 @@ func (c *Client) WriteStdin(ctx context.Context, id string, data []byte, close b
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return nil
 }
 
@@ -276,7 +276,7 @@ func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	return io.ReadAll(io.LimitReader(resp.Body, wire.MaxFileRead+1))
 }
 
@@ -287,7 +287,7 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return nil
 }
 
@@ -335,7 +335,7 @@ func (c *Client) UploadTar(ctx context.Context, path string, r io.Reader) error 
 	if err != nil {
 		return err
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	return nil
 }
 

@@ -49,23 +49,23 @@ func find(name, env, explicit string, embedded []byte, cacheDir string) (string,
 func extract(name string, embedded []byte, cacheDir string) (string, error) {
 	sum := sha256.Sum256(embedded)
 	p := filepath.Join(cacheDir, name+"-"+hex.EncodeToString(sum[:8]))
-	if b, err := os.ReadFile(p); err == nil && sha256.Sum256(b) == sum {
+	if b, err := os.ReadFile(p); err == nil && sha256.Sum256(b) == sum { //nolint:gosec // p is cacheDir joined with a name made from the embedded binary's hash
 		return p, nil
 	}
-	if err := os.MkdirAll(cacheDir, 0o711); err != nil {
+	if err := os.MkdirAll(cacheDir, 0o711); err != nil { //nolint:gosec // 0711 like the data dir it sits in: it holds only binaries shipped inside warren itself, and listing stays refused
 		return "", err
 	}
 	tmp, err := os.CreateTemp(cacheDir, "."+name+"-")
 	if err != nil {
 		return "", err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	if _, err := tmp.Write(embedded); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return "", err
 	}
 	if err := tmp.Chmod(0o755); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return "", err
 	}
 	if err := tmp.Close(); err != nil {

@@ -542,12 +542,16 @@ func TestLoadSecretRejects(t *testing.T) {
 			t.Error("error leaks file contents")
 		}
 		for _, m := range []os.FileMode{0o640, 0o604, 0o660} {
-			os.Chmod(p, m)
+			if err := os.Chmod(p, m); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := LoadOrCreateSecret(p); err == nil {
 				t.Errorf("mode %v accepted", m)
 			}
 		}
-		os.Chmod(p, 0o400)
+		if err := os.Chmod(p, 0o400); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := LoadOrCreateSecret(p); err != nil {
 			t.Errorf("mode 0400 rejected: %v", err)
 		}
@@ -579,7 +583,9 @@ func TestLoadSecretRejects(t *testing.T) {
 		if _, err := LoadOrCreateSecret(p); err == nil {
 			t.Fatal("31-byte secret accepted")
 		}
-		os.WriteFile(p, nil, 0o600)
+		if err := os.WriteFile(p, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := LoadOrCreateSecret(p); err == nil {
 			t.Fatal("empty secret accepted")
 		}

@@ -40,7 +40,7 @@ func LoadOrCreateSecret(path string) ([]byte, error) {
 func readSecret(path string) ([]byte, error) {
 	// O_NONBLOCK keeps a FIFO planted at path from hanging us; it is a no-op
 	// for regular files.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0) //nolint:gosec // path is the daemon's configured secret file; O_NOFOLLOW and the checks below refuse anything but a regular file
 	if err != nil {
 		if errors.Is(err, syscall.ELOOP) {
 			return nil, fmt.Errorf("auth: secret file %s is a symlink; refusing to follow it", path)
@@ -50,7 +50,7 @@ func readSecret(path string) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("auth: opening secret file: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("auth: stat secret file: %w", err)
@@ -91,13 +91,13 @@ func createSecret(path string) ([]byte, error) {
 		return nil, fmt.Errorf("auth: creating secret file: %w", err)
 	}
 	tmpName := tmp.Name()
-	defer os.Remove(tmpName)
+	defer func() { _ = os.Remove(tmpName) }()
 	if _, err := tmp.Write(append(bytes.Clone(secret), '\n')); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return nil, fmt.Errorf("auth: writing secret file: %w", err)
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
+		_ = tmp.Close()
 		return nil, fmt.Errorf("auth: syncing secret file: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
@@ -111,9 +111,9 @@ func createSecret(path string) ([]byte, error) {
 		}
 		return nil, fmt.Errorf("auth: installing secret file: %w", err)
 	}
-	if d, err := os.Open(dir); err == nil {
+	if d, err := os.Open(dir); err == nil { //nolint:gosec // dir is the secret file's own directory, opened only to fsync it
 		_ = d.Sync() // best effort: the file itself was synced
-		d.Close()
+		_ = d.Close()
 	}
 	return secret, nil
 }

@@ -31,7 +31,7 @@ func envWith(b *testing.B, prewarm int) *bench.Env {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o711); err != nil {
 		b.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func envWith(b *testing.B, prewarm int) *bench.Env {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { be.Close() })
+	b.Cleanup(func() { _ = be.Close() })
 	img, err := be.HostImage()
 	if err != nil {
 		b.Fatal(err)
@@ -175,7 +175,7 @@ func BenchmarkColdCycleStoredImage(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
 	if err := os.Chmod(dir, 0o711); err != nil {
 		b.Fatal(err)
 	}

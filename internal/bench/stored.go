@@ -22,11 +22,11 @@ import (
 func StoredImage(ctx context.Context, dir string, shift layer.IDMap) (*image.Image, error) {
 	root := filepath.Join(dir, "rootfs")
 	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "tmp", "root", "run", "var/tmp"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil { //nolint:gosec // 0755: directories of an image's rootfs, which a sandbox's processes must read
 			return nil, err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/true\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/true\n"), 0o644); err != nil { //nolint:gosec // 0644: /etc/passwd of an image's rootfs is world-readable by convention
 		return nil, err
 	}
 	files, err := withLibraries("/bin/true")
@@ -42,7 +42,7 @@ func StoredImage(ctx context.Context, dir string, shift layer.IDMap) (*image.Ima
 	if err != nil {
 		return nil, err
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	st, err := image.OpenStore(filepath.Join(dir, "images"), db, shift)
 	if err != nil {
 		return nil, err
@@ -104,20 +104,20 @@ func withLibraries(path string) ([]string, error) {
 
 // copyFile copies the file src resolves to into dst, executable.
 func copyFile(src, dst string) error {
-	in, err := os.Open(src)
+	in, err := os.Open(src) //nolint:gosec // src is a host binary (e.g. /bin/true) the benchmark copies into its image
 	if err != nil {
 		return err
 	}
-	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+	defer func() { _ = in.Close() }()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil { //nolint:gosec // 0755: directories of an image's rootfs, which a sandbox's processes must read
 		return err
 	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755) //nolint:gosec // 0755: an executable in an image's rootfs, run by the sandbox's uid
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close()
 		return err
 	}
 	return out.Close()

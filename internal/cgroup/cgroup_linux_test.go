@@ -751,7 +751,7 @@ func v2Layout(t *testing.T) layout {
 		t.Fatal(err)
 	}
 	mounts, err := parseMountinfo(f)
-	f.Close()
+	_ = f.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -879,12 +879,12 @@ func BenchmarkSpawnTrue(b *testing.B) {
 	if err != nil {
 		b.Skip(err)
 	}
-	defer m.removePrefix()
+	defer func() { _ = m.removePrefix() }()
 	c, err := m.Create("bench", Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Destroy()
+	defer func() { _ = c.Destroy() }()
 	for b.Loop() {
 		cmd := exec.Command("/bin/true")
 		if err := c.Spawn(func(int) error { return cmd.Start() }); err != nil {
@@ -912,7 +912,7 @@ func BenchmarkCreateDestroy(b *testing.B) {
 	if err != nil {
 		b.Skip(err)
 	}
-	defer m.removePrefix()
+	defer func() { _ = m.removePrefix() }()
 	l := Limits{MemoryBytes: 64 << 20, CPUs: 1, PidsMax: 64}
 	if m.checkLimits(l) != nil {
 		l = Limits{}

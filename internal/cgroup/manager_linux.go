@@ -133,7 +133,7 @@ func detect() (layout, error) {
 		return layout{}, fmt.Errorf("cgroup: %w", err)
 	}
 	self, err := ParseProcSelf(f)
-	f.Close()
+	_ = f.Close()
 	if err != nil {
 		return layout{}, err
 	}
@@ -142,7 +142,7 @@ func detect() (layout, error) {
 		return layout{}, fmt.Errorf("cgroup: %w", err)
 	}
 	mounts, err := parseMountinfo(mf)
-	mf.Close()
+	_ = mf.Close()
 	if err != nil {
 		return layout{}, err
 	}
@@ -248,7 +248,7 @@ func newManager(lay layout, prefix string) (*Manager, error) {
 		var failed []error
 		for _, h := range lay.hiers {
 			h.parent = filepath.Join(h.mount, h.own, prefix)
-			if err := os.MkdirAll(h.parent, 0o755); err != nil {
+			if err := os.MkdirAll(h.parent, 0o755); err != nil { //nolint:gosec // 0755: a cgroup dir holds control files whose modes the kernel sets (root-writable); listing it gives others nothing to change
 				for _, c := range h.ctrls {
 					m.unavail[c] = "cannot create " + h.parent + ": " + errno(err)
 				}
@@ -321,7 +321,7 @@ func (m *Manager) setupV2(h *hierarchy) error {
 	comps := strings.Split(m.prefix, "/")
 	for i := 0; ; i++ {
 		if i > 0 {
-			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) { //nolint:gosec // 0755: a cgroup dir holds control files whose modes the kernel sets (root-writable); listing it gives others nothing to change
 				return fmt.Errorf("cgroup: %w", err)
 			}
 		}
@@ -387,7 +387,7 @@ func (m *Manager) restorePrefixV2() error {
 	for i, comp := range append([]string{""}, strings.Split(m.prefix, "/")...) {
 		if i > 0 {
 			dir = filepath.Join(dir, comp)
-			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) { //nolint:gosec // 0755: a cgroup dir holds control files whose modes the kernel sets (root-writable); listing it gives others nothing to change
 				return err
 			}
 		}
@@ -525,7 +525,7 @@ func (m *Manager) Create(name string, l Limits) (*Cgroup, error) {
 		return cause
 	}
 	for _, d := range c.dirs {
-		err := os.Mkdir(d, 0o755)
+		err := os.Mkdir(d, 0o755) //nolint:gosec // 0755: a cgroup dir holds control files whose modes the kernel sets (root-writable); listing it gives others nothing to change
 		// Another Manager's Close (this process's or another's) may have
 		// removed the empty prefix meanwhile: make it again. On v2 a new
 		// directory has no controller enabled, so they are enabled again
@@ -534,10 +534,10 @@ func (m *Manager) Create(name string, l Limits) (*Cgroup, error) {
 			if m.mode == ModeV2 {
 				err = m.restorePrefixV2()
 			} else {
-				err = os.MkdirAll(filepath.Dir(d), 0o755)
+				err = os.MkdirAll(filepath.Dir(d), 0o755) //nolint:gosec // 0755: a cgroup dir holds control files whose modes the kernel sets (root-writable); listing it gives others nothing to change
 			}
 			if err == nil {
-				err = os.Mkdir(d, 0o755)
+				err = os.Mkdir(d, 0o755) //nolint:gosec // 0755: a cgroup dir holds control files whose modes the kernel sets (root-writable); listing it gives others nothing to change
 			}
 		}
 		if err != nil {

@@ -491,7 +491,7 @@ func (s *agentSuite) filesHostilePaths(t *testing.T) {
 		{"DownloadTar", func(ctx context.Context, p string) error {
 			rc, err := s.c.DownloadTar(ctx, p)
 			if err == nil {
-				rc.Close()
+				_ = rc.Close()
 			}
 			return err
 		}},
@@ -638,7 +638,7 @@ func (s *agentSuite) filesNonRegular(t *testing.T) {
 			wantKind(t, err, wire.ErrInvalid, "tar of a fifo")
 			return
 		}
-		defer rc.Close()
+		defer func() { _ = rc.Close() }()
 		tr := tar.NewReader(rc)
 		hdr, rerr := tr.Next()
 		// An empty, cleanly ended answer would tell the client the FIFO
@@ -661,7 +661,7 @@ func tarNames(t testing.TB, s *agentSuite, p string) []string {
 	if err != nil {
 		t.Fatalf("download %s: %s", p, errInfo(err))
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	var names []string
 	tr := tar.NewReader(rc)
 	for {

@@ -126,7 +126,7 @@ func (s *agentSuite) tarRoundTrip(t *testing.T) {
 		t.Fatalf("download: %s", errInfo(err))
 	}
 	raw, err := io.ReadAll(rc)
-	rc.Close()
+	_ = rc.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func (s *agentSuite) tarRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(errInfo(err))
 		}
-		defer rc.Close()
+		defer func() { _ = rc.Close() }()
 		m, order := readTar(t, rc)
 		if len(order) != 1 || order[0] != "bin.dat" || !bytes.Equal(m["bin.dat"].body, bin) {
 			t.Errorf("tar of one file: %q", order)
@@ -191,7 +191,7 @@ func (s *agentSuite) tarRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(errInfo(err))
 		}
-		defer rc.Close()
+		defer func() { _ = rc.Close() }()
 		m, order := readTar(t, rc)
 		if len(order) != 1 || m["abs-link"].typ != tar.TypeSymlink || m["abs-link"].link != "/etc/passwd" {
 			t.Errorf("tar of a symlink: %q %+v", order, m)

@@ -208,15 +208,15 @@ func (h *Harness) loopbackOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			c.Write([]byte("host"))
-			c.Close()
+			_, _ = c.Write([]byte("host"))
+			_ = c.Close()
 		}
 	}()
 	port := l.Addr().(*net.TCPAddr).Port

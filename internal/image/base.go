@@ -190,7 +190,7 @@ func (s *Store) BuildBase(ctx context.Context, lang string, opt BaseOptions) (*R
 	// mmdebstrap's mounts live in a mount namespace of its own (see
 	// runMmdebstrap), so nothing is mounted below scratch here and
 	// removing it cannot reach into a mounted /proc or /dev.
-	defer os.RemoveAll(scratch)
+	defer func() { _ = os.RemoveAll(scratch) }()
 	target := filepath.Join(scratch, "rootfs.tar")
 	root := os.Geteuid() == 0
 	args := mmdebstrapArgs(spec, opt.Suite, opt.Mirror, target, root, keyring, mergedUsrHooks(bin))

@@ -39,7 +39,7 @@ func baseStore(t *testing.T, base string, shift layer.IDMap) (*image.Store, stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() { _ = db.Close() })
 	dir := filepath.Join(base, "images")
 	s, err := image.OpenStore(dir, db, shift)
 	if err != nil {
@@ -380,7 +380,7 @@ func requireBuild(t *testing.T) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Head("http://deb.debian.org/debian/dists/" + image.DefaultBaseSuite + "/Release")
 	if err == nil {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 	}
 	testenv.Require(t, err == nil && resp.StatusCode == http.StatusOK, "Debian's mirror deb.debian.org")
 }
@@ -395,7 +395,7 @@ func TestBuildBasePython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
 	// Sandbox root maps to an unprivileged uid that must reach the data dir.
 	if err := os.Chmod(base, 0o711); err != nil {
 		t.Fatal(err)
@@ -409,7 +409,7 @@ func TestBuildBasePython(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_, _ = be.ReapOrphans(nil)
-		be.Close()
+		_ = be.Close()
 	})
 	shift := layer.IDMap{}
 	if m := be.UserNS(); m != nil {
@@ -482,7 +482,7 @@ func TestBuildBasePython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb.Remove(ctx)
+	defer func() { _ = sb.Remove(ctx) }()
 	if err := sb.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -565,11 +565,11 @@ func mountedUnder(t *testing.T, dir string, all bool) bool {
 		for sc.Scan() {
 			// Field 5 is the mount point.
 			if fields := strings.Fields(sc.Text()); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-				fh.Close()
+				_ = fh.Close()
 				return true
 			}
 		}
-		fh.Close()
+		_ = fh.Close()
 	}
 	return false
 }

@@ -49,9 +49,9 @@ func (s *Store) Hold(img *Image) (release func(), err error) {
 	_, _ = rand.Read(rnd[:])
 	p := filepath.Join(s.holdsDir(), strings.TrimPrefix(img.ID, "sha256:")+"-"+hex.EncodeToString(rnd[:]))
 	release = func() {
-		os.Remove(p)
-		os.Remove(f.Name())
-		f.Close()
+		_ = os.Remove(p)
+		_ = os.Remove(f.Name())
+		_ = f.Close()
 	}
 	err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
 	if err == nil {
@@ -102,14 +102,14 @@ func (s *Store) holds() (map[string][]string, error) {
 // readHold reads a hold file's layers if its holder is alive, and deletes
 // it if not.
 func readHold(p string) (layers []string, live bool, err error) {
-	f, err := os.Open(p)
+	f, err := os.Open(p) //nolint:gosec // p is a hold file in the store's own directory
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) == nil {
 		return nil, false, os.Remove(p) // nobody holds it
 	}

@@ -125,20 +125,20 @@ func hostKey(uid, gid int) (string, error) {
 }
 
 func buildSkeleton(dir, skel string, uid, gid int) error {
-	if err := os.MkdirAll(dir, 0o711); err != nil {
+	if err := os.MkdirAll(dir, 0o711); err != nil { //nolint:gosec // 0711: the host image's skeleton lies below it and the sandboxes' uid range must traverse it
 		return err
 	}
 	tmp, err := os.MkdirTemp(dir, ".host-build-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
+	defer func() { _ = os.RemoveAll(tmp) }()
+	if err := os.Chmod(tmp, 0o755); err != nil { //nolint:gosec // 0755: tmp becomes the skeleton's /, which the sandbox's processes must read
 		return err
 	}
 	for _, d := range skeletonDirs {
 		p := filepath.Join(tmp, d.path)
-		if err := os.MkdirAll(p, 0o755); err != nil {
+		if err := os.MkdirAll(p, 0o755); err != nil { //nolint:gosec // 0755 then set to the entry's own mode just below
 			return err
 		}
 		if err := os.Chmod(p, d.mode); err != nil {
@@ -159,7 +159,7 @@ func buildSkeleton(dir, skel string, uid, gid int) error {
 				return err
 			}
 		case fi.IsDir():
-			if err := os.Mkdir(filepath.Join(tmp, d), 0o755); err != nil {
+			if err := os.Mkdir(filepath.Join(tmp, d), 0o755); err != nil { //nolint:gosec // 0755: a directory of the skeleton, readable by the sandbox's processes like the host's
 				return err
 			}
 		}
@@ -177,7 +177,7 @@ func buildSkeleton(dir, skel string, uid, gid int) error {
 		"etc/resolv.conf": "",
 	}
 	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil { //nolint:gosec // 0644: the skeleton's /etc files (hosts, resolv.conf, ...) are world-readable by convention
 			return err
 		}
 	}
@@ -230,17 +230,17 @@ func copyTree(src, dst, rel string) error {
 		if fi.Size() > 64<<20 {
 			return nil // nothing in /etc a sandbox needs is this large
 		}
-		in, err := os.Open(src)
+		in, err := os.Open(src) //nolint:gosec // src is below the host's /etc, copied into the host image's skeleton
 		if err != nil {
 			return err
 		}
-		defer in.Close()
-		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+		defer func() { _ = in.Close() }()
+		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm()) //nolint:gosec // dst is below the skeleton's tmp dir; O_EXCL refuses anything already there
 		if err != nil {
 			return err
 		}
 		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
+			_ = out.Close()
 			return err
 		}
 		return out.Close()

@@ -506,7 +506,7 @@ func newBenchStore(b *testing.B) *Store {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { db.Close() })
+	b.Cleanup(func() { _ = db.Close() })
 	var shift layer.IDMap
 	if os.Geteuid() == 0 {
 		shift = layer.IDMap{HostBase: shiftBase, Size: 65536}

@@ -112,7 +112,7 @@ func OpenStore(dir string, db *store.Store, shift layer.IDMap) (*Store, error) {
 		pinned:         map[string]int{},
 	}
 	for _, d := range []string{dir, filepath.Join(dir, "layers"), s.layersDir()} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
+		if err := os.MkdirAll(d, 0o711); err != nil { //nolint:gosec // 0711: image layers below are lower dirs of sandboxes, so the sandboxes' uid range must traverse
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
@@ -237,7 +237,7 @@ func (s *Store) ensureLayer(ctx context.Context, ls layerSource, b *budget) (int
 	if err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(tmp) // a no-op once renamed
+	defer func() { _ = os.RemoveAll(tmp) }() // a no-op once renamed
 	if err := s.prepareRoot(tmp); err != nil {
 		return 0, err
 	}
@@ -245,7 +245,7 @@ func (s *Store) ensureLayer(ctx context.Context, ls layerSource, b *budget) (int
 	if err != nil {
 		return 0, fmt.Errorf("layer %s: %w", ls.diffID, err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	h := sha256.New()
 	r := io.TeeReader(&countingReader{ctx: ctx, r: rc, b: b}, h)
 	// Sandboxes with a user namespace mount their overlay with userxattr,
@@ -276,7 +276,7 @@ func (s *Store) ensureLayer(ctx context.Context, ls layerSource, b *budget) (int
 // prepareRoot gives a layer's top directory the metadata of an image's /
 // (a layer tar may set it with a "./" entry).
 func (s *Store) prepareRoot(dir string) error {
-	if err := os.Chmod(dir, 0o755); err != nil {
+	if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // 0755: the layer's top dir becomes the image's /, which the sandbox's processes must read
 		return err
 	}
 	if os.Geteuid() == 0 && s.shift.Size > 0 {
@@ -337,7 +337,7 @@ func (s *Store) importSource(ctx context.Context, src, name string, pinned *[]st
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(scratch)
+	defer func() { _ = os.RemoveAll(scratch) }()
 	srcImg, err := s.open(ctx, src, scratch)
 	if err != nil {
 		return nil, err
@@ -420,11 +420,11 @@ func (s *Store) storeSource(ctx context.Context, src *source, name string, pinne
 }
 
 func syncFS(dir string) error {
-	f, err := os.Open(dir)
+	f, err := os.Open(dir) //nolint:gosec // dir is a directory of the store, opened only to fsync it
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	return unix.Syncfs(int(f.Fd()))
 }
 

@@ -43,7 +43,7 @@ func newStore(t *testing.T) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() { _ = db.Close() })
 	var shift layer.IDMap
 	if os.Geteuid() == 0 {
 		shift = layer.IDMap{HostBase: shiftBase, Size: 65536}
@@ -181,7 +181,7 @@ func tarDir(t *testing.T, dir string, gz bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var w io.Writer = f
 	var zw *gzip.Writer
 	if gz {
@@ -602,7 +602,7 @@ func corruptDockerTar(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	tw := tar.NewWriter(f)
 	for _, e := range []struct {
 		name string
@@ -746,7 +746,7 @@ func TestOpenStoreCleansTmp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer func() { _ = db.Close() }()
 	s, err := OpenStore(filepath.Join(dir, "images"), db, layer.IDMap{})
 	if err != nil {
 		t.Fatal(err)

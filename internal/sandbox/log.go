@@ -138,7 +138,7 @@ func (l *logFile) close() {
 
 func (l *logFile) closeLocked() {
 	if l.f != nil {
-		l.f.Close()
+		_ = l.f.Close()
 		l.f = nil
 	}
 }

@@ -60,7 +60,7 @@ func newEnv(t *testing.T, opts sandbox.Options) *env {
 	be := fake.New()
 	// Last in, first out: the managers close, then the "host" stops its
 	// sandboxes, then the database closes.
-	t.Cleanup(func() { db.Close() })
+	t.Cleanup(func() { _ = db.Close() })
 	t.Cleanup(be.Close)
 	opts.Backend, opts.DB, opts.Images = be, db.DB(), resolve
 	if opts.LogDir == "" {

@@ -36,7 +36,7 @@ var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
 // argWords returns the offsets of the low and high 32-bit words of args[i].
 func argWords(i uint) (lo, hi uint32) {
-	base := offArgs + 8*uint32(i)
+	base := offArgs + 8*uint32(i) //nolint:gosec // i is an argument index, checked to be 0..5 by checkArgs
 	if littleEndian {
 		return base, base + 4
 	}
@@ -196,17 +196,17 @@ func tree(es []entry, def uint32) []bpf.Instruction {
 // jumpUnless skips n instructions when A cond val does not hold.
 func jumpUnless(cond bpf.JumpTest, val uint32, n int) []bpf.Instruction {
 	if n <= maxJump {
-		return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipFalse: uint8(n)}}
+		return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipFalse: uint8(n)}} //nolint:gosec // n <= maxJump here
 	}
-	return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipTrue: 1}, bpf.Jump{Skip: uint32(n)}}
+	return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipTrue: 1}, bpf.Jump{Skip: uint32(n)}} //nolint:gosec // n is an instruction count, at most BPF_MAXINSNS once installed
 }
 
 // jumpIf skips n instructions when A cond val holds.
 func jumpIf(cond bpf.JumpTest, val uint32, n int) []bpf.Instruction {
 	if n <= maxJump {
-		return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipTrue: uint8(n)}}
+		return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipTrue: uint8(n)}} //nolint:gosec // n <= maxJump here
 	}
-	return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipFalse: 1}, bpf.Jump{Skip: uint32(n)}}
+	return []bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipFalse: 1}, bpf.Jump{Skip: uint32(n)}} //nolint:gosec // n is an instruction count, at most BPF_MAXINSNS once installed
 }
 
 // action returns the SECCOMP_RET_* value for an OCI action.
@@ -242,7 +242,7 @@ func checkArgs(args []specs.LinuxSeccompArg) error {
 		if a.Index >= uint(len(seen)) {
 			return fmt.Errorf("args[%d]: index %d out of range (0..5)", j, a.Index)
 		}
-		if seen[a.Index] {
+		if seen[a.Index] { //nolint:gosec // a.Index < len(seen) is checked just above
 			return fmt.Errorf("args[%d]: more than one condition on argument %d", j, a.Index)
 		}
 		seen[a.Index] = true
@@ -298,7 +298,7 @@ func ruleCode(r rule) (code []bpf.Instruction, conditional bool) {
 	var failOnTrue []int  // jumps whose true branch leaves the rule
 	for _, c := range r.conds {
 		lo, hi := argWords(c.Index)
-		vlo, vhi := uint32(c.Value), uint32(c.Value>>32)
+		vlo, vhi := uint32(c.Value), uint32(c.Value>>32) //nolint:gosec // splitting a 64-bit argument into BPF's two 32-bit words; truncation is the point
 		switch c.Op {
 		case specs.OpEqualTo:
 			code = append(code, bpf.LoadAbsolute{Off: hi, Size: 4})
@@ -317,7 +317,7 @@ func ruleCode(r rule) (code []bpf.Instruction, conditional bool) {
 			failOnTrue = append(failOnTrue, len(code))
 			code = append(code, bpf.JumpIf{Cond: bpf.JumpEqual, Val: vlo})
 		case specs.OpMaskedEqual:
-			dlo, dhi := uint32(c.ValueTwo), uint32(c.ValueTwo>>32)
+			dlo, dhi := uint32(c.ValueTwo), uint32(c.ValueTwo>>32) //nolint:gosec // splitting a 64-bit mask into BPF's two 32-bit words; truncation is the point
 			for _, w := range []struct{ off, mask, want uint32 }{{hi, vhi, dhi}, {lo, vlo, dlo}} {
 				if w.mask == 0 && w.want == 0 {
 					continue // this half always matches
@@ -337,12 +337,12 @@ func ruleCode(r rule) (code []bpf.Instruction, conditional bool) {
 	end := len(code)
 	for _, i := range failOnFalse {
 		j := code[i].(bpf.JumpIf)
-		j.SkipFalse = uint8(end - i - 1)
+		j.SkipFalse = uint8(end - i - 1) //nolint:gosec // a rule's skips are at most 36 instructions (see above)
 		code[i] = j
 	}
 	for _, i := range failOnTrue {
 		j := code[i].(bpf.JumpIf)
-		j.SkipTrue = uint8(end - i - 1)
+		j.SkipTrue = uint8(end - i - 1) //nolint:gosec // a rule's skips are at most 36 instructions (see above)
 		code[i] = j
 	}
 	return code, len(failOnFalse)+len(failOnTrue) > 0

@@ -44,7 +44,7 @@ func parseSysnum(t *testing.T, path string) map[string]uint32 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	out := map[string]uint32{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

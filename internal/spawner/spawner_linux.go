@@ -134,12 +134,12 @@ func encode(req Request, target cgroup.SpawnTarget, nfiles int) ([]byte, error) 
 	ne.PutUint64(b[16:], req.KeepCaps)
 	ne.PutUint32(b[24:], uidHost)
 	ne.PutUint32(b[28:], uidSize)
-	ne.PutUint32(b[32:], uint32(len(target.Files)))
-	ne.PutUint32(b[36:], uint32(nfiles))
-	ne.PutUint32(b[40:], uint32(len(req.Args)))
-	ne.PutUint32(b[44:], uint32(len(req.Env)))
-	ne.PutUint32(b[48:], uint32(strs))
-	ne.PutUint32(b[52:], uint32(req.TimerSlack.Nanoseconds()))
+	ne.PutUint32(b[32:], uint32(len(target.Files)))            //nolint:gosec // 1 to maxCgroupFDs, checked above
+	ne.PutUint32(b[36:], uint32(nfiles))                       //nolint:gosec // at most maxFiles, checked above
+	ne.PutUint32(b[40:], uint32(len(req.Args)))                //nolint:gosec // fewer than maxStrings, checked above
+	ne.PutUint32(b[44:], uint32(len(req.Env)))                 //nolint:gosec // fewer than maxStrings, checked above
+	ne.PutUint32(b[48:], uint32(strs))                         //nolint:gosec // less than maxRequest, checked above
+	ne.PutUint32(b[52:], uint32(req.TimerSlack.Nanoseconds())) //nolint:gosec // 0 to 1s (1e9 ns), checked above
 	for _, s := range all {
 		b = append(append(b, s...), 0)
 	}
@@ -169,13 +169,13 @@ func start(path string, log *os.File, env []string) (*Client, error) {
 		return nil, fmt.Errorf("spawner: socketpair: %w", err)
 	}
 	host, child := os.NewFile(uintptr(fds[0]), "spawner"), os.NewFile(uintptr(fds[1]), "spawner-child")
-	defer child.Close()
+	defer func() { _ = child.Close() }()
 	cmd := &exec.Cmd{Path: path, Args: []string{"warren-spawner"}, Env: append([]string{}, env...), ExtraFiles: []*os.File{child}}
 	if log != nil {
 		cmd.Stdout, cmd.Stderr = log, log
 	}
 	if err := cmd.Start(); err != nil {
-		host.Close()
+		_ = host.Close()
 		return nil, fmt.Errorf("spawner: %w", err)
 	}
 	c := &Client{ctl: host, cmd: cmd, done: make(chan struct{})}
@@ -272,7 +272,7 @@ func recvReply(fd int) (pid, pidfd int, err error) {
 		return 0, -1, fmt.Errorf("spawner: malformed reply of %d bytes", n)
 	}
 	ne := binary.NativeEndian
-	pid, errno := int(int32(ne.Uint32(buf[0:]))), syscall.Errno(ne.Uint32(buf[4:]))
+	pid, errno := int(int32(ne.Uint32(buf[0:]))), syscall.Errno(ne.Uint32(buf[4:])) //nolint:gosec // the C side writes a pid_t, a signed 32-bit value, in this word
 	if errno != 0 {
 		fdpass.Close(fds)
 		what := buf[8:replySize]

@@ -81,9 +81,9 @@ func spawn(t *testing.T, c *Client, target cgroup.SpawnTarget, req Request) (pid
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { r.Close() })
+	t.Cleanup(func() { _ = r.Close() })
 	pid, pidfd, err = c.Spawn(req, target, []*os.File{w, w})
-	w.Close()
+	_ = w.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func spawnIntoV2(t *testing.T, c *Client, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	target := cgroup.SpawnTarget{V2: true, Files: []*os.File{f}}
 	pid, pidfd, out := spawn(t, c, target, Request{Path: "/bin/sh", Args: []string{"sh", "-c", "echo ready; exec sleep 60"}, KeepCaps: ^uint64(0)})
 	readyLine(t, out, "ready")
@@ -514,17 +514,17 @@ func BenchmarkSpawn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	cg, err := m.Create("b", cgroup.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cg.Destroy()
+	defer func() { _ = cg.Destroy() }()
 	c, err := Start(testenv.SpawnerBinary(b), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	keep, _ := oci.CapMask(oci.DefaultCapabilities)
 	req := Request{
 		Path: "/bin/true", Args: []string{"true"}, KeepCaps: keep,
@@ -675,7 +675,7 @@ func TestSpawnWithoutClone3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }()
 	c, err := start(testenv.SpawnerBinary(t), logf, []string{"WARREN_SPAWNER_NO_CLONE3=1"})
 	if err != nil {
 		t.Fatal(err)

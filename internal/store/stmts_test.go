@@ -15,7 +15,7 @@ func TestStmts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	ctx := context.Background()
 	st := NewStmts(s.DB())
 	const insert = `INSERT INTO layers (diff_id, size, created) VALUES (?, ?, 0)`

@@ -29,7 +29,7 @@ func TestMigrateTwiceIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	var n int
 	if err := s.DB().QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&n); err != nil || n != len(migrations) {
 		t.Fatalf("schema_migrations rows = %d, %v; want %d", n, err, len(migrations))
@@ -53,14 +53,14 @@ func TestLaterMigrationApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	_ = s.Close()
 	next := append(append([]Migration(nil), migrations...),
 		Migration{len(migrations) + 1, "test", `CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (7);`})
 	s, err = open(path, next)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	var x int
 	if err := s.DB().QueryRow(`SELECT x FROM t`).Scan(&x); err != nil || x != 7 {
 		t.Fatalf("new migration not applied: %d, %v", x, err)
@@ -78,7 +78,7 @@ func TestFailedMigrationRolledBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	var n int
 	if err := s.DB().QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE name = 'half'`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("failed migration left table behind: %d, %v", n, err)
@@ -97,7 +97,7 @@ func TestNewerSchemaRefused(t *testing.T) {
 	if _, err := s.DB().Exec(`INSERT INTO schema_migrations (version, name, applied) VALUES (?, 'future', 0)`, len(migrations)+5); err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	_ = s.Close()
 	_, err = Open(path)
 	if !errors.Is(err, ErrSchemaTooNew) {
 		t.Fatalf("Open of a newer database: %v, want ErrSchemaTooNew", err)
@@ -112,12 +112,12 @@ func TestConcurrentWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.Close()
+	defer func() { _ = a.Close() }()
 	b, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	defer func() { _ = b.Close() }()
 	const writers, each = 8, 50
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)

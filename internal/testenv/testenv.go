@@ -70,7 +70,7 @@ func (b *built) get(t testing.TB, name string, args ...string) string {
 				args[i] = b.path
 			}
 		}
-		cmd := exec.Command(args[0], args[1:]...)
+		cmd := exec.Command(args[0], args[1:]...) //nolint:gosec // args is a build command written in the tests
 		cmd.Dir = ModuleRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -143,8 +143,8 @@ func SearchableDir(t testing.TB, pattern string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil {
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // 0711: the point of SearchableDir, for sandboxes' uid range to traverse
 		t.Fatal(err)
 	}
 	return dir

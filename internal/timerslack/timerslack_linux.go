@@ -57,7 +57,7 @@ func UseOriginal() (restore func()) {
 	runtime.LockOSThread()
 	cur, err := unix.PrctlRetInt(unix.PR_GET_TIMERSLACK, 0, 0, 0, 0)
 	orig := Original()
-	if err != nil || orig == 0 || uint64(cur) == orig {
+	if err != nil || orig == 0 || uint64(cur) == orig { //nolint:gosec // PR_GET_TIMERSLACK returns the slack in ns, never negative
 		return runtime.UnlockOSThread
 	}
 	if unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(orig), 0, 0, 0) != nil {
@@ -79,7 +79,7 @@ func Coarsen(d time.Duration) error {
 		return fmt.Errorf("timer slack %v: want more than 0, at most 1s", d)
 	}
 	original()
-	ns := uint64(d.Nanoseconds())
+	ns := uint64(d.Nanoseconds()) //nolint:gosec // d is checked to be in (0, 1s] above
 	if err := unix.Prctl(unix.PR_SET_TIMERSLACK, uintptr(ns), 0, 0, 0); err != nil {
 		return fmt.Errorf("timer slack: %w", err)
 	}

@@ -17,7 +17,7 @@ func Example() {
 	if err := sandbox.Start(msb.StartConfig{Memory: 512, CPUs: 1}); err != nil {
 		log.Fatal(err)
 	}
-	defer sandbox.Stop()
+	defer func() { _ = sandbox.Stop() }()
 
 	execution, err := sandbox.Code().Run("print('Hello World')")
 	if err != nil {

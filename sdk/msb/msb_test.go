@@ -81,7 +81,7 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 		rep = reply{200, `{"jsonrpc":"2.0","result":` + okResults[rec.method()] + `,"id":` + string(id) + `}`}
 	}
 	w.WriteHeader(rep.status)
-	io.WriteString(w, rep.body)
+	_, _ = io.WriteString(w, rep.body)
 }
 
 func (f *fake) set(method string, status int, body string) {

@@ -194,7 +194,7 @@ func (c *rpcClient) call(ctx context.Context, cfg *config, method string, params
 		log.Error("JSON-RPC request failed", "method", method, "id", req.ID, "error", err)
 		return nil, fmt.Errorf("%w: %w", ErrSendRequestFailed, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponse))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrReadResponseFailed, err)

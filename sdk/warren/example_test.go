@@ -19,7 +19,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Remove(context.WithoutCancel(ctx), sb.Name)
+	defer func() { _ = c.Remove(context.WithoutCancel(ctx), sb.Name) }()
 
 	res, err := sb.Shell(ctx, "echo hello; python3 -c 'print(6*7)'", warren.ExecTimeout(30*time.Second))
 	if err != nil {
@@ -62,7 +62,7 @@ func ExampleSandbox_StartProcess() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Remove(context.WithoutCancel(ctx), sb.Name)
+	defer func() { _ = c.Remove(context.WithoutCancel(ctx), sb.Name) }()
 
 	p, err := sb.StartProcess(ctx, "sh", []string{"-c", "for i in 1 2 3; do echo $i; sleep 0.1; done"})
 	if err != nil {

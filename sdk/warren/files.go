@@ -154,7 +154,7 @@ func (s *Sandbox) UploadTar(ctx context.Context, dir string, r io.Reader) error 
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	return nil
 }

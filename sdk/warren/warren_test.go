@@ -98,7 +98,7 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 			rep = reply{200, `{"ok":true}`}
 		}
 		w.WriteHeader(rep.status)
-		io.WriteString(w, rep.body)
+		_, _ = io.WriteString(w, rep.body)
 		return
 	}
 	if !ok {
@@ -110,11 +110,11 @@ func (f *fake) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	id, _ := json.Marshal(rec.Body["id"])
 	if rep.status == 200 {
-		io.WriteString(w, `{"jsonrpc":"2.0","result":`+rep.body+`,"id":`+string(id)+`}`)
+		_, _ = io.WriteString(w, `{"jsonrpc":"2.0","result":`+rep.body+`,"id":`+string(id)+`}`)
 		return
 	}
 	w.WriteHeader(rep.status)
-	io.WriteString(w, rep.body)
+	_, _ = io.WriteString(w, rep.body)
 }
 
 func (f *fake) set(key string, status int, body string) {
@@ -405,7 +405,7 @@ func TestAuthAndEnv(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc.Close()
+			_ = rc.Close()
 			for _, r := range f.all() {
 				if got := r.Header.Get("Authorization"); got != tt.wantAuth {
 					t.Errorf("%s: Authorization %q, want %q", r.Path, got, tt.wantAuth)
@@ -535,8 +535,8 @@ func TestTar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
 	b, _ := io.ReadAll(rc)
+	_ = rc.Close()
 	down := f.last()
 	if string(b) != "TARDATA" || down.Method != http.MethodGet || down.RawQuery != "path=%2Fout" {
 		t.Errorf("download %q %+v", b, down)
@@ -548,7 +548,7 @@ func TestTar(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc.Close()
+	_ = rc.Close()
 	if p := f.last().Path; p != "/api/v1/sandboxes/-/sb1/tar" {
 		t.Errorf("path %q", p)
 	}

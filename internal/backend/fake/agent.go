@@ -219,8 +219,8 @@ func (l *pipeListener) dial(ctx context.Context) (net.Conn, error) {
 	case <-l.closed:
 	case <-ctx.Done():
 	}
-	client.Close()
-	server.Close()
+	_ = client.Close()
+	_ = server.Close()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

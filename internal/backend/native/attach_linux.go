@@ -78,7 +78,7 @@ func recordedPid(runDir string) (int, bool) {
 	if !alive(runDir) {
 		return 0, false
 	}
-	b, err := os.ReadFile(filepath.Join(runDir, "agent.pid"))
+	b, err := os.ReadFile(filepath.Join(runDir, "agent.pid")) //nolint:gosec // runDir is this backend's run directory for the sandbox; agent.pid is written by the backend
 	if err != nil {
 		return 0, false
 	}

@@ -52,7 +52,7 @@ func TestReattach(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b2.Close()
+	defer func() { _ = b2.Close() }()
 	ids, err := b2.IDs()
 	if err != nil || !slices.Contains(ids, "reattach") {
 		t.Fatalf("IDs = %v, %v", ids, err)

@@ -164,10 +164,10 @@ func New(opts Options) (*Backend, error) {
 	}
 	b := &Backend{opts: opts, log: opts.Logger, seccompFilter: seccomp.Encode(prog)}
 	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir} {
-		if err := os.MkdirAll(d, 0o711); err != nil {
+		if err := os.MkdirAll(d, 0o711); err != nil { //nolint:gosec // 0711: sandbox roots and image layers live below these dirs, so the sandboxes' uid range must traverse them
 			return nil, fmt.Errorf("native backend: %w", err)
 		}
-		if err := os.Chmod(d, 0o711); err != nil {
+		if err := os.Chmod(d, 0o711); err != nil { //nolint:gosec // 0711 again, whatever the umask did to MkdirAll's mode (same reason)
 			return nil, fmt.Errorf("native backend: %w", err)
 		}
 	}
@@ -206,7 +206,7 @@ func New(opts Options) (*Backend, error) {
 	}
 	cg, err := cgroup.New(opts.CgroupPrefix)
 	if err != nil {
-		b.agentHeld.Close()
+		_ = b.agentHeld.Close()
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	b.cgroups = cg
@@ -214,17 +214,17 @@ func New(opts Options) (*Backend, error) {
 	// The agents of a spawner that died become this process's children,
 	// to be reaped when they exit.
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		b.agentHeld.Close()
+		_ = b.agentHeld.Close()
 		return nil, fmt.Errorf("native backend: become child subreaper: %w", err)
 	}
 	if _, err := b.liveSpawner(); err != nil {
-		b.agentHeld.Close()
+		_ = b.agentHeld.Close()
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	if opts.Prewarm > 0 {
 		if err := b.startPool(opts.Prewarm); err != nil {
 			b.closeSpawner()
-			b.agentHeld.Close()
+			_ = b.agentHeld.Close()
 			return nil, fmt.Errorf("native backend: warm pool: %w", err)
 		}
 	}
@@ -246,7 +246,7 @@ func (b *Backend) liveSpawner() (*spawner.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("spawner log: %w", err)
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }()
 	sp, err := spawner.Start(b.opts.SpawnerPath, logf)
 	if err != nil {
 		return nil, err
@@ -296,11 +296,11 @@ func (b *Backend) openAgent() error {
 	if err := mkdirAllMode(dir, 0o711); err != nil {
 		return fmt.Errorf("native backend: install agent: %w", err)
 	}
-	d, err := os.Open(dir)
+	d, err := os.Open(dir) //nolint:gosec // dir is RunDir/.agent, created just above; opened to flock it
 	if err != nil {
 		return fmt.Errorf("native backend: install agent: %w", err)
 	}
-	defer d.Close() // releases the directory lock
+	defer func() { _ = d.Close() }() // releases the directory lock
 	if err := unix.Flock(int(d.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("native backend: lock %s: %w", dir, err)
 	}
@@ -311,7 +311,7 @@ func (b *Backend) openAgent() error {
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d\x00%d\x00%d", p, st.Dev, st.Ino, src.Size(), src.ModTime().UnixNano()))
 	dst := filepath.Join(dir, "warren-agent-"+hex.EncodeToString(sum[:12]))
 	if cur, err := os.Stat(dst); err != nil || cur.Size() != src.Size() {
-		bin, err := os.ReadFile(p)
+		bin, err := os.ReadFile(p) //nolint:gosec // p is the agent binary the daemon was configured with (Options.AgentPath)
 		if err != nil {
 			return fmt.Errorf("native backend: read agent: %w", err)
 		}
@@ -319,7 +319,7 @@ func (b *Backend) openAgent() error {
 			return fmt.Errorf("native backend: install agent: %w", err)
 		}
 	}
-	held, err := os.Open(dst)
+	held, err := os.Open(dst) //nolint:gosec // dst is inside RunDir/.agent, named by the agent's identity hash
 	if err == nil {
 		err = unix.Flock(int(held.Fd()), unix.LOCK_SH)
 	}
@@ -352,7 +352,7 @@ func writeExecutable(dir, dst string, bin []byte) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }()
 	_, err = tmp.Write(bin)
 	if err == nil {
 		err = tmp.Chmod(0o755)
@@ -368,11 +368,11 @@ func writeExecutable(dir, dst string, bin []byte) error {
 
 // removeUnheld deletes p unless a backend holds its shared lock.
 func removeUnheld(p string) {
-	f, err := os.Open(p)
+	f, err := os.Open(p) //nolint:gosec // p is an entry of RunDir/.agent listed by openAgent, opened only to test its lock
 	if err != nil {
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
 		_ = os.Remove(p)
 	}
@@ -438,26 +438,26 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 		}
 	}
 	dir := filepath.Join(b.opts.DataDir, "sandboxes", cfg.ID)
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	if err := os.Mkdir(dir, 0o711); err != nil { //nolint:gosec // 0711: the sandbox's root (a uid in the mapped range) must traverse its dir to reach rootfs
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrExist)
 		}
 		return nil, err
 	}
 	// Whatever this process's umask: sandbox root must pass through.
-	if err := os.Chmod(dir, 0o711); err != nil {
-		os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // 0711, whatever the umask (same reason as the Mkdir above)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	uid, gid := b.RootIDs()
 	for _, d := range []string{"upper", "work", "rootfs"} {
 		p := filepath.Join(dir, d)
-		if err := os.Mkdir(p, 0o755); err != nil {
-			os.RemoveAll(dir)
+		if err := os.Mkdir(p, 0o755); err != nil { //nolint:gosec // 0755 and chowned to the sandbox's root: upper is what the sandbox sees as / (overlay takes its mode), work and rootfs match it
+			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 		if err := os.Chown(p, uid, gid); err != nil {
-			os.RemoveAll(dir)
+			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 	}
@@ -468,7 +468,7 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 		// is how ReapOrphans tells leftovers from sandboxes in use.
 		lock, err := lockFile(filepath.Join(dir, ephemeralMarker), true)
 		if err != nil {
-			os.RemoveAll(dir)
+			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 		sb.lock = lock
@@ -630,7 +630,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	res := oci.ResourceLimits(sp.Linux.Resources)
 	limits := cgroup.Limits{MemoryBytes: res.MemoryBytes, CPUs: res.CPUs, PidsMax: res.PidsMax}
 	_ = os.RemoveAll(s.run)
-	undo = append(undo, func() { os.RemoveAll(s.run) })
+	undo = append(undo, func() { _ = os.RemoveAll(s.run) })
 	// A pooled agent has run nothing of any sandbox yet: its cgroup
 	// becomes the sandbox's (renamed, limits set) before it reads its
 	// config. Otherwise a new cgroup is made and the agent born in it.
@@ -676,7 +676,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 			return err
 		}
 	} else {
-		defer root.Close() // the agent has its own once configured
+		defer func() { _ = root.Close() }() // the agent has its own once configured
 		// A root that fails to attach is not kept for the next try.
 		undo = append(undo, s.releaseRootLocked)
 	}
@@ -684,7 +684,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if err := a.configure(ctx, gcfg, root); err != nil {
 		return err
 	}
-	a.statusR.Close()
+	_ = a.statusR.Close()
 	s.proc, s.cg, s.lifeline = a.proc, cg, a.lifeW
 	s.client = agent.NewClientConn(filepath.Join(s.run, "agent.sock"), a.conn)
 	a.conn = nil
@@ -771,10 +771,10 @@ func (s *Sandbox) shortLayerPaths(r *boot.Rootfs) error {
 	if err := os.RemoveAll(links); err != nil {
 		return err
 	}
-	if err := os.Mkdir(links, 0o755); err != nil {
+	if err := os.Mkdir(links, 0o755); err != nil { //nolint:gosec // 0755: the layer links are read by the agent as the sandbox's root, a uid in the mapped range that does not own this dir
 		return err
 	}
-	if err := os.Chmod(links, 0o755); err != nil {
+	if err := os.Chmod(links, 0o755); err != nil { //nolint:gosec // 0755 whatever the umask (same reason as the Mkdir above)
 		return err
 	}
 	short := make([]string, len(r.Lower))
@@ -885,7 +885,7 @@ func (h held) release() error {
 		h.client.Close()
 	}
 	if h.lifeline != nil {
-		h.lifeline.Close()
+		_ = h.lifeline.Close()
 	}
 	if err := os.RemoveAll(h.run); err != nil {
 		errs = append(errs, err)
@@ -964,7 +964,7 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 		return fmt.Errorf("remove sandbox %s: %w", s.cfg.ID, err)
 	}
 	if s.lock != nil {
-		s.lock.Close()
+		_ = s.lock.Close()
 		s.lock = nil
 	}
 	return nil

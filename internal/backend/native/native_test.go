@@ -69,8 +69,8 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
 		_, _ = shared.ReapOrphans(nil)
-		shared.Close()
-		os.RemoveAll(filepath.Dir(sharedDirs.data))
+		_ = shared.Close()
+		_ = os.RemoveAll(filepath.Dir(sharedDirs.data))
 	}
 	os.Exit(code)
 }
@@ -120,7 +120,7 @@ func TestConformancePooled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
+	defer func() { _ = b.Close() }()
 	h := harnessFor(t, b, data, run)
 	if testenv.Strict() && !h.UserNS {
 		t.Fatal("user namespaces are unusable on this machine, which PLATFORM.md says supports them")
@@ -298,7 +298,7 @@ func TestCreateRejectsBadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb.Remove(context.Background())
+	defer func() { _ = sb.Remove(context.Background()) }()
 	if _, err := b.Create(context.Background(), backend.Config{ID: "dup", Image: img}); err == nil {
 		t.Error("second Create with the same id succeeded")
 	}
@@ -341,7 +341,7 @@ func TestDataDirOnOverlayRefused(t *testing.T) {
 	if err := unix.Mount("overlay", m, "overlay", 0, opts); err != nil {
 		t.Fatalf("mount overlay: %v", err)
 	}
-	defer unix.Unmount(m, unix.MNT_DETACH)
+	defer func() { _ = unix.Unmount(m, unix.MNT_DETACH) }()
 	_, err := native.New(native.Options{DataDir: filepath.Join(m, "data"), RunDir: filepath.Join(base, "run"), AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t)})
 	if err == nil || !strings.Contains(err.Error(), "overlayfs") {
 		t.Errorf("New on an overlayfs data dir: %v", err)
@@ -358,7 +358,7 @@ func TestManyLayers(t *testing.T) {
 	if err := os.MkdirAll(base, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(base) })
+	t.Cleanup(func() { _ = os.RemoveAll(base) })
 	const n = 200
 	var layers []string // top-most first
 	for i := n - 1; i >= 0; i-- {
@@ -421,7 +421,7 @@ func TestImageUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bad.Remove(context.Background())
+	defer func() { _ = bad.Remove(context.Background()) }()
 	if err := bad.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "no-such-user") {
 		t.Errorf("start with a user the image lacks: %v", err)
 	}
@@ -437,7 +437,7 @@ func TestAgentCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(base)
+	defer func() { _ = os.RemoveAll(base) }()
 	if err := os.Chmod(base, 0o711); err != nil {
 		t.Fatal(err)
 	}
@@ -449,7 +449,7 @@ func TestAgentCopy(t *testing.T) {
 	}
 	// Cleanups run last-in first-out: the sandbox below goes first, so
 	// Close finds the cgroup prefix empty and removes it.
-	t.Cleanup(func() { a.Close() })
+	t.Cleanup(func() { _ = a.Close() })
 	dir := filepath.Join(base, "run", ".agent")
 	copies := func() []string {
 		ents, _ := os.ReadDir(dir)
@@ -525,7 +525,7 @@ func TestTimerSlack(t *testing.T) {
 		t.Fatal("the host's timer slack cannot be read")
 	}
 	sb := h.Sandbox(t, backend.Config{ID: "slack"})
-	defer sb.Remove(context.Background())
+	defer func() { _ = sb.Remove(context.Background()) }()
 	r := conformance.Exec(t, sb, 10*time.Second, "/bin/cat", "/proc/self/timerslack_ns")
 	if got := strings.TrimSpace(r.Stdout); got != want {
 		t.Errorf("a command's timer slack is %q ns (%s), want the host's %s", got, r.Stderr, want)
@@ -588,7 +588,7 @@ func TestStartUnderUmask(t *testing.T) {
 	old := syscall.Umask(0o077)
 	defer syscall.Umask(old)
 	sb := h.Sandbox(t, backend.Config{ID: "umask"})
-	defer sb.Remove(context.Background())
+	defer func() { _ = sb.Remove(context.Background()) }()
 	r := conformance.Exec(t, sb, 10*time.Second, "/bin/sh", "-c", "umask; touch /tmp/f; stat -c %a /tmp/f")
 	if r.Stdout != "0022\n644\n" {
 		t.Errorf("in the sandbox: %q %+v %s", r.Stdout, r.ExitStatus, r.Stderr)

@@ -37,7 +37,7 @@ func (b *Backend) startPool(n int) error {
 	if err := mkdirAllMode(filepath.Join(dir, poolStageDir), 0o711); err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, 0o711); err != nil {
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // 0711: pooled agents, as sandbox root, must traverse the pool dir to their stage dirs
 		return err
 	}
 	b.reapPoolCgroups()
@@ -102,7 +102,7 @@ func (p *pool) close() {
 		case a := <-p.ready:
 			a.discard()
 		default:
-			os.RemoveAll(p.dir)
+			_ = os.RemoveAll(p.dir)
 			return
 		}
 	}
@@ -122,7 +122,7 @@ func (b *Backend) spawnPooled(dir, cgName string) (*agentProc, error) {
 	}
 	cg, err := b.cgroups.Create(cgName, cgroup.Limits{})
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	// Idle class while it waits: the agent's start and staging then
@@ -132,7 +132,7 @@ func (b *Backend) spawnPooled(dir, cgName string) (*agentProc, error) {
 	a, err := b.spawnAgent(dir, cg, filepath.Join(filepath.Dir(dir), poolStageDir))
 	if err != nil {
 		_ = cg.Destroy()
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	a.cg, a.idle = cg, idle
@@ -145,7 +145,7 @@ func (a *agentProc) discard() {
 	if a.cg != nil {
 		_ = a.cg.Destroy()
 	}
-	os.RemoveAll(a.dir)
+	_ = os.RemoveAll(a.dir)
 }
 
 // reapPoolCgroups removes pool cgroups of processes that are gone.

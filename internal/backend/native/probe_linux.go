@@ -96,7 +96,7 @@ func procStartTime(pid int) uint64 {
 
 // alive reports whether the agent recorded in runDir/agent.pid still runs.
 func alive(runDir string) bool {
-	b, err := os.ReadFile(filepath.Join(runDir, "agent.pid"))
+	b, err := os.ReadFile(filepath.Join(runDir, "agent.pid")) //nolint:gosec // runDir is this backend's run directory for the sandbox; agent.pid is written by the backend
 	if err != nil {
 		return false
 	}

@@ -76,5 +76,5 @@ func (p *initProc) kill() {
 // end the watcher early.
 func (p *initProc) close() {
 	<-p.done
-	p.pidfd.Close()
+	_ = p.pidfd.Close()
 }

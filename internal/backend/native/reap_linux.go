@@ -19,7 +19,7 @@ const ephemeralMarker = "ephemeral"
 // lockFile opens (creating) p and takes an exclusive flock on it, waiting
 // when wait is set; without wait it fails with EWOULDBLOCK if it is held.
 func lockFile(p string, wait bool) (*os.File, error) {
-	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o600) //nolint:gosec // p is a marker file in the backend's own data or run directory
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func lockFile(p string, wait bool) (*os.File, error) {
 		how |= unix.LOCK_NB
 	}
 	if err := unix.Flock(int(f.Fd()), how); err != nil {
-		f.Close()
+		_ = f.Close()
 		return nil, err
 	}
 	return f, nil
@@ -37,11 +37,11 @@ func lockFile(p string, wait bool) (*os.File, error) {
 // markerState reports whether an ephemeral marker exists and whether its
 // owner still holds it. It never creates one.
 func markerState(p string) (exists, held bool) {
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	f, err := os.OpenFile(p, os.O_RDWR, 0) //nolint:gosec // p is a marker file in the backend's own data or run directory
 	if err != nil {
 		return false, false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return true, errors.Is(err, unix.EWOULDBLOCK)
 	}

@@ -64,7 +64,7 @@ func TestRootHeldAcrossStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb.Remove(ctx)
+	defer func() { _ = sb.Remove(ctx) }()
 	for i := 0; i < 3; i++ {
 		if err := sb.Start(ctx); err != nil {
 			t.Fatal(err)
@@ -98,7 +98,7 @@ func testImage(t *testing.T, b *native.Backend, dir, name string) *image.Image {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	host, err := b.HostImage()
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestRootRemountedForNewImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb.Remove(ctx)
+	defer func() { _ = sb.Remove(ctx) }()
 	for _, img := range []*image.Image{one, two, one} {
 		sb.(*native.Sandbox).SetConfig(backend.Config{Image: img})
 		if err := sb.Start(ctx); err != nil {
@@ -151,7 +151,7 @@ func TestRootMountedByAgent(t *testing.T) {
 	b := h.Backend.(*native.Backend)
 	dir := filepath.Join(sharedDirs.data, "images", "long-"+strings.Repeat("x", 120), strings.Repeat("y", 120), "layer")
 	img := testImage(t, b, dir, "long")
-	t.Cleanup(func() { os.RemoveAll(filepath.Join(sharedDirs.data, "images", "long-"+strings.Repeat("x", 120))) })
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Join(sharedDirs.data, "images", "long-"+strings.Repeat("x", 120))) })
 	if len(dir) <= 256 {
 		t.Fatalf("layer path is %d bytes; the test needs more than 256", len(dir))
 	}

@@ -49,13 +49,13 @@ func (a *agentProc) kill() {
 }
 
 func (a *agentProc) closePipes() {
-	a.cfgW.Close()
-	a.statusR.Close()
+	_ = a.cfgW.Close()
+	_ = a.statusR.Close()
 	if a.conn != nil {
-		a.conn.Close()
+		_ = a.conn.Close()
 	}
 	if a.lifeW != nil {
-		a.lifeW.Close()
+		_ = a.lifeW.Close()
 	}
 }
 
@@ -82,20 +82,20 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 	}
 	l.SetUnlinkOnClose(false)
 	lf, err := l.File()
-	l.Close()
+	_ = l.Close()
 	if err != nil {
 		return nil, err
 	}
-	defer lf.Close()
-	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	defer func() { _ = lf.Close() }()
+	logf, err := os.OpenFile(filepath.Join(dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600) //nolint:gosec // dir is the sandbox's run directory, made by this backend
 	if err != nil {
 		return nil, err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }()
 	var closers []*os.File // child ends, closed once the child has them
 	defer func() {
 		for _, f := range closers {
-			f.Close()
+			_ = f.Close()
 		}
 	}()
 	a = &agentProc{dir: dir}
@@ -107,7 +107,7 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 	a.cfgW = cfgW
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
-		cfgW.Close()
+		_ = cfgW.Close()
 		return nil, err
 	}
 	closers = append(closers, statusW)
@@ -189,7 +189,7 @@ func (a *agentProc) configure(ctx context.Context, cfg *boot.Config, rootMount *
 	if err := boot.SendConfig(a.cfgW, cfg, rootMount); err != nil {
 		return fmt.Errorf("send config to agent: %w", a.failure(err))
 	}
-	a.cfgW.Close()
+	_ = a.cfgW.Close()
 	ready := make(chan error, 1)
 	go func() {
 		b, err := io.ReadAll(io.LimitReader(a.statusR, 64<<10))
@@ -240,7 +240,7 @@ func connPair() (agent *os.File, host net.Conn, err error) {
 		return nil, nil, fmt.Errorf("agent connection: %w", err)
 	}
 	hf := os.NewFile(uintptr(fds[1]), "agent-conn")
-	defer hf.Close()
+	defer func() { _ = hf.Close() }()
 	if host, err = net.FileConn(hf); err != nil {
 		unix.Close(fds[0])
 		return nil, nil, fmt.Errorf("agent connection: %w", err)

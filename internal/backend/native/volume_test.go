@@ -83,7 +83,7 @@ func TestVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb2.Remove(context.Background())
+	defer func() { _ = sb2.Remove(context.Background()) }()
 	if err := sb2.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "bind source") {
 		t.Errorf("start with a symlinked volume source: want a bind source error, got %v", err)
 	}
@@ -96,7 +96,7 @@ func TestVolumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb3.Remove(context.Background())
+	defer func() { _ = sb3.Remove(context.Background()) }()
 	if err := sb3.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}

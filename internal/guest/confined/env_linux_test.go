@@ -67,7 +67,7 @@ func newEnv(t testing.TB) *env {
 	must(t, err)
 	e.r = r
 	t.Cleanup(func() {
-		r.Close()
+		_ = r.Close()
 		e.check()
 	})
 	return e
@@ -108,7 +108,7 @@ func (e *env) check() {
 	escaped, _ := filepath.Glob("/" + e.marker + "*")
 	for _, p := range escaped {
 		e.t.Errorf("%s exists: a write escaped to the host's /", p)
-		os.RemoveAll(p)
+		_ = os.RemoveAll(p)
 	}
 }
 

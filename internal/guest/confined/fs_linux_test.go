@@ -200,7 +200,7 @@ func TestOpen(t *testing.T) {
 				ch <- result{err: err}
 				return
 			}
-			defer f.Close()
+			defer func() { _ = f.Close() }()
 			b, err := io.ReadAll(f)
 			ch <- result{string(b), fi, err}
 		}()
@@ -212,7 +212,7 @@ func TestOpen(t *testing.T) {
 			// reader) so the test fails instead of hanging.
 			t.Errorf("Open(%q) hangs", tt.name)
 			if w, err := os.OpenFile(e.path("fifo"), os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
-				w.Close()
+				_ = w.Close()
 			}
 			res = <-ch
 		}
@@ -504,6 +504,7 @@ func TestConcurrentSwap(t *testing.T) {
 	rTargets := []string{"/", strings.Repeat("../", 40)}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	//nolint:errcheck // the swaps race the operations and may fail; only the root's invariant is checked
 	wg.Go(func() {
 		d, f, r := e.path("d"), e.path("f"), e.path("r")
 		for i := 0; ; i++ {
@@ -531,6 +532,7 @@ func TestConcurrentSwap(t *testing.T) {
 	})
 	archive := mkTar(t, file("a/b", "x"), symlink("s", "/"), file("s/"+m+"-c", "y"), symlink("o", e.outside), file("o/secret", "pwned"), hardlink("h", "a/b"))
 	rArchive := mkTar(t, dir(m+"-t/"), file(m+"-t/a", "x"), symlink(m+"-s", m+"-t"), file(m+"-s/b", "y"))
+	//nolint:errcheck // each operation may fail in the race; what is checked is that none reaches outside
 	for range 300 {
 		e.r.WriteFile("d/x", strings.NewReader("pwned"), 0o644, 0)
 		e.r.WriteFile("f", strings.NewReader("pwned"), 0o644, 0)

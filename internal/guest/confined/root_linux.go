@@ -137,7 +137,7 @@ func (r *Root) List(name string, limit int) ([]wire.FileInfo, error) {
 		return nil, opErr("list", rel, err)
 	}
 	dir := os.NewFile(uintptr(fd), display(rel))
-	defer dir.Close()
+	defer func() { _ = dir.Close() }()
 	names, err := dir.Readdirnames(limit + 1)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, opErr("list", rel, err)
@@ -354,15 +354,15 @@ func removeAll(dirfd int, name string, dev uint64, haveDev bool) error {
 		dir := os.NewFile(uintptr(fd), name)
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
-			dir.Close()
+			_ = dir.Close()
 			return err
 		}
 		if haveDev && st.Dev != dev {
-			dir.Close()
+			_ = dir.Close()
 			return &Error{Op: "remove", Kind: wire.ErrPermission, Err: errorString("refusing to cross a mount point")}
 		}
 		err = removeChildren(dir, fd, st.Dev)
-		dir.Close()
+		_ = dir.Close()
 		if err != nil {
 			return err
 		}

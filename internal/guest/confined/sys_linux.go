@@ -23,7 +23,7 @@ const resolveFlags = unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS
 // added. EAGAIN (a concurrent rename anywhere on the system while the walk
 // crossed "..") and EINTR are retried.
 func openIn(dirfd int, rel string, flags int, mode uint32) (int, error) {
-	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags}
+	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolveFlags} //nolint:gosec // open flags and a mode are non-negative bit sets; widening keeps every bit
 	for i := 0; ; i++ {
 		fd, err := unix.Openat2(dirfd, rel, &how)
 		if (errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR)) && i < 128 {
@@ -150,7 +150,7 @@ func writeAt(dirfd int, base string, src io.Reader, perm uint32, max int64, mtim
 	done := false
 	defer func() {
 		if !done {
-			f.Close()
+			_ = f.Close()
 			_ = unix.Unlinkat(dirfd, tmp, 0)
 		}
 	}()

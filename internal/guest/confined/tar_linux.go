@@ -181,7 +181,7 @@ func (tw *tarWriter) file(dirfd int, name string, hdr *tar.Header, top bool) err
 		return err
 	}
 	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	hdr.Typeflag = tar.TypeReg
 	hdr.Size = st.Size
 	hdr.Mode = int64(st.Mode & 0o7777)
@@ -207,7 +207,7 @@ func (tw *tarWriter) file(dirfd int, name string, hdr *tar.Header, top bool) err
 // prefixed by prefix.
 func (tw *tarWriter) dir(fd int, prefix string) error {
 	d := os.NewFile(uintptr(fd), prefix)
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	for {
 		names, err := d.Readdirnames(256)
 		slices.Sort(names)
@@ -428,7 +428,7 @@ func (x *extractor) file(rel string, hdr *tar.Header, tr *tar.Reader) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	n, err := writeAt(pfd, base, tr, uint32(hdr.Mode)&0o777, min(left, x.lim.MaxEntrySize), hdr.ModTime)
+	n, err := writeAt(pfd, base, tr, uint32(hdr.Mode)&0o777, min(left, x.lim.MaxEntrySize), hdr.ModTime) //nolint:gosec // masked to 0o777 after the conversion, which keeps the low bits
 	if err != nil {
 		if Kind(err) == wire.ErrTooLarge {
 			return x.fail(hdr.Name, wire.ErrTooLarge, err)
@@ -465,7 +465,7 @@ func (x *extractor) dir(rel string, hdr *tar.Header) error {
 		return err
 	}
 	if x.created[rel] {
-		x.perm[rel] = uint32(hdr.Mode) & 0o777
+		x.perm[rel] = uint32(hdr.Mode) & 0o777 //nolint:gosec // masked to 0o777 after the conversion, which keeps the low bits
 		x.meta[rel] = hdr.ModTime
 	}
 	x.stats.Dirs++

@@ -182,7 +182,7 @@ func (cr *connReader) stopBackgroundRead() {
 }
 
 func serveConn(c net.Conn, m *Mux) {
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	cr := &connReader{conn: c}
 	br := bufio.NewReaderSize(cr, 4096)
 	bw := bufio.NewWriterSize(c, 32<<10)

@@ -25,8 +25,8 @@ func serve(t *testing.T, m *Mux) *http.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go Serve(l, m)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() { _ = Serve(l, m) }() // returns when the listener closes
 	var dials atomic.Int64
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		dials.Add(1)
@@ -48,7 +48,7 @@ func TestRoutesBodiesAndKeepAlive(t *testing.T) {
 			return
 		}
 		w.Header()["Content-Length"] = fmt.Sprint(len(b))
-		w.Write(b)
+		_, _ = w.Write(b) // the client's reads are what the test checks
 	})
 	m.HandleFunc("POST /v1/empty", func(w ResponseWriter, r *Request) { w.WriteHeader(204) })
 	c := serve(t, &m)
@@ -59,7 +59,7 @@ func TestRoutesBodiesAndKeepAlive(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if string(b) != "id=a b q=z" {
 			t.Errorf("got %q", b)
 		}
@@ -72,7 +72,7 @@ func TestRoutesBodiesAndKeepAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if !bytes.Equal(b, big) {
 		t.Errorf("chunked echo: got %d bytes", len(b))
 	}
@@ -80,13 +80,13 @@ func TestRoutesBodiesAndKeepAlive(t *testing.T) {
 	if err != nil || resp.StatusCode != 204 {
 		t.Fatalf("204: %v %v", resp, err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	for path, want := range map[string]int{"/v1/nope": 404, "/v1/items/a/name/x": 404} {
 		resp, err := c.Get("http://x" + path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Errorf("%s: %d want %d", path, resp.StatusCode, want)
 		}
@@ -95,7 +95,7 @@ func TestRoutesBodiesAndKeepAlive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 405 {
 		t.Errorf("wrong method: %d", resp.StatusCode)
 	}
@@ -105,7 +105,7 @@ func TestStreamingAndClientHangup(t *testing.T) {
 	var m Mux
 	cancelled := make(chan struct{})
 	m.HandleFunc("POST /v1/stream", func(w ResponseWriter, r *Request) {
-		io.Copy(io.Discard, r.Body)
+		_, _ = io.Copy(io.Discard, r.Body)
 		for i := 0; ; i++ {
 			fmt.Fprintf(w, "line %d\n", i)
 			w.Flush()
@@ -126,7 +126,7 @@ func TestStreamingAndClientHangup(t *testing.T) {
 	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "line 0\n" {
 		t.Fatalf("first streamed line: %q %v", buf, err)
 	}
-	resp.Body.Close() // hang up mid-stream
+	_ = resp.Body.Close() // hang up mid-stream
 	select {
 	case <-cancelled:
 	case <-time.After(5 * time.Second):
@@ -142,8 +142,8 @@ func TestHostileRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	go Serve(l, &m)
+	defer func() { _ = l.Close() }()
+	go func() { _ = Serve(l, &m) }() // returns when the listener closes
 	for name, raw := range map[string]string{
 		"garbage":          "hello\r\n\r\n",
 		"long header":      "GET / HTTP/1.1\r\nX: " + strings.Repeat("a", MaxHeaderBytes+10) + "\r\n\r\n",
@@ -161,9 +161,11 @@ func TestHostileRequests(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			go func() { io.WriteString(c, raw); c.(*net.UnixConn).CloseWrite() }()
+			defer func() { _ = c.Close() }()
+			if err := c.SetDeadline(time.Now().Add(5 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			go func() { _, _ = io.WriteString(c, raw); _ = c.(*net.UnixConn).CloseWrite() }() // the server may hang up first
 			b, err := io.ReadAll(c)
 			// A reset is a close too: the server may hang up while the
 			// client is still sending.

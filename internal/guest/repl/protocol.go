@@ -71,7 +71,7 @@ type resultFrame struct {
 // appendFrame appends one frame to dst.
 func appendFrame(dst []byte, typ byte, payload []byte) []byte {
 	dst = append(dst, typ, 0, 0, 0, 0)
-	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(len(payload)))
+	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(len(payload))) //nolint:gosec // payloads are bounded by MaxCode (16 MiB), far below 4 GiB
 	return append(dst, payload...)
 }
 

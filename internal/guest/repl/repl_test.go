@@ -35,7 +35,7 @@ func requireLang(t testing.TB, lang string) {
 func newTestManager(t testing.TB, opts Options) *Manager {
 	t.Helper()
 	m := NewManager(opts)
-	t.Cleanup(func() { m.Close() })
+	t.Cleanup(func() { _ = m.Close() })
 	return m
 }
 
@@ -160,7 +160,7 @@ func TestNormalizeLanguage(t *testing.T) {
 		}
 	}
 	m := NewManager(Options{})
-	defer m.Close()
+	defer func() { _ = m.Close() }()
 	if _, err := m.Run(context.Background(), "cobol", "1", 0); err == nil {
 		t.Error("Run with an unknown language succeeded")
 	}
@@ -671,7 +671,7 @@ func TestCloseDuringRun(t *testing.T) {
 	requireLang(t, Python)
 	m := NewManager(Options{})
 	mustRun(t, m, Python, "1", 0)
-	time.AfterFunc(200*time.Millisecond, func() { m.Close() })
+	time.AfterFunc(200*time.Millisecond, func() { _ = m.Close() })
 	if _, err := m.Run(context.Background(), Python, "import time; time.sleep(100)", 0); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Run interrupted by Close: %v, want ErrClosed", err)
 	}

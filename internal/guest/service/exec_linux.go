@@ -215,8 +215,8 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
 	p, err := startProcess(r.Starter, cmd, []*os.File{outW, errW}, []*os.File{outR, errR}, []func(){
-		func() { out.copy(wire.Stdout, outR); outR.Close() },
-		func() { out.copy(wire.Stderr, errR); errR.Close() },
+		func() { out.copy(wire.Stdout, outR); _ = outR.Close() },
+		func() { out.copy(wire.Stderr, errR); _ = errR.Close() },
 	}, time.Duration(req.TimeoutMs)*time.Millisecond)
 	if err != nil {
 		return startFailure(err), nil
@@ -227,7 +227,7 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 	// Descendants may still hold the pipes open; take what they wrote
 	// promptly, but never wait on them beyond a short grace. Closing our
 	// ends ends the readers, so emit is not called once Exec returns.
-	st := p.wait(100*time.Millisecond, func() { outR.Close(); errR.Close() }, outR, errR)
+	st := p.wait(100*time.Millisecond, func() { _ = outR.Close(); _ = errR.Close() }, outR, errR)
 	stop()
 	st.Truncated = out.truncated
 	return st, nil

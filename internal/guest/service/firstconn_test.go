@@ -30,7 +30,7 @@ func TestFirstConn(t *testing.T) {
 	}
 	conn := func(fd int) net.Conn {
 		f := os.NewFile(uintptr(fd), "conn")
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		c, err := net.FileConn(f)
 		if err != nil {
 			t.Fatal(err)
@@ -43,7 +43,7 @@ func TestFirstConn(t *testing.T) {
 		writeJSON(w, wire.Health{Version: wire.Version, Pid: 42})
 	})
 	go func() { _ = httpd.Serve(FirstConn(l, agentEnd), mux) }()
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { _ = l.Close() })
 
 	ctx := context.Background()
 	c := agent.NewClientConn(filepath.Join(dir, "nowhere.sock"), hostEnd)

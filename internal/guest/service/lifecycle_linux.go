@@ -45,11 +45,11 @@ func startProcess(starter Starter, cmd *exec.Cmd, childEnds, parentEnds []*os.Fi
 	started := time.Now()
 	err := starter.Start(cmd)
 	for _, f := range childEnds {
-		f.Close()
+		_ = f.Close()
 	}
 	if err != nil {
 		for _, f := range parentEnds {
-			f.Close()
+			_ = f.Close()
 		}
 		return nil, err
 	}
@@ -174,8 +174,8 @@ func stdPipes() (outR, outW, errR, errW *os.File, err error) {
 		return nil, nil, nil, nil, err
 	}
 	if errR, errW, err = os.Pipe(); err != nil {
-		outR.Close()
-		outW.Close()
+		_ = outR.Close()
+		_ = outW.Close()
 		return nil, nil, nil, nil, err
 	}
 	return outR, outW, errR, errW, nil

@@ -173,8 +173,8 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 		}
 		if req.Rows > 0 && req.Cols > 0 {
 			if err := setWinsize(master, req.Rows, req.Cols); err != nil {
-				master.Close()
-				slave.Close()
+				_ = master.Close()
+				_ = slave.Close()
 				return wire.ProcessInfo{}, fmt.Errorf("terminal size: %w", err)
 			}
 		}
@@ -198,8 +198,8 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 		closeAfterStart = append(closeAfterStart, outW, errW)
 		closeOnFailure = append(closeOnFailure, outR, errR)
 		readers = append(readers,
-			func() { _, _ = io.Copy(p.stdout, outR); outR.Close() },
-			func() { _, _ = io.Copy(p.stderr, errR); errR.Close() })
+			func() { _, _ = io.Copy(p.stdout, outR); _ = outR.Close() },
+			func() { _, _ = io.Copy(p.stderr, errR); _ = errR.Close() })
 		if cmd.Stdin == nil {
 			inR, inW, err := os.Pipe()
 			if err != nil {
@@ -235,11 +235,11 @@ func (ps *Procs) supervise(p *proc) {
 	if p.tty != nil {
 		// The pty reader ends with EIO once every slave fd is closed; a
 		// grandchild may keep one open, so end it.
-		cut = func() { p.tty.Close() }
+		cut = func() { _ = p.tty.Close() }
 	}
 	st := p.life.wait(100*time.Millisecond, cut, p.outputs...)
 	if p.tty != nil {
-		p.tty.Close()
+		_ = p.tty.Close()
 	}
 	p.mu.Lock()
 	p.exit = &st
@@ -405,17 +405,17 @@ func OpenPTY() (master, slave *os.File, err error) {
 	}
 	fd := int(m.Fd())
 	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
-		m.Close()
+		_ = m.Close()
 		return nil, nil, fmt.Errorf("unlock pty: %w", err)
 	}
 	n, err := unix.IoctlGetUint32(fd, unix.TIOCGPTN)
 	if err != nil {
-		m.Close()
+		_ = m.Close()
 		return nil, nil, fmt.Errorf("pty number: %w", err)
 	}
 	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(int(n)), os.O_RDWR|syscall.O_NOCTTY, 0)
 	if err != nil {
-		m.Close()
+		_ = m.Close()
 		return nil, nil, fmt.Errorf("open pty slave: %w", err)
 	}
 	return m, s, nil

@@ -201,7 +201,7 @@ func (s *Server) readFile(w httpd.ResponseWriter, r *httpd.Request) {
 		writeError(w, err)
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if info.Size > wire.MaxFileRead {
 		writeError(w, &apiError{wire.ErrTooLarge, fmt.Sprintf("%s is %d bytes; the read limit is %d (download it as tar)", info.Path, info.Size, wire.MaxFileRead)})
 		return

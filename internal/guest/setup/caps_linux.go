@@ -62,8 +62,8 @@ func capset(c *specs.LinuxCapabilities, keep uint64) error {
 	eff, perm = eff|keep, perm|keep
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := [2]unix.CapUserData{
-		{Effective: uint32(eff), Permitted: uint32(perm), Inheritable: uint32(inh)},
-		{Effective: uint32(eff >> 32), Permitted: uint32(perm >> 32), Inheritable: uint32(inh >> 32)},
+		{Effective: uint32(eff), Permitted: uint32(perm), Inheritable: uint32(inh)},                   //nolint:gosec // splitting the 64-bit capability sets into the kernel's two 32-bit words; truncation is the point
+		{Effective: uint32(eff >> 32), Permitted: uint32(perm >> 32), Inheritable: uint32(inh >> 32)}, //nolint:gosec // splitting the 64-bit capability sets into the kernel's two 32-bit words; truncation is the point
 	}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("set capabilities: %w", err)

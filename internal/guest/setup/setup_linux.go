@@ -125,7 +125,7 @@ func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launch
 	if cwd == "" {
 		cwd = "/"
 	}
-	if err := os.MkdirAll(cwd, 0o755); err != nil {
+	if err := os.MkdirAll(cwd, 0o755); err != nil { //nolint:gosec // 0755: a missing working directory is made as a usual directory for the sandbox's own processes
 		return nil, fmt.Errorf("create working directory: %w", err)
 	}
 	if err := unix.Chdir(cwd); err != nil {

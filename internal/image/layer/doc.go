@@ -54,7 +54,8 @@
 //     capabilities hold inside the sandbox's user namespace. Names are at
 //     most 255 bytes and values 64 KiB.
 //   - Character and block devices and FIFOs are skipped by default (counted
-//     in Stats.Skipped); with CreateDevices they are made with mknod. A
+//     in Stats.Skipped); with CreateDevices they are made with mknod, and
+//     numbers beyond the kernel's (12-bit major, 20-bit minor) are refused. A
 //     character device 0/0 entry is always skipped: overlayfs would read it
 //     as a whiteout.
 //   - Limits (Options.MaxBytes, MaxEntries) are enforced while streaming.

@@ -75,6 +75,9 @@ const (
 
 	maxXattrName  = 255
 	maxXattrValue = 64 << 10
+
+	maxDevMajor = 1<<12 - 1
+	maxDevMinor = 1<<20 - 1
 )
 
 // Unpack extracts the layer tar r into dir, which must be an empty
@@ -152,7 +155,7 @@ func checkEmpty(fd int) error {
 		return err
 	}
 	f := os.NewFile(uintptr(d), ".")
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	names, err := f.Readdirnames(1)
 	if len(names) > 0 {
 		return errors.New("directory is not empty")
@@ -454,7 +457,7 @@ func (u *unpacker) meta(fd, uid, gid int, hdr *tar.Header, xattrs [][2]string) e
 	if err := unix.Fchown(fd, uid, gid); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(fd, uint32(hdr.Mode&0o7777)); err != nil {
+	if err := unix.Fchmod(fd, uint32(hdr.Mode&0o7777)); err != nil { //nolint:gosec // masked to 0o7777 first, so it fits
 		return err
 	}
 	for _, x := range xattrs {
@@ -617,10 +620,12 @@ func (u *unpacker) device(comps []string, hdr *tar.Header) error {
 	if err != nil {
 		return err
 	}
-	if hdr.Devmajor < 0 || hdr.Devmajor > math.MaxUint32 || hdr.Devminor < 0 || hdr.Devminor > math.MaxUint32 {
+	// The kernel's dev_t holds a 12-bit major and a 20-bit minor; mknod
+	// drops higher bits, so 4096/0 would be made as 0/0, a whiteout.
+	if hdr.Devmajor < 0 || hdr.Devmajor > maxDevMajor || hdr.Devminor < 0 || hdr.Devminor > maxDevMinor {
 		return invalidf("device number out of range")
 	}
-	mode := uint32(hdr.Mode & 0o7777)
+	mode := uint32(hdr.Mode & 0o7777) //nolint:gosec // masked to 0o7777 first, so it fits
 	switch hdr.Typeflag {
 	case tar.TypeChar:
 		mode |= unix.S_IFCHR
@@ -637,8 +642,8 @@ func (u *unpacker) device(comps []string, hdr *tar.Header) error {
 	if _, _, err := u.clear(pfd, base, strings.Join(comps, "/"), false); err != nil {
 		return err
 	}
-	dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
-	if err := unix.Mknodat(pfd, base, mode, int(dev)); err != nil {
+	dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))   //nolint:gosec // within the kernel's range, checked above
+	if err := unix.Mknodat(pfd, base, mode, int(dev)); err != nil { //nolint:gosec // dev fits in 32 bits (the range checked above)
 		return err
 	}
 	if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -724,7 +729,7 @@ func (u *unpacker) caps(v []byte) ([]byte, error) {
 	out := make([]byte, capSize3)
 	binary.LittleEndian.PutUint32(out, capRev3|flags)
 	copy(out[4:capSize2], v[4:capSize2])
-	binary.LittleEndian.PutUint32(out[capSize2:], uint32(host))
+	binary.LittleEndian.PutUint32(out[capSize2:], uint32(host)) //nolint:gosec // shift returns ids below 2^32 (Unpack checks HostBase+Size)
 	return out, nil
 }
 

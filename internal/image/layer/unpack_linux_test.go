@@ -425,6 +425,9 @@ func TestReject(t *testing.T) {
 		{"owner-negative", func(string) []ent { return []ent{negOwner} }, Options{}, ErrInvalid},
 		{"bad-capability", func(string) []ent { return []ent{badCap} }, Options{}, ErrInvalid},
 		{"xattr-too-big", func(string) []ent { return []ent{bigXattr} }, Options{}, ErrInvalid},
+		// mknod would drop the high bits and make 0/0, a whiteout.
+		{"device-major-too-big", func(string) []ent { return []ent{dev("d", tar.TypeChar, 1<<12, 0)} }, Options{Devices: CreateDevices}, ErrInvalid},
+		{"device-minor-too-big", func(string) []ent { return []ent{dev("d", tar.TypeChar, 0, 1<<20)} }, Options{Devices: CreateDevices}, ErrInvalid},
 		{"too-many-entries", func(string) []ent {
 			return []ent{reg("a", "", 0), reg("b", "", 0), reg("c", "", 0), reg("d", "", 0)}
 		}, Options{MaxEntries: 3}, ErrLimit},

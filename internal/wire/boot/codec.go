@@ -206,7 +206,7 @@ func (d *decoder) count() int {
 		d.fail("length beyond the end of the data")
 		return 0
 	}
-	return int(n)
+	return int(n) //nolint:gosec // n <= len(d.b), checked just above
 }
 
 func (d *decoder) bool() bool {

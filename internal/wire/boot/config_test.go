@@ -16,7 +16,7 @@ func configPair(t *testing.T) (agent, host *os.File) {
 		t.Fatal(err)
 	}
 	agent, host = os.NewFile(uintptr(fds[0]), "agent"), os.NewFile(uintptr(fds[1]), "host")
-	t.Cleanup(func() { agent.Close(); host.Close() })
+	t.Cleanup(func() { _ = agent.Close(); _ = host.Close() })
 	return agent, host
 }
 
@@ -32,14 +32,14 @@ func TestConfigRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer f.Close()
+			defer func() { _ = f.Close() }()
 			mount = f
 		}
 		sent := &Config{Rootfs: Rootfs{Lower: []string{"/l"}, Upper: "/u", Work: "/w"}, Python: strings.Repeat("p", 300<<10)}
 		done := make(chan error, 1)
 		go func() {
 			err := SendConfig(host, sent, mount)
-			host.Close()
+			_ = host.Close()
 			done <- err
 		}()
 		got, err := ReadConfig(agent)
@@ -77,7 +77,7 @@ func TestReadConfigRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer devnull.Close()
+	defer func() { _ = devnull.Close() }()
 	two := unix.UnixRights(int(devnull.Fd()), int(devnull.Fd()))
 	for name, send := range map[string]func(*os.File) error{
 		"no header":  func(h *os.File) error { _, err := h.Write(encodeConfig(&Config{})); return err },
@@ -104,13 +104,13 @@ func TestReadConfigRejects(t *testing.T) {
 			if errors.Is(err, unix.EPIPE) {
 				err = nil // the reader gave up on an oversized config
 			}
-			host.Close()
+			_ = host.Close()
 			done <- err
 		}()
 		if _, err := ReadConfig(agent); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
-		agent.Close() // unblocks a sender still writing
+		_ = agent.Close() // unblocks a sender still writing
 		if err := <-done; err != nil {
 			t.Fatalf("%s: send: %v", name, err)
 		}

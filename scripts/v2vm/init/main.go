@@ -66,7 +66,7 @@ func say(format string, args ...any) {
 // /dev/console in the initramfs.
 func reopenConsole() {
 	if _, err := os.Stat("/dev/console"); err != nil {
-		_ = os.MkdirAll("/dev", 0o755)
+		_ = os.MkdirAll("/dev", 0o755) //nolint:gosec // 0755: /dev in the test VM's root, as any system has it
 		_ = unix.Mount("devtmpfs", "/dev", "devtmpfs", 0, "")
 	}
 	fd, err := unix.Open("/dev/console", unix.O_RDWR|unix.O_NOCTTY, 0)
@@ -85,7 +85,7 @@ func boot() error {
 	if err := loadModules("/modules"); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(newRoot, 0o755); err != nil {
+	if err := os.MkdirAll(newRoot, 0o755); err != nil { //nolint:gosec // 0755: the test VM's new root, with the mode any system gives /
 		return err
 	}
 	type mnt struct {
@@ -110,7 +110,7 @@ func boot() error {
 	}
 	for _, m := range mounts {
 		if m.fstype == "devpts" || m.fstype == "tmpfs" || m.fstype == "9p" {
-			_ = os.MkdirAll(m.dst, 0o755) // only possible on a tmpfs; elsewhere it exists
+			_ = os.MkdirAll(m.dst, 0o755) //nolint:gosec // 0755: mount points in the test VM, as any system has them; only possible on a tmpfs; elsewhere it exists
 		}
 		if err := unix.Mount(m.src, m.dst, m.fstype, m.flags, m.data); err != nil {
 			if m.optional {
@@ -124,7 +124,7 @@ func boot() error {
 	src := strings.TrimSpace(readFile(newRoot + jobDir + "/src"))
 	if src != "" {
 		dst := newRoot + src
-		_ = os.MkdirAll(dst, 0o755)
+		_ = os.MkdirAll(dst, 0o755) //nolint:gosec // 0755: a mount point in the test VM
 		if err := unix.Mount("v2vmsrc", dst, "9p", unix.MS_RDONLY, ninepOpt+",cache=loose"); err != nil {
 			return fmt.Errorf("mount the source tree on %s: %w", src, err)
 		}
@@ -144,7 +144,7 @@ func boot() error {
 // loadModules loads the modules listed in file, in order; a module the
 // kernel already has is fine.
 func loadModules(file string) error {
-	b, err := os.ReadFile(file)
+	b, err := os.ReadFile(file) //nolint:gosec // file is the fixed /modules list in the test VM's initramfs
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil
@@ -152,12 +152,12 @@ func loadModules(file string) error {
 		return err
 	}
 	for _, p := range strings.Fields(string(b)) {
-		f, err := os.Open(p)
+		f, err := os.Open(p) //nolint:gosec // p is a module path from that list
 		if err != nil {
 			return err
 		}
 		err = unix.FinitModule(int(f.Fd()), "", 0)
-		f.Close()
+		_ = f.Close()
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("load module %s: %w", filepath.Base(p), err)
 		}
@@ -166,7 +166,7 @@ func loadModules(file string) error {
 }
 
 func readFile(p string) string {
-	b, err := os.ReadFile(p)
+	b, err := os.ReadFile(p) //nolint:gosec // p is a fixed /proc or /sys path or a file of the job dir the harness wrote
 	if err != nil {
 		return ""
 	}
@@ -189,11 +189,11 @@ type lane struct {
 }
 
 func readPlan(p string) ([]lane, error) {
-	f, err := os.Open(p)
+	f, err := os.Open(p) //nolint:gosec // p is the plan file the harness put in the job dir
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	var lanes []lane
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -230,7 +230,7 @@ func runPlan() error {
 		return err
 	}
 	env := readEnv(jobDir + "/env")
-	_ = os.MkdirAll("/tmp/home", 0o755)
+	_ = os.MkdirAll("/tmp/home", 0o755) //nolint:gosec // 0755: the tests' HOME in the test VM
 	for _, l := range lanes {
 		say("=== V2VM LANE %s START up=%s", l.name, uptime())
 		t0 := time.Now()

@@ -95,30 +95,30 @@ func start() (*server, error) {
 		return nil, err
 	}
 	// Sandbox root is an unprivileged uid that must reach the data dir.
-	if err := os.Chmod(dir, 0o711); err != nil {
-		os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // 0711 for the uid range named above
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	addr := l.Addr().String()
-	l.Close()
+	_ = l.Close()
 	s := &server{dir: dir, url: "http://" + addr, log: new(bytes.Buffer)}
-	s.cmd = exec.Command(bin, "serve", "--dev", "--listen", addr, "--prewarm", "1",
+	s.cmd = exec.Command(bin, "serve", "--dev", "--listen", addr, "--prewarm", "1", //nolint:gosec // bin is the warren binary of this checkout (or WARREN_BIN); the arguments are fixed
 		"--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"))
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(s.url + "/api/v1/health")
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				break
 			}
@@ -153,7 +153,7 @@ func (s *server) call(method string, params, out any) error {
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	var r struct {
 		Result json.RawMessage `json:"result"`
 		Error  *struct {
