@@ -97,7 +97,7 @@ func TestTimeoutBounds(t *testing.T) {
 // once base64-encoded, 47 MiB, and says so past it; the tar route takes
 // bigger files.
 func TestFileWriteLimit(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "fw"}, nil)
 	data := make([]byte, rpc.MaxFileWrite+1)
 	for i := range data {

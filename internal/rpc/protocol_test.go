@@ -156,7 +156,7 @@ func deref(p *float64) float64 {
 // TestCommandErrors: not found and timeouts are JSON-RPC errors with useful
 // messages; a non-zero exit is a result.
 func TestCommandErrors(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "errs"}, nil)
 	r := e.call("sandbox.command.run", map[string]any{"sandbox": "errs", "command": "no-such-command"})
 	if r.Status != 422 || r.kind() != "exec_failed" || !strings.Contains(r.Error.Message, "no-such-command") {
@@ -179,7 +179,7 @@ func TestCommandErrors(t *testing.T) {
 // TestHostileRequests: malformed, oversized, deeply nested and mistyped
 // requests get clear errors, never a crash, and the server keeps serving.
 func TestHostileRequests(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	deep := strings.Repeat(`{"a":`, 100000) + "1" + strings.Repeat("}", 100000)
 	cases := []struct {
 		name   string
@@ -243,7 +243,7 @@ func TestHostileRequests(t *testing.T) {
 // TestAuthMatrix checks every way a key can be wrong, and namespace
 // isolation on each method family.
 func TestAuthMatrix(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	ctx := t.Context()
 	keyA, _, err := e.keys.Create(ctx, "team-a", time.Hour, "")
 	if err != nil {

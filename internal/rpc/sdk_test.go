@@ -204,7 +204,7 @@ func TestUpstreamGoSDKMetrics(t *testing.T) {
 // the server (a host failure keeps the errored sandbox's record) leaves
 // nothing behind either.
 func TestRunOnceCleansUpServerFailures(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	ctx := t.Context()
 	c := warren.New(warren.WithServerURL(e.url), warren.WithAPIKey(e.admin), warren.WithNamespace("oneshot"))
 	if _, err := c.RunPython(ctx, "print(1)", warren.RunImage(brokenImage)); !warren.IsInternal(err) || !strings.Contains(err.Error(), "image store") {
