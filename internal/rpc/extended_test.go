@@ -19,41 +19,12 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// TestExtendedMethods drives Warren's own methods end to end.
+// TestExtendedMethods drives Warren's own methods end to end in a real
+// sandbox: exec, shell, files, tars, processes, logs. TestSandboxMethods
+// has the methods on sandboxes themselves.
 func TestExtendedMethods(t *testing.T) {
 	e := newEnv(t, true, nil)
-	var info struct {
-		Namespace string            `json:"namespace"`
-		Name      string            `json:"name"`
-		State     string            `json:"state"`
-		Labels    map[string]string `json:"labels"`
-		MemoryMiB int64             `json:"memory_mib"`
-	}
-	e.must("sandbox.create", map[string]any{"name": "ext", "labels": map[string]string{"team": "x"}, "memory_mib": 256, "env": []string{"GREETING=hi"}}, &info)
-	if info.State != "running" || info.Labels["team"] != "x" || info.MemoryMiB != 256 || info.Namespace != "default" {
-		t.Fatalf("create: %+v", info)
-	}
-	if r := e.call("sandbox.create", map[string]any{"name": "ext"}); r.Status != 409 || r.kind() != "conflict" {
-		t.Fatalf("create twice: %s", r.Raw)
-	}
-	if r := e.call("sandbox.create", map[string]any{"name": "pol", "secrets": []string{"db"}}); r.Status != 400 || !strings.Contains(r.Error.Message, "secret") {
-		t.Fatalf("secrets: %s", r.Raw)
-	}
-	e.must("sandbox.create", map[string]any{"name": "other", "labels": map[string]string{"team": "y"}}, nil)
-
-	var list struct {
-		Sandboxes []struct {
-			Name string `json:"name"`
-		} `json:"sandboxes"`
-	}
-	e.must("sandbox.list", map[string]any{"labels": map[string]string{"team": "x"}}, &list)
-	if len(list.Sandboxes) != 1 || list.Sandboxes[0].Name != "ext" {
-		t.Fatalf("label filter: %+v", list)
-	}
-	e.must("sandbox.list", map[string]any{"state": "stopped"}, &list)
-	if len(list.Sandboxes) != 0 {
-		t.Fatalf("state filter: %+v", list)
-	}
+	e.must("sandbox.create", map[string]any{"name": "ext", "env": []string{"GREETING=hi"}}, nil)
 
 	type execResult struct {
 		ExitCode  int    `json:"exit_code"`
@@ -247,6 +218,45 @@ func TestExtendedMethods(t *testing.T) {
 	e.must("sandbox.logs", map[string]any{"sandbox": "ext", "tail": 2}, &logs)
 	if len(logs.Lines) != 2 {
 		t.Fatalf("tail 2: %d lines", len(logs.Lines))
+	}
+}
+
+// TestSandboxMethods: sandbox.create answers the sandbox as created and
+// refuses a second one of the name and what the server cannot honour;
+// sandbox.list filters by label and state; sandbox.remove is idempotent.
+func TestSandboxMethods(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
+	var info struct {
+		Namespace string            `json:"namespace"`
+		Name      string            `json:"name"`
+		State     string            `json:"state"`
+		Labels    map[string]string `json:"labels"`
+		MemoryMiB int64             `json:"memory_mib"`
+	}
+	e.must("sandbox.create", map[string]any{"name": "ext", "labels": map[string]string{"team": "x"}, "memory_mib": 256, "env": []string{"GREETING=hi"}}, &info)
+	if info.State != "running" || info.Labels["team"] != "x" || info.MemoryMiB != 256 || info.Namespace != "default" {
+		t.Fatalf("create: %+v", info)
+	}
+	if r := e.call("sandbox.create", map[string]any{"name": "ext"}); r.Status != 409 || r.kind() != "conflict" {
+		t.Fatalf("create twice: %s", r.Raw)
+	}
+	if r := e.call("sandbox.create", map[string]any{"name": "pol", "secrets": []string{"db"}}); r.Status != 400 || !strings.Contains(r.Error.Message, "secret") {
+		t.Fatalf("secrets: %s", r.Raw)
+	}
+	e.must("sandbox.create", map[string]any{"name": "other", "labels": map[string]string{"team": "y"}}, nil)
+
+	var list struct {
+		Sandboxes []struct {
+			Name string `json:"name"`
+		} `json:"sandboxes"`
+	}
+	e.must("sandbox.list", map[string]any{"labels": map[string]string{"team": "x"}}, &list)
+	if len(list.Sandboxes) != 1 || list.Sandboxes[0].Name != "ext" {
+		t.Fatalf("label filter: %+v", list)
+	}
+	e.must("sandbox.list", map[string]any{"state": "stopped"}, &list)
+	if len(list.Sandboxes) != 0 {
+		t.Fatalf("state filter: %+v", list)
 	}
 
 	// Remove is idempotent and takes the files.
