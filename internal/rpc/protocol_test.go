@@ -426,8 +426,8 @@ func TestAuthMatrix(t *testing.T) {
 	}
 }
 
-// TestConcurrentClients: 50 clients mixing methods at once, plus racing
-// starts of one name.
+// TestConcurrentClients: 50 clients mixing methods at once
+// (TestRacingStarts: starts of one name).
 func TestConcurrentClients(t *testing.T) {
 	e := newEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "shared"}, nil)
@@ -486,9 +486,13 @@ func TestConcurrentClients(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
 
-	// Racing starts of one name: each caller either started it, found it
-	// running, or was told it is starting; exactly one sandbox results.
+// TestRacingStarts: racing starts of one name each start it, find it
+// running, or are told it is starting; exactly one sandbox results.
+func TestRacingStarts(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
+	var wg sync.WaitGroup
 	var codes sync.Map
 	for i := range 8 {
 		wg.Add(1)
