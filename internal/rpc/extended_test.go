@@ -19,41 +19,12 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// TestExtendedMethods drives Warren's own methods end to end.
+// TestExtendedMethods drives Warren's own methods end to end in a real
+// sandbox: exec, shell, files, tars, processes, logs. TestSandboxMethods
+// has the methods on sandboxes themselves.
 func TestExtendedMethods(t *testing.T) {
 	e := newEnv(t, true, nil)
-	var info struct {
-		Namespace string            `json:"namespace"`
-		Name      string            `json:"name"`
-		State     string            `json:"state"`
-		Labels    map[string]string `json:"labels"`
-		MemoryMiB int64             `json:"memory_mib"`
-	}
-	e.must("sandbox.create", map[string]any{"name": "ext", "labels": map[string]string{"team": "x"}, "memory_mib": 256, "env": []string{"GREETING=hi"}}, &info)
-	if info.State != "running" || info.Labels["team"] != "x" || info.MemoryMiB != 256 || info.Namespace != "default" {
-		t.Fatalf("create: %+v", info)
-	}
-	if r := e.call("sandbox.create", map[string]any{"name": "ext"}); r.Status != 409 || r.kind() != "conflict" {
-		t.Fatalf("create twice: %s", r.Raw)
-	}
-	if r := e.call("sandbox.create", map[string]any{"name": "pol", "secrets": []string{"db"}}); r.Status != 400 || !strings.Contains(r.Error.Message, "secret") {
-		t.Fatalf("secrets: %s", r.Raw)
-	}
-	e.must("sandbox.create", map[string]any{"name": "other", "labels": map[string]string{"team": "y"}}, nil)
-
-	var list struct {
-		Sandboxes []struct {
-			Name string `json:"name"`
-		} `json:"sandboxes"`
-	}
-	e.must("sandbox.list", map[string]any{"labels": map[string]string{"team": "x"}}, &list)
-	if len(list.Sandboxes) != 1 || list.Sandboxes[0].Name != "ext" {
-		t.Fatalf("label filter: %+v", list)
-	}
-	e.must("sandbox.list", map[string]any{"state": "stopped"}, &list)
-	if len(list.Sandboxes) != 0 {
-		t.Fatalf("state filter: %+v", list)
-	}
+	e.must("sandbox.create", map[string]any{"name": "ext", "env": []string{"GREETING=hi"}}, nil)
 
 	type execResult struct {
 		ExitCode  int    `json:"exit_code"`
@@ -247,6 +218,45 @@ func TestExtendedMethods(t *testing.T) {
 	e.must("sandbox.logs", map[string]any{"sandbox": "ext", "tail": 2}, &logs)
 	if len(logs.Lines) != 2 {
 		t.Fatalf("tail 2: %d lines", len(logs.Lines))
+	}
+}
+
+// TestSandboxMethods: sandbox.create answers the sandbox as created and
+// refuses a second one of the name and what the server cannot honour;
+// sandbox.list filters by label and state; sandbox.remove is idempotent.
+func TestSandboxMethods(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
+	var info struct {
+		Namespace string            `json:"namespace"`
+		Name      string            `json:"name"`
+		State     string            `json:"state"`
+		Labels    map[string]string `json:"labels"`
+		MemoryMiB int64             `json:"memory_mib"`
+	}
+	e.must("sandbox.create", map[string]any{"name": "ext", "labels": map[string]string{"team": "x"}, "memory_mib": 256, "env": []string{"GREETING=hi"}}, &info)
+	if info.State != "running" || info.Labels["team"] != "x" || info.MemoryMiB != 256 || info.Namespace != "default" {
+		t.Fatalf("create: %+v", info)
+	}
+	if r := e.call("sandbox.create", map[string]any{"name": "ext"}); r.Status != 409 || r.kind() != "conflict" {
+		t.Fatalf("create twice: %s", r.Raw)
+	}
+	if r := e.call("sandbox.create", map[string]any{"name": "pol", "secrets": []string{"db"}}); r.Status != 400 || !strings.Contains(r.Error.Message, "secret") {
+		t.Fatalf("secrets: %s", r.Raw)
+	}
+	e.must("sandbox.create", map[string]any{"name": "other", "labels": map[string]string{"team": "y"}}, nil)
+
+	var list struct {
+		Sandboxes []struct {
+			Name string `json:"name"`
+		} `json:"sandboxes"`
+	}
+	e.must("sandbox.list", map[string]any{"labels": map[string]string{"team": "x"}}, &list)
+	if len(list.Sandboxes) != 1 || list.Sandboxes[0].Name != "ext" {
+		t.Fatalf("label filter: %+v", list)
+	}
+	e.must("sandbox.list", map[string]any{"state": "stopped"}, &list)
+	if len(list.Sandboxes) != 0 {
+		t.Fatalf("state filter: %+v", list)
 	}
 
 	// Remove is idempotent and takes the files.
@@ -512,7 +522,7 @@ func TestRestartReattaches(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("orphan still runs after the restart")
 	}
-	ids, _ := e.be.IDs()
+	ids, _ := e.backend.IDs()
 	for _, id := range ids {
 		if id == "sb-orphan" {
 			t.Fatal("orphan's files survived the restart")
@@ -524,7 +534,7 @@ func TestRestartReattaches(t *testing.T) {
 // TestIdleAndLifetime: idle sandboxes stop, old ones stop, stopped ones are
 // removed after the retention.
 func TestIdleAndLifetime(t *testing.T) {
-	e := newEnv(t, true, func(o *sandbox.Options) { o.StoppedRetention = 1500 * time.Millisecond })
+	e := newFakeEnv(t, true, func(o *sandbox.Options) { o.StoppedRetention = 1500 * time.Millisecond })
 	e.must("sandbox.create", map[string]any{"name": "idle", "idle_timeout": 0.5}, nil)
 	idle, err := e.mgr.Get("default", "idle")
 	if err != nil {
@@ -564,7 +574,7 @@ func TestIdleAndLifetime(t *testing.T) {
 	waitState("short", "stopped", 5*time.Second)
 	waitState("idle", "gone", 5*time.Second)
 	// Removal took its files.
-	ids, err := e.be.IDs()
+	ids, err := e.backend.IDs()
 	if err != nil || slices.Contains(ids, idle.ID) {
 		t.Fatalf("the removed sandbox's files remain: %v %v", ids, err)
 	}
@@ -729,9 +739,10 @@ func TestWebSocketResize(t *testing.T) {
 
 // TestWebSocketAuth: with API keys (not --dev), the WebSocket handshake
 // needs a valid key for the sandbox's namespace: none, a bad or revoked
-// one is 401, another namespace's is 403, and the right one streams.
+// one is 401, another namespace's is 403, and the right one gets a
+// socket. TestWebSocketAuthStreams runs a command through it, on native.
 func TestWebSocketAuth(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "wa", "namespace": "team-a"}, nil)
 	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
 	if err != nil {
@@ -783,12 +794,23 @@ func TestWebSocketAuth(t *testing.T) {
 			t.Errorf("WebSocket with %s: %d %.300s, want %d %s", c.what, status, body, c.status, c.kind)
 		}
 	}
-	// Refused clients never get a socket; the right key runs a command.
+	// Refused clients never get a socket.
 	if _, err := e.wsDial(t, "namespace=team-a&sandbox=wa", keyB); err == nil {
 		t.Fatal("a team-b key opened a WebSocket to a team-a sandbox")
 	}
 	if _, err := e.wsDial(t, "namespace=team-a&sandbox=wa", ""); err == nil {
 		t.Fatal("a WebSocket opened without a key")
+	}
+}
+
+// TestWebSocketAuthStreams: the right key's WebSocket (no namespace named:
+// the key's) runs a command and streams its output.
+func TestWebSocketAuthStreams(t *testing.T) {
+	e := newEnv(t, false, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "wa", "namespace": "team-a"}, nil)
+	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
 	}
 	c, err := e.wsDial(t, "sandbox=wa", keyA)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/fake"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/image/layer"
@@ -33,11 +34,16 @@ import (
 
 var envSeq atomic.Int64
 
-// env is a real server: native backend, SQLite, manager, HTTP on loopback.
+// env is a real server: a backend, SQLite, manager, HTTP on loopback. The
+// backend is the native one (newEnv: root, real sandboxes) or the fake
+// (newFakeEnv: in-memory sandboxes, no root); everything above it is the
+// same code either way.
 type env struct {
 	t       testing.TB
 	dir     string
-	be      *native.Backend
+	be      *native.Backend // nil on the fake
+	fake    *fake.Backend   // nil on native
+	backend backend.Backend // whichever of the two
 	db      *store.Store
 	mgr     *sandbox.Manager
 	srv     *rpc.Server
@@ -57,13 +63,56 @@ type env struct {
 // host failure (not a refusal): the image store cannot be read.
 const brokenImage = "test-broken-store"
 
-// newEnv starts a server. Privileged: fails under WARREN_TEST_PRIVILEGED=1
+// newEnv starts a server on the native backend, for tests of what only
+// real sandboxes do (the agent's REPLs, processes, file API and tars, the
+// kernel's limits). Privileged: fails under WARREN_TEST_PRIVILEGED=1
 // without root.
 func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireFile(t, "/usr/bin/python3")
 	agentPath := testenv.AgentBinary(t)
+	e := newBareEnv(t, dev)
+	// As `warren serve` runs (cmd/warren's hostFlags.backend).
+	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	e.be, err = native.New(native.Options{
+		DataDir: filepath.Join(e.dir, "data"), RunDir: filepath.Join(e.dir, "run"), AgentPath: agentPath,
+		SpawnerPath:  testenv.SpawnerBinary(t),
+		CgroupPrefix: fmt.Sprintf("warren-rpctest-%d-%d", os.Getpid(), envSeq.Add(1)), Prewarm: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.backend = e.be
+	shift := layer.IDMap{}
+	if m := e.be.UserNS(); m != nil {
+		shift = layer.IDMap{HostBase: m.Host, Size: m.Size}
+	}
+	e.open(shift, e.be.HostImage, tweak)
+	return e
+}
+
+// newFakeEnv starts a server on the fake backend: no root, no agent
+// binary. Its sandboxes' agent runs the fake's few commands (echo, true,
+// false, cat, exit N, sleep N, oom, hang) and keeps whole files; the
+// tests on it are of what the server does above the backend (protocol,
+// auth, namespaces, limits, lifecycle, errors, metrics).
+func newFakeEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
+	t.Helper()
+	e := newBareEnv(t, dev)
+	e.fake = fake.New()
+	e.backend = e.fake
+	host := &image.Image{Layers: []string{"/"}}
+	e.open(layer.IDMap{}, func() (*image.Image, error) { return host, nil }, tweak)
+	return e
+}
+
+// newBareEnv is an env with its directory, nothing else yet.
+func newBareEnv(t testing.TB, dev bool) *env {
+	t.Helper()
 	base, err := os.MkdirTemp("", "warren-rpc-test-")
 	if err != nil {
 		t.Fatal(err)
@@ -71,20 +120,16 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	if err := os.Chmod(base, 0o711); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, dir: base, dev: dev}
-	// As `warren serve` runs (cmd/warren's hostFlags.backend).
-	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {
-		t.Fatal(err)
-	}
-	e.be, err = native.New(native.Options{
-		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"), AgentPath: agentPath,
-		SpawnerPath:  testenv.SpawnerBinary(t),
-		CgroupPrefix: fmt.Sprintf("warren-rpctest-%d-%d", os.Getpid(), envSeq.Add(1)), Prewarm: 1,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.db, err = store.Open(filepath.Join(base, "data", "warren.db"))
+	return &env{t: t, dir: base, dev: dev}
+}
+
+// open opens the store, keys and images on e's backend and starts the
+// server; hostImage is the backend's host image.
+func (e *env) open(shift layer.IDMap, hostImage func() (*image.Image, error), tweak func(*sandbox.Options)) {
+	t := e.t
+	t.Helper()
+	var err error
+	e.db, err = store.Open(filepath.Join(e.dir, "data", "warren.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,11 +144,7 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	shift := layer.IDMap{}
-	if m := e.be.UserNS(); m != nil {
-		shift = layer.IDMap{HostBase: m.Host, Size: m.Size}
-	}
-	e.images, err = image.OpenStore(filepath.Join(base, "data", "images", "store"), e.db, shift)
+	e.images, err = image.OpenStore(filepath.Join(e.dir, "data", "images", "store"), e.db, shift)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,20 +153,19 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	resolve := func(_ context.Context, name string) (*image.Image, error) {
 		switch name {
 		case image.HostName, "python", "node", "microsandbox/python", "microsandbox/node":
-			return e.be.HostImage()
+			return hostImage()
 		case brokenImage:
 			return nil, errors.New("read the image store: input/output error")
 		}
 		return e.images.Get(name)
 	}
-	e.options = sandbox.Options{Backend: e.be, DB: e.db.DB(), LogDir: filepath.Join(base, "data", "logs"),
+	e.options = sandbox.Options{Backend: e.backend, DB: e.db.DB(), LogDir: filepath.Join(e.dir, "data", "logs"),
 		Images: resolve, Tick: 100 * time.Millisecond}
 	if tweak != nil {
 		tweak(&e.options)
 	}
 	e.start()
 	t.Cleanup(e.close)
-	return e
 }
 
 // start (re)starts the manager and HTTP server on the env's state.
@@ -173,8 +213,12 @@ func (e *env) close() {
 		_, _ = e.mgr.Remove(context.Background(), in.Namespace, in.Name)
 	}
 	e.mgr.Close()
-	_, _ = e.be.ReapOrphans(nil)
-	e.be.Close()
+	_, _ = e.backend.ReapOrphans(nil)
+	if e.be != nil {
+		e.be.Close()
+	} else {
+		e.fake.Close()
+	}
 	e.db.Close()
 	os.RemoveAll(e.dir)
 }

@@ -21,7 +21,7 @@ import (
 // get or list, no name taken, nothing counted against --max-sandboxes, no
 // row that comes back after a restart, nothing on the host.
 func TestRefusedStartLeavesNoRecord(t *testing.T) {
-	e := newEnv(t, true, func(o *sandbox.Options) { o.MaxSandboxes = 1 })
+	e := newFakeEnv(t, true, func(o *sandbox.Options) { o.MaxSandboxes = 1 })
 	for range 3 {
 		r := e.call("sandbox.create", map[string]any{"name": "img1", "image": "nope:latest"})
 		if r.Status != 400 || r.kind() != "invalid_params" || !strings.Contains(r.Error.Message, "nope:latest") {
@@ -46,7 +46,7 @@ func TestRefusedStartLeavesNoRecord(t *testing.T) {
 		if len(list.Sandboxes) != 0 {
 			t.Fatalf("%s: refused starts left records: %s", when, list.Sandboxes)
 		}
-		if ids, err := e.be.IDs(); err != nil || len(ids) != 0 {
+		if ids, err := e.backend.IDs(); err != nil || len(ids) != 0 {
 			t.Fatalf("%s: refused starts left sandboxes on the host: %v %v", when, ids, err)
 		}
 	}
@@ -57,56 +57,65 @@ func TestRefusedStartLeavesNoRecord(t *testing.T) {
 	e.must("sandbox.create", map[string]any{"name": "img1"}, nil)
 }
 
-// TestStopDuringCommand: a command or code run that a stop cuts short
-// (the sandbox's maximum lifetime, a concurrent sandbox.stop or remove)
-// is a conflict that says what happened, not an internal error with a
-// transport message.
+// TestStopDuringCommand: a command that a stop cuts short (the sandbox's
+// maximum lifetime, a concurrent sandbox.stop or remove) is a conflict
+// that says what happened, not an internal error with a transport
+// message. TestStopDuringCode is the same for code.
 func TestStopDuringCommand(t *testing.T) {
-	e := newEnv(t, true, nil)
-	want := func(t *testing.T, r *rpcReply, what, why string) {
-		t.Helper()
-		if r.Status != 409 || r.kind() != "conflict" || !strings.Contains(r.Error.Message, "was stopped while "+what) ||
-			!strings.Contains(r.Error.Message, why) || strings.Contains(r.Error.Message, "EOF") {
-			t.Fatalf("answer %d %s, want a conflict saying the sandbox was stopped while %s (%s)", r.Status, r.Raw, what, why)
-		}
-	}
-	stopSoon := func(method, name string) *sync.WaitGroup {
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			time.Sleep(time.Second)
-			e.must(method, map[string]any{"sandbox": name}, nil)
-		})
-		return &wg
-	}
+	e := newFakeEnv(t, true, nil)
 	t.Run("max lifetime", func(t *testing.T) {
 		e.must("sandbox.create", map[string]any{"name": "life", "max_lifetime": 1.5}, nil)
 		r := e.call("sandbox.command.run", map[string]any{"sandbox": "life", "command": "sleep", "args": []string{"30"}})
-		want(t, r, "the command ran", "maximum lifetime 1.5s reached")
+		wantStopped(t, r, "the command ran", "maximum lifetime 1.5s reached")
 	})
 	t.Run("stop", func(t *testing.T) {
 		e.must("sandbox.start", map[string]any{"sandbox": "st"}, nil)
-		wg := stopSoon("sandbox.stop", "st")
+		wg := e.stopSoon("sandbox.stop", "st")
 		r := e.call("sandbox.command.run", map[string]any{"sandbox": "st", "command": "sleep", "args": []string{"30"}})
 		wg.Wait()
-		want(t, r, "the command ran", "a stop was requested")
+		wantStopped(t, r, "the command ran", "a stop was requested")
 		// The sandbox itself is fine: it starts again and runs commands.
 		e.must("sandbox.start", map[string]any{"sandbox": "st"}, nil)
 		e.must("sandbox.command.run", map[string]any{"sandbox": "st", "command": "true"}, nil)
 	})
-	t.Run("repl", func(t *testing.T) {
-		e.must("sandbox.start", map[string]any{"sandbox": "rp"}, nil)
-		wg := stopSoon("sandbox.stop", "rp")
-		r := e.call("sandbox.repl.run", map[string]any{"sandbox": "rp", "language": "python", "code": "import time\ntime.sleep(30)"})
-		wg.Wait()
-		want(t, r, "the code ran", "a stop was requested")
-	})
 	t.Run("exec and remove", func(t *testing.T) {
 		e.must("sandbox.start", map[string]any{"sandbox": "rm"}, nil)
-		wg := stopSoon("sandbox.remove", "rm")
+		wg := e.stopSoon("sandbox.remove", "rm")
 		r := e.call("sandbox.exec", map[string]any{"sandbox": "rm", "argv": []string{"sleep", "30"}})
 		wg.Wait()
-		want(t, r, "the command ran", "it was removed")
+		wantStopped(t, r, "the command ran", "it was removed")
 	})
+}
+
+// TestStopDuringCode: code that a stop cuts short is a conflict that says
+// so, as a command is (TestStopDuringCommand). On native: it needs a REPL.
+func TestStopDuringCode(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "rp"}, nil)
+	wg := e.stopSoon("sandbox.stop", "rp")
+	r := e.call("sandbox.repl.run", map[string]any{"sandbox": "rp", "language": "python", "code": "import time\ntime.sleep(30)"})
+	wg.Wait()
+	wantStopped(t, r, "the code ran", "a stop was requested")
+}
+
+// wantStopped fails the test unless r is the conflict of a run (what)
+// that a stop (why) cut short.
+func wantStopped(t *testing.T, r *rpcReply, what, why string) {
+	t.Helper()
+	if r.Status != 409 || r.kind() != "conflict" || !strings.Contains(r.Error.Message, "was stopped while "+what) ||
+		!strings.Contains(r.Error.Message, why) || strings.Contains(r.Error.Message, "EOF") {
+		t.Fatalf("answer %d %s, want a conflict saying the sandbox was stopped while %s (%s)", r.Status, r.Raw, what, why)
+	}
+}
+
+// stopSoon calls method (sandbox.stop or remove) on name a second from now.
+func (e *env) stopSoon(method, name string) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		time.Sleep(time.Second)
+		e.must(method, map[string]any{"sandbox": name}, nil)
+	})
+	return &wg
 }
 
 // sbInfo is the part of SandboxInfo the lifecycle tests read.
@@ -316,7 +325,7 @@ func TestRestartFindsAgentDead(t *testing.T) {
 // and one that asks for its own keeps it, longer ones included.
 func TestServerDefaultTimeouts(t *testing.T) {
 	const idle, life = 700 * time.Millisecond, 2 * time.Second
-	e := newEnv(t, true, func(o *sandbox.Options) { o.IdleTimeout, o.MaxLifetime = idle, life })
+	e := newFakeEnv(t, true, func(o *sandbox.Options) { o.IdleTimeout, o.MaxLifetime = idle, life })
 	e.must("sandbox.start", map[string]any{"sandbox": "idle"}, nil)
 	e.must("sandbox.create", map[string]any{"name": "own", "idle_timeout": 60, "max_lifetime": 60}, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "old"}, nil)
@@ -366,7 +375,7 @@ func TestServerDefaultTimeouts(t *testing.T) {
 // refused new sandbox, and let it through once one is stopped (running)
 // or removed (sandboxes); concurrent starts cannot overshoot.
 func TestServerLimits(t *testing.T) {
-	e := newEnv(t, true, func(o *sandbox.Options) { o.MaxSandboxes, o.MaxRunning = 2, 1 })
+	e := newFakeEnv(t, true, func(o *sandbox.Options) { o.MaxSandboxes, o.MaxRunning = 2, 1 })
 	refused := func(r *rpcReply, msg string) {
 		t.Helper()
 		if r.Status != 429 || r.kind() != "limit" || r.Error.Code != -32006 || r.Error.Message != msg {

@@ -17,8 +17,41 @@ import (
 // TestTimeoutBounds: every timeout, wait and lifetime is a number of
 // seconds from 0 up to its documented maximum, checked before it is
 // converted: one past the maximum, however large (1e10 overflowed into "no
-// timeout" once), is invalid_params, and nothing runs.
+// timeout" once), is invalid_params, and nothing runs. These are the
+// methods the fake backend serves; TestTimeoutBoundsAgent has the rest.
 func TestTimeoutBounds(t *testing.T) {
+	e := newFakeEnv(t, false, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "tb"}, nil)
+	var b timeoutBounds
+	b.add("sandbox.command.run", map[string]any{"sandbox": "tb", "command": "true"}, "timeout", 86400)
+	b.add("sandbox.exec", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, "timeout", 86400)
+	b.add("key.create", map[string]any{"namespace": "tb"}, "expire", 10*365*24*3600)
+	for _, f := range []string{"idle_timeout", "max_lifetime"} {
+		for _, v := range []float64{30*24*3600 + 0.001, 1e10, 1e19, -1} {
+			b.cases = append(b.cases, timeoutCase{"sandbox.create", map[string]any{"name": "tb-create"}, f, v, false})
+		}
+	}
+	b.check(t, e)
+	if r := e.call("sandbox.get", map[string]any{"sandbox": "tb-create"}); r.Status != 404 {
+		t.Errorf("a refused create left a sandbox: %s", r.Raw)
+	}
+	// Under a millisecond is a millisecond, not 0 (no timeout).
+	r := e.call("sandbox.command.run", map[string]any{"sandbox": "tb", "command": "sleep", "args": []string{"5"}, "timeout": 0.0004})
+	if r.Status != 504 || r.kind() != "timeout" {
+		t.Errorf("command.run with a 0.4 ms timeout: %d %s", r.Status, r.Raw)
+	}
+	var res struct {
+		TimedOut bool `json:"timed_out"`
+	}
+	e.must("sandbox.exec", map[string]any{"sandbox": "tb", "argv": []string{"sleep", "5"}, "timeout": 1e-9}, &res)
+	if !res.TimedOut {
+		t.Error("exec with a 1 ns timeout did not time out")
+	}
+}
+
+// TestTimeoutBoundsAgent: TestTimeoutBounds for code, shell scripts and
+// background processes, which need a real agent.
+func TestTimeoutBoundsAgent(t *testing.T) {
 	e := newEnv(t, false, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "tb"}, nil)
 	var sleeper, quick struct {
@@ -26,32 +59,46 @@ func TestTimeoutBounds(t *testing.T) {
 	}
 	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"sleep", "300"}}, &sleeper)
 	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, &quick)
-	type tc struct {
-		method string
-		params map[string]any
-		field  string  // the timeout's name
-		value  float64 // its value
-		ok     bool
+	var b timeoutBounds
+	b.add("sandbox.repl.run", map[string]any{"sandbox": "tb", "language": "python", "code": "1"}, "timeout", 86400)
+	b.add("sandbox.shell", map[string]any{"sandbox": "tb", "script": "true"}, "timeout", 86400)
+	b.add("sandbox.process.wait", map[string]any{"sandbox": "tb", "id": quick.ID}, "timeout", 300)
+	b.add("sandbox.process.output", map[string]any{"sandbox": "tb", "id": quick.ID}, "wait", 60)
+	b.check(t, e)
+	// A wait within its bound on a running process returns when it ends.
+	var pi struct {
+		Running bool `json:"running"`
 	}
-	var cases []tc
-	add := func(method string, params map[string]any, field string, max float64) {
-		for _, v := range []float64{max, max + 0.001, max * 2, 1e10, 1e19, 1e300, -1, -0.001} {
-			cases = append(cases, tc{method, params, field, v, v == max})
-		}
+	e.must("sandbox.process.wait", map[string]any{"sandbox": "tb", "id": sleeper.ID, "timeout": 0.2}, &pi)
+	if !pi.Running {
+		t.Error("sleep 300 is not running any more")
 	}
-	add("sandbox.command.run", map[string]any{"sandbox": "tb", "command": "true"}, "timeout", 86400)
-	add("sandbox.repl.run", map[string]any{"sandbox": "tb", "language": "python", "code": "1"}, "timeout", 86400)
-	add("sandbox.exec", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, "timeout", 86400)
-	add("sandbox.shell", map[string]any{"sandbox": "tb", "script": "true"}, "timeout", 86400)
-	add("sandbox.process.wait", map[string]any{"sandbox": "tb", "id": quick.ID}, "timeout", 300)
-	add("sandbox.process.output", map[string]any{"sandbox": "tb", "id": quick.ID}, "wait", 60)
-	add("key.create", map[string]any{"namespace": "tb"}, "expire", 10*365*24*3600)
-	for _, f := range []string{"idle_timeout", "max_lifetime"} {
-		for _, v := range []float64{30*24*3600 + 0.001, 1e10, 1e19, -1} {
-			cases = append(cases, tc{"sandbox.create", map[string]any{"name": "tb-create"}, f, v, false})
-		}
+}
+
+// timeoutBounds are calls of methods with a timeout at, around and far
+// past its bound.
+type timeoutBounds struct{ cases []timeoutCase }
+
+type timeoutCase struct {
+	method string
+	params map[string]any
+	field  string  // the timeout's name
+	value  float64 // its value
+	ok     bool
+}
+
+// add adds calls of method with field at max (valid) and past it either way.
+func (b *timeoutBounds) add(method string, params map[string]any, field string, max float64) {
+	for _, v := range []float64{max, max + 0.001, max * 2, 1e10, 1e19, 1e300, -1, -0.001} {
+		b.cases = append(b.cases, timeoutCase{method, params, field, v, v == max})
 	}
-	for _, c := range cases {
+}
+
+// check makes each call: the valid ones succeed, the others are
+// invalid_params naming the field; none takes long.
+func (b *timeoutBounds) check(t *testing.T, e *env) {
+	t.Helper()
+	for _, c := range b.cases {
 		params := map[string]any{c.field: c.value}
 		for k, v := range c.params {
 			params[k] = v
@@ -68,36 +115,13 @@ func TestTimeoutBounds(t *testing.T) {
 			t.Errorf("%s %s %g: %d %s, want invalid_params naming %s", c.method, c.field, c.value, r.Status, r.Raw, c.field)
 		}
 	}
-	if r := e.call("sandbox.get", map[string]any{"sandbox": "tb-create"}); r.Status != 404 {
-		t.Errorf("a refused create left a sandbox: %s", r.Raw)
-	}
-	// A wait within its bound on a running process returns when it ends.
-	var pi struct {
-		Running bool `json:"running"`
-	}
-	e.must("sandbox.process.wait", map[string]any{"sandbox": "tb", "id": sleeper.ID, "timeout": 0.2}, &pi)
-	if !pi.Running {
-		t.Error("sleep 300 is not running any more")
-	}
-	// Under a millisecond is a millisecond, not 0 (no timeout).
-	r := e.call("sandbox.command.run", map[string]any{"sandbox": "tb", "command": "sleep", "args": []string{"5"}, "timeout": 0.0004})
-	if r.Status != 504 || r.kind() != "timeout" {
-		t.Errorf("command.run with a 0.4 ms timeout: %d %s", r.Status, r.Raw)
-	}
-	var res struct {
-		TimedOut bool `json:"timed_out"`
-	}
-	e.must("sandbox.exec", map[string]any{"sandbox": "tb", "argv": []string{"sleep", "5"}, "timeout": 1e-9}, &res)
-	if !res.TimedOut {
-		t.Error("exec with a 1 ns timeout did not time out")
-	}
 }
 
 // TestFileWriteLimit: sandbox.file.write takes what fits the 64 MiB body
 // once base64-encoded, 47 MiB, and says so past it; the tar route takes
 // bigger files.
 func TestFileWriteLimit(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "fw"}, nil)
 	data := make([]byte, rpc.MaxFileWrite+1)
 	for i := range data {

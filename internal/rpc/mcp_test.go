@@ -22,18 +22,13 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.base.RoundTrip(r)
 }
 
-// TestMCPEndToEnd drives real sandboxes through /mcp with the official Go
-// MCP client, authenticated, and checks a scoped key stays in its namespace.
+// TestMCPEndToEnd drives sandboxes through /mcp with the official Go MCP
+// client, authenticated, and checks a scoped key stays in its namespace.
+// TestMCPRunCode runs code the same way, on native.
 func TestMCPEndToEnd(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	e.mountMCP()
-	connect := func(key string) (*sdk.ClientSession, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		client := sdk.NewClient(&sdk.Implementation{Name: "warren-e2e", Version: "1"}, nil)
-		return client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: e.url + "/mcp",
-			HTTPClient: &http.Client{Transport: bearer{key, http.DefaultTransport}}}, nil)
-	}
+	connect := func(key string) (*sdk.ClientSession, error) { return e.mcpConnect(key) }
 	if _, err := connect("msb_bad"); err == nil {
 		t.Fatal("MCP without a valid key connected")
 	}
@@ -42,19 +37,9 @@ func TestMCPEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	call := func(cs *sdk.ClientSession, name string, args map[string]any) (string, bool) {
-		t.Helper()
-		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: name, Arguments: args})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		return res.Content[0].(*sdk.TextContent).Text, res.IsError
-	}
+	call := mcpCall(t)
 	if out, isErr := call(cs, "sandbox_start", map[string]any{"sandbox": "m1"}); isErr || !strings.Contains(out, "started successfully") {
 		t.Fatalf("start: %s", out)
-	}
-	if out, isErr := call(cs, "sandbox_run_code", map[string]any{"sandbox": "m1", "language": "python", "code": "print(2**10)"}); isErr || !strings.Contains(out, `"text":"1024"`) {
-		t.Fatalf("run_code: %s", out)
 	}
 	if out, isErr := call(cs, "sandbox_run_command", map[string]any{"sandbox": "m1", "command": "no-such-cmd"}); !isErr || !strings.Contains(out, "no-such-cmd") {
 		t.Fatalf("failing command: %v %s", isErr, out)
@@ -90,12 +75,53 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 }
 
+// TestMCPRunCode: sandbox_run_code runs code in a real sandbox's REPL
+// and answers its output.
+func TestMCPRunCode(t *testing.T) {
+	e := newEnv(t, false, nil)
+	e.mountMCP()
+	cs, err := e.mcpConnect(e.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	call := mcpCall(t)
+	if out, isErr := call(cs, "sandbox_start", map[string]any{"sandbox": "m1"}); isErr || !strings.Contains(out, "started successfully") {
+		t.Fatalf("start: %s", out)
+	}
+	if out, isErr := call(cs, "sandbox_run_code", map[string]any{"sandbox": "m1", "language": "python", "code": "print(2**10)"}); isErr || !strings.Contains(out, `"text":"1024"`) {
+		t.Fatalf("run_code: %s", out)
+	}
+}
+
+// mcpConnect connects an MCP client to e's /mcp with key.
+func (e *env) mcpConnect(key string) (*sdk.ClientSession, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client := sdk.NewClient(&sdk.Implementation{Name: "warren-e2e", Version: "1"}, nil)
+	return client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: e.url + "/mcp",
+		HTTPClient: &http.Client{Transport: bearer{key, http.DefaultTransport}}}, nil)
+}
+
+// mcpCall returns a function that calls a tool and answers its text and
+// whether it is an error; a failed call fails t.
+func mcpCall(t *testing.T) func(cs *sdk.ClientSession, name string, args map[string]any) (string, bool) {
+	return func(cs *sdk.ClientSession, name string, args map[string]any) (string, bool) {
+		t.Helper()
+		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return res.Content[0].(*sdk.TextContent).Text, res.IsError
+	}
+}
+
 // TestNamespaceDefaultsToKey: a request that names no namespace uses the
 // key's namespace when the key is for one (over MCP, as the tools'
 // schemas and the server's instructions say, and over JSON-RPC alike), and
 // "default" with a key for every namespace.
 func TestNamespaceDefaultsToKey(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	e.mountMCP()
 	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
 	if err != nil {
@@ -158,7 +184,16 @@ func TestNamespaceDefaultsToKey(t *testing.T) {
 	if r := e.callAs(keyA, "sandbox.stop", map[string]any{"sandbox": "na"}); r.Status != 200 {
 		t.Fatalf("stop without a namespace, team-a key: %s", r.Raw)
 	}
-	// The tar route's "-" is the same default.
+}
+
+// TestTarNamespaceDefaultsToKey: the tar route's "-" is the key's
+// namespace (TestNamespaceDefaultsToKey).
+func TestTarNamespaceDefaultsToKey(t *testing.T) {
+	e := newEnv(t, false, nil)
+	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.must("sandbox.start", map[string]any{"sandbox": "na", "namespace": "team-a"}, nil)
 	req, _ := http.NewRequest("GET", e.url+"/api/v1/sandboxes/-/na/tar?path=/etc/hostname", nil)
 	req.Header.Set("Authorization", "Bearer "+keyA)

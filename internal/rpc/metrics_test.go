@@ -48,8 +48,9 @@ func (e *env) scrape(t *testing.T, key string) map[string]float64 {
 // namespace and state, the start and exec latency histograms (a start of a
 // sandbox that already runs is no start), requests by method and outcome,
 // errors by kind. A key scoped to a namespace sees only its series.
+// TestMetricsExecKinds has the shell and code kinds, on native.
 func TestMetricsSeries(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	if r, err := http.Get(e.url + "/metrics"); err != nil || r.StatusCode != 401 {
 		t.Fatalf("/metrics without a key: %v %v", r, err)
 	} else {
@@ -64,14 +65,12 @@ func TestMetricsSeries(t *testing.T) {
 		commandCount = `warren_exec_seconds_count{namespace="met",kind="command"}`
 		commandSum   = `warren_exec_seconds_sum{namespace="met",kind="command"}`
 		execCount    = `warren_exec_seconds_count{namespace="met",kind="exec"}`
-		shellCount   = `warren_exec_seconds_count{namespace="met",kind="shell"}`
-		replCount    = `warren_exec_seconds_count{namespace="met",kind="repl"}`
 		notFound     = `warren_errors_total{kind="not_found"}`
 		getNotFound  = `warren_rpc_requests_total{method="sandbox.get",outcome="not_found"}`
 		commandOK    = `warren_rpc_requests_total{method="sandbox.command.run",outcome="ok"}`
 	)
 	before := e.scrape(t, e.admin)
-	for _, s := range []string{running, stopped, startCount, commandCount, execCount, shellCount, replCount, notFound, getNotFound, commandOK} {
+	for _, s := range []string{running, stopped, startCount, commandCount, execCount, notFound, getNotFound, commandOK} {
 		if _, ok := before[s]; ok {
 			t.Fatalf("%s before anything happened: %v", s, before[s])
 		}
@@ -81,8 +80,6 @@ func TestMetricsSeries(t *testing.T) {
 	e.must("sandbox.start", map[string]any{"sandbox": "o", "namespace": "other"}, nil)
 	e.must("sandbox.command.run", map[string]any{"sandbox": "m", "namespace": "met", "command": "echo", "args": []string{"hi"}}, nil)
 	e.must("sandbox.exec", map[string]any{"sandbox": "m", "namespace": "met", "argv": []string{"true"}}, nil)
-	e.must("sandbox.shell", map[string]any{"sandbox": "m", "namespace": "met", "script": "true"}, nil)
-	e.must("sandbox.repl.run", map[string]any{"sandbox": "m", "namespace": "met", "language": "python", "code": "1"}, nil)
 	if r := e.call("sandbox.get", map[string]any{"sandbox": "nope", "namespace": "met"}); r.Status != 404 {
 		t.Fatalf("get of a missing sandbox: %s", r.Raw)
 	}
@@ -91,7 +88,7 @@ func TestMetricsSeries(t *testing.T) {
 		series string
 		want   float64
 	}{
-		{running, 1}, {startCount, 1}, {startInf, 1}, {commandCount, 1}, {execCount, 1}, {shellCount, 1}, {replCount, 1},
+		{running, 1}, {startCount, 1}, {startInf, 1}, {commandCount, 1}, {execCount, 1},
 		{notFound, 1}, {getNotFound, 1}, {commandOK, 1},
 		{`warren_sandboxes{namespace="other",state="running"}`, 1},
 	} {
@@ -122,6 +119,31 @@ func TestMetricsSeries(t *testing.T) {
 	for s := range scoped {
 		if !strings.Contains(s, `namespace="met"`) {
 			t.Errorf("the met key sees %s", s)
+		}
+	}
+}
+
+// TestMetricsExecKinds: a shell script and a code run each count in the
+// exec histogram under their own kind (TestMetricsSeries has the rest).
+func TestMetricsExecKinds(t *testing.T) {
+	e := newEnv(t, false, nil)
+	const (
+		shellCount = `warren_exec_seconds_count{namespace="met",kind="shell"}`
+		replCount  = `warren_exec_seconds_count{namespace="met",kind="repl"}`
+	)
+	before := e.scrape(t, e.admin)
+	for _, s := range []string{shellCount, replCount} {
+		if _, ok := before[s]; ok {
+			t.Fatalf("%s before anything happened: %v", s, before[s])
+		}
+	}
+	e.must("sandbox.start", map[string]any{"sandbox": "m", "namespace": "met"}, nil)
+	e.must("sandbox.shell", map[string]any{"sandbox": "m", "namespace": "met", "script": "true"}, nil)
+	e.must("sandbox.repl.run", map[string]any{"sandbox": "m", "namespace": "met", "language": "python", "code": "1"}, nil)
+	after := e.scrape(t, e.admin)
+	for _, s := range []string{shellCount, replCount} {
+		if got, ok := after[s]; !ok || got != 1 {
+			t.Errorf("%s = %v (present %v), want 1", s, got, ok)
 		}
 	}
 }

@@ -12,9 +12,11 @@ import (
 	"time"
 )
 
-// TestMicrosandboxProtocol sends the exact requests of both client
-// generations and checks the answers have the shapes clients parse.
-func TestMicrosandboxProtocol(t *testing.T) {
+// TestMicrosandboxRuns sends the exact requests of both client
+// generations that run something in a real sandbox (commands, code, the
+// CPU it used) and checks the answers; TestMicrosandboxProtocol has the
+// rest of the protocol.
+func TestMicrosandboxRuns(t *testing.T) {
 	e := newEnv(t, false, nil)
 	for _, gen := range []struct {
 		name string
@@ -43,9 +45,6 @@ func TestMicrosandboxProtocol(t *testing.T) {
 			if started != "Sandbox proto started successfully" {
 				t.Fatalf("start result %q", started)
 			}
-			// Starting again is fine for its owner.
-			e.must("sandbox.start", p("sandbox", "proto", "config", map[string]any{"memory": 512, "cpus": 1}), &started)
-
 			var cmd struct {
 				Command  string   `json:"command"`
 				Args     []string `json:"args"`
@@ -56,7 +55,6 @@ func TestMicrosandboxProtocol(t *testing.T) {
 					Text   string `json:"text"`
 				} `json:"output"`
 			}
-			// The Go SDK sends args: null for a nil slice.
 			e.must("sandbox.command.run", p("sandbox", "proto", "command", "/bin/sh", "args", []string{"-c", "echo one; sleep 0.1; echo two >&2; sleep 0.1; echo three; exit 3"}, "timeout", 10), &cmd)
 			if cmd.ExitCode != 3 || cmd.Success || cmd.Command != "/bin/sh" || len(cmd.Args) != 2 {
 				t.Fatalf("command result %+v", cmd)
@@ -68,11 +66,6 @@ func TestMicrosandboxProtocol(t *testing.T) {
 			if strings.Join(lines, ",") != "stdout:one,stderr:two,stdout:three" {
 				t.Fatalf("output %v", lines)
 			}
-			r := e.call("sandbox.command.run", p("sandbox", "proto", "command", "true", "args", nil))
-			if r.Status != 200 || !strings.Contains(string(r.Result), `"args":[]`) {
-				t.Fatalf("args null: %d %s", r.Status, r.Raw)
-			}
-
 			var repl struct {
 				Status   string `json:"status"`
 				Language string `json:"language"`
@@ -130,13 +123,87 @@ func TestMicrosandboxProtocol(t *testing.T) {
 			}
 
 			e.must("sandbox.stop", p("sandbox", "proto"), &started)
+		})
+	}
+}
+
+// TestMicrosandboxProtocol sends the exact requests of both client
+// generations and checks the answers have the shapes clients parse
+// (TestMicrosandboxRuns: those that need a real sandbox).
+func TestMicrosandboxProtocol(t *testing.T) {
+	e := newFakeEnv(t, false, nil)
+	for _, gen := range []struct {
+		name string
+		ns   map[string]any // extra params
+		want string         // namespace the sandbox lands in
+	}{
+		{"generation A (namespace sent)", map[string]any{"namespace": "team-a"}, "team-a"},
+		{"generation B (no namespace)", map[string]any{}, "default"},
+	} {
+		t.Run(gen.name, func(t *testing.T) {
+			p := func(kv ...any) map[string]any {
+				m := map[string]any{}
+				for k, v := range gen.ns {
+					m[k] = v
+				}
+				for i := 0; i < len(kv); i += 2 {
+					m[kv[i].(string)] = kv[i+1]
+				}
+				return m
+			}
+			// The Python SDK's start request, verbatim in shape.
+			var started string
+			e.must("sandbox.start", p("sandbox", "proto", "config", map[string]any{
+				"image": "microsandbox/python", "memory": 512, "cpus": 1,
+			}), &started)
+			if started != "Sandbox proto started successfully" {
+				t.Fatalf("start result %q", started)
+			}
+			// Starting again is fine for its owner.
+			e.must("sandbox.start", p("sandbox", "proto", "config", map[string]any{"memory": 512, "cpus": 1}), &started)
+
+			var cmd struct {
+				Command  string   `json:"command"`
+				Args     []string `json:"args"`
+				ExitCode int      `json:"exit_code"`
+				Success  bool     `json:"success"`
+				Output   []struct {
+					Stream string `json:"stream"`
+					Text   string `json:"text"`
+				} `json:"output"`
+			}
+			e.must("sandbox.command.run", p("sandbox", "proto", "command", "echo", "args", []string{"one"}, "timeout", 10), &cmd)
+			if cmd.ExitCode != 0 || !cmd.Success || cmd.Command != "echo" || len(cmd.Args) != 1 ||
+				len(cmd.Output) != 1 || cmd.Output[0].Stream != "stdout" || cmd.Output[0].Text != "one" {
+				t.Fatalf("command result %+v", cmd)
+			}
+			e.must("sandbox.command.run", p("sandbox", "proto", "command", "exit", "args", []string{"3"}), &cmd)
+			if cmd.ExitCode != 3 || cmd.Success {
+				t.Fatalf("command result %+v", cmd)
+			}
+			// The Go SDK sends args: null for a nil slice.
+			r := e.call("sandbox.command.run", p("sandbox", "proto", "command", "true", "args", nil))
+			if r.Status != 200 || !strings.Contains(string(r.Result), `"args":[]`) {
+				t.Fatalf("args null: %d %s", r.Status, r.Raw)
+			}
+
+			var met struct {
+				Sandboxes []struct {
+					Namespace string   `json:"namespace"`
+					Name      string   `json:"name"`
+					Running   bool     `json:"running"`
+					CPUUsage  *float64 `json:"cpu_usage"`
+				} `json:"sandboxes"`
+			}
+			e.must("sandbox.stop", p("sandbox", "proto"), &started)
 			if started != "Sandbox proto stopped successfully" {
 				t.Fatalf("stop result %q", started)
 			}
 			e.must("sandbox.stop", p("sandbox", "proto"), nil) // idempotent
 			e.must("sandbox.metrics.get", p("sandbox", "proto"), &met)
-			if met.Sandboxes[0].Running || met.Sandboxes[0].CPUUsage != nil {
-				t.Fatalf("stopped metrics %+v", met.Sandboxes[0])
+			if len(met.Sandboxes) != 1 || met.Sandboxes[0].Namespace != gen.want || met.Sandboxes[0].Name != "proto" ||
+				met.Sandboxes[0].Running || met.Sandboxes[0].CPUUsage != nil {
+				t.Fatalf("stopped metrics %+v", met.Sandboxes)
 			}
 			r = e.call("sandbox.command.run", p("sandbox", "proto", "command", "true"))
 			if r.Status != http.StatusConflict || r.kind() != "conflict" || !strings.Contains(r.Error.Message, "stopped") {
@@ -156,7 +223,7 @@ func deref(p *float64) float64 {
 // TestCommandErrors: not found and timeouts are JSON-RPC errors with useful
 // messages; a non-zero exit is a result.
 func TestCommandErrors(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "errs"}, nil)
 	r := e.call("sandbox.command.run", map[string]any{"sandbox": "errs", "command": "no-such-command"})
 	if r.Status != 422 || r.kind() != "exec_failed" || !strings.Contains(r.Error.Message, "no-such-command") {
@@ -179,7 +246,7 @@ func TestCommandErrors(t *testing.T) {
 // TestHostileRequests: malformed, oversized, deeply nested and mistyped
 // requests get clear errors, never a crash, and the server keeps serving.
 func TestHostileRequests(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	deep := strings.Repeat(`{"a":`, 100000) + "1" + strings.Repeat("}", 100000)
 	cases := []struct {
 		name   string
@@ -243,7 +310,7 @@ func TestHostileRequests(t *testing.T) {
 // TestAuthMatrix checks every way a key can be wrong, and namespace
 // isolation on each method family.
 func TestAuthMatrix(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	ctx := t.Context()
 	keyA, _, err := e.keys.Create(ctx, "team-a", time.Hour, "")
 	if err != nil {
@@ -359,8 +426,8 @@ func TestAuthMatrix(t *testing.T) {
 	}
 }
 
-// TestConcurrentClients: 50 clients mixing methods at once, plus racing
-// starts of one name.
+// TestConcurrentClients: 50 clients mixing methods at once
+// (TestRacingStarts: starts of one name).
 func TestConcurrentClients(t *testing.T) {
 	e := newEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "shared"}, nil)
@@ -419,9 +486,13 @@ func TestConcurrentClients(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
+}
 
-	// Racing starts of one name: each caller either started it, found it
-	// running, or was told it is starting; exactly one sandbox results.
+// TestRacingStarts: racing starts of one name each start it, find it
+// running, or are told it is starting; exactly one sandbox results.
+func TestRacingStarts(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
+	var wg sync.WaitGroup
 	var codes sync.Map
 	for i := range 8 {
 		wg.Add(1)

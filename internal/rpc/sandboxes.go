@@ -46,12 +46,8 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	if len(cfg.Ports) > 0 {
 		return nil, errdefs.Errorf(errInvalidParams, "ports: sandboxes have no network but loopback; publishing ports is not supported")
 	}
-	if cfg.Memory == 0 {
-		cfg.Memory = 512
-	}
-	if cfg.CPUs == 0 {
-		cfg.CPUs = 1
-	}
+	// Unset memory, cpus and image stay zero: the manager fills in the
+	// server's defaults.
 	if cfg.Memory != float64(int64(cfg.Memory)) {
 		return nil, errdefs.Errorf(errInvalidParams, "memory %v: want a whole number of MiB", cfg.Memory)
 	}
@@ -59,11 +55,7 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	if err != nil {
 		return nil, err
 	}
-	img := cfg.Image
-	if img == "" {
-		img = "python"
-	}
-	spec := sandbox.Spec{Image: img, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
+	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
 	var deps []string // the dependencies this start started
 	if len(cfg.DependsOn) > 0 {
 		// A config that will be refused starts no dependency (the
@@ -316,20 +308,15 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 	case len(p.Egress) > 0:
 		return nil, errdefs.Errorf(errInvalidParams, "egress: sandboxes have no network but loopback; egress rules are not supported yet")
 	}
-	if p.MemoryMiB == 0 {
-		p.MemoryMiB = 512
-	}
-	if p.CPUs == 0 {
-		p.CPUs = 1
-	}
-	if p.Image == "" {
-		p.Image = "python"
-	}
-	idle, err := seconds("idle_timeout", p.IdleTimeout, 30*24*time.Hour)
+	// Unset memory, cpus and image stay zero: the manager fills in the
+	// server's defaults. The periods' bound is the manager's too; it is
+	// checked here only because a float of seconds beyond it could
+	// overflow a Duration.
+	idle, err := seconds("idle_timeout", p.IdleTimeout, sandbox.MaxPeriod)
 	if err != nil {
 		return nil, err
 	}
-	life, err := seconds("max_lifetime", p.MaxLifetime, 30*24*time.Hour)
+	life, err := seconds("max_lifetime", p.MaxLifetime, sandbox.MaxPeriod)
 	if err != nil {
 		return nil, err
 	}

@@ -13,19 +13,13 @@ import (
 	"github.com/warren-sandbox/warren/sdk/warren"
 )
 
-// TestGoSDK drives a real server through the Go SDK's microsandbox API
-// (generation B: no namespace), with a key.
-func TestGoSDK(t *testing.T) {
+// TestGoSDKRuns: code and a shell command through the Go SDK's
+// microsandbox API, in a real sandbox (TestGoSDK has the rest).
+func TestGoSDKRuns(t *testing.T) {
 	e := newEnv(t, false, nil)
 	sb := msb.NewPythonSandbox(msb.WithName("gosdk"), msb.WithServerUrl(e.url), msb.WithApiKey(e.admin))
-	if _, err := sb.Code().Run("1"); !errors.Is(err, msb.ErrSandboxNotStarted) {
-		t.Fatalf("run before start: %v", err)
-	}
 	if err := sb.Start(msb.StartConfig{}); err != nil {
 		t.Fatal(err)
-	}
-	if err := sb.Start(msb.StartConfig{}); !errors.Is(err, msb.ErrSandboxAlreadyStarted) {
-		t.Fatalf("second start: %v", err)
 	}
 	ex, err := sb.Code().RunContext(context.Background(), "import sys\nprint('out')\nprint('err', file=sys.stderr)")
 	if err != nil {
@@ -42,6 +36,35 @@ func TestGoSDK(t *testing.T) {
 	}
 	if o, _ := cmd.GetOutput(); o != "hi" || cmd.GetExitCode() != 5 || cmd.IsSuccess() {
 		t.Fatalf("command: %q %d", o, cmd.GetExitCode())
+	}
+	if err := sb.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGoSDK drives a server through the Go SDK's microsandbox API
+// (generation B: no namespace), with a key.
+func TestGoSDK(t *testing.T) {
+	e := newFakeEnv(t, false, nil)
+	sb := msb.NewPythonSandbox(msb.WithName("gosdk"), msb.WithServerUrl(e.url), msb.WithApiKey(e.admin))
+	if _, err := sb.Code().Run("1"); !errors.Is(err, msb.ErrSandboxNotStarted) {
+		t.Fatalf("run before start: %v", err)
+	}
+	if err := sb.Start(msb.StartConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(msb.StartConfig{}); !errors.Is(err, msb.ErrSandboxAlreadyStarted) {
+		t.Fatalf("second start: %v", err)
+	}
+	cmd, err := sb.Command().Run("echo", []string{"hi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := cmd.GetOutput(); o != "hi" || cmd.GetExitCode() != 0 || !cmd.IsSuccess() {
+		t.Fatalf("command: %q %d", o, cmd.GetExitCode())
+	}
+	if cmd, err = sb.Command().Run("exit", []string{"5"}); err != nil || cmd.GetExitCode() != 5 || cmd.IsSuccess() {
+		t.Fatalf("exit 5: %v", err)
 	}
 	// nil args: the SDK sends null.
 	if cmd, err = sb.Command().Run("true", nil); err != nil || !cmd.IsSuccess() {
@@ -204,7 +227,7 @@ func TestUpstreamGoSDKMetrics(t *testing.T) {
 // the server (a host failure keeps the errored sandbox's record) leaves
 // nothing behind either.
 func TestRunOnceCleansUpServerFailures(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	ctx := t.Context()
 	c := warren.New(warren.WithServerURL(e.url), warren.WithAPIKey(e.admin), warren.WithNamespace("oneshot"))
 	if _, err := c.RunPython(ctx, "print(1)", warren.RunImage(brokenImage)); !warren.IsInternal(err) || !strings.Contains(err.Error(), "image store") {

@@ -12,7 +12,8 @@ import (
 )
 
 // TestStartConfig: sandbox.start honours microsandbox's depends_on, shell,
-// scripts and exec, and rejects what it cannot honour with clear errors.
+// scripts and exec (TestStartConfigRefused: and rejects what it cannot
+// honour with clear errors).
 func TestStartConfig(t *testing.T) {
 	e := newEnv(t, true, nil)
 	state := func(name string) string {
@@ -103,6 +104,26 @@ func TestStartConfig(t *testing.T) {
 		t.Fatalf("exec vs start script: %q", got)
 	}
 
+	// A start command whose shell the sandbox lacks is exec_failed, the
+	// sandbox started before its command failed (TestStartConfigRefused
+	// has the configs refused before anything starts).
+	r := e.call("sandbox.start", map[string]any{"sandbox": "bad", "config": map[string]any{"shell": "/no/such/shell", "exec": "true"}})
+	if r.Error == nil || r.kind() != "exec_failed" || !strings.Contains(r.Error.Message, "/no/such/shell") {
+		t.Errorf("shell not in the sandbox: want kind exec_failed mentioning %q, got %d %s", "/no/such/shell", r.Status, r.Raw)
+	}
+	var list struct {
+		Sandboxes []json.RawMessage `json:"sandboxes"`
+	}
+	e.must("sandbox.list", map[string]any{}, &list)
+	if len(list.Sandboxes) != 4 {
+		t.Errorf("want 4 sandboxes (db, app, ex, bad), got %d", len(list.Sandboxes))
+	}
+}
+
+// TestStartConfigRefused: a start config sandbox.start cannot honour is
+// refused with a clear error, and starts no dependency.
+func TestStartConfigRefused(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
 	// dep2 is stopped; a config refused for another reason must not start it.
 	e.must("sandbox.start", map[string]any{"sandbox": "dep2"}, nil)
 	e.must("sandbox.stop", map[string]any{"sandbox": "dep2"}, nil)
@@ -120,7 +141,6 @@ func TestStartConfig(t *testing.T) {
 		{"bad script name", map[string]any{"scripts": map[string]string{"a b": "true"}}, "invalid_params", "scripts"},
 		{"NUL in exec", map[string]any{"exec": "echo \x00"}, "invalid_params", "NUL"},
 		{"huge script", map[string]any{"scripts": map[string]string{"start": strings.Repeat("x", 70<<10)}}, "invalid_params", "at most"},
-		{"shell not in the sandbox", map[string]any{"shell": "/no/such/shell", "exec": "true"}, "exec_failed", "/no/such/shell"},
 	}
 	for _, c := range bad {
 		r := e.call("sandbox.start", map[string]any{"sandbox": "bad", "config": c.config})
@@ -128,39 +148,24 @@ func TestStartConfig(t *testing.T) {
 			t.Errorf("%s: want kind %s mentioning %q, got %d %s", c.name, c.kind, c.want, r.Status, r.Raw)
 		}
 	}
-	if got := state("dep2"); got != "stopped" {
+	if got := e.get("", "dep2").State; got != "stopped" {
 		t.Errorf("a refused config started its dependency: %s", got)
 	}
-	// Rejected configs started nothing (the last one started the sandbox
-	// before its command failed).
+	// Rejected configs started nothing.
 	var list struct {
 		Sandboxes []json.RawMessage `json:"sandboxes"`
 	}
 	e.must("sandbox.list", map[string]any{}, &list)
-	if len(list.Sandboxes) != 5 {
-		t.Errorf("want 5 sandboxes (db, app, ex, dep2, bad), got %d", len(list.Sandboxes))
+	if len(list.Sandboxes) != 1 {
+		t.Errorf("want 1 sandbox (dep2), got %d", len(list.Sandboxes))
 	}
 }
 
 // TestVolumes: sandbox.start binds host paths beneath the server's
-// --volume-root directories, and refuses everything else.
+// --volume-root directories (TestVolumesRefused: and refuses everything
+// else).
 func TestVolumes(t *testing.T) {
-	root := t.TempDir()
-	for _, d := range []string{filepath.Dir(root), root} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data := filepath.Join(root, "data")
-	if err := os.Mkdir(data, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(data, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink("/etc", filepath.Join(root, "etc-link")); err != nil {
-		t.Fatal(err)
-	}
+	root, data := volumeRoot(t)
 	e := newEnv(t, true, func(o *sandbox.Options) { o.VolumeRoots = []string{root} })
 	vols := []string{data + ":/data", data + ":/ro:ro"}
 	e.must("sandbox.start", map[string]any{"sandbox": "v", "config": map[string]any{"volumes": vols}}, nil)
@@ -189,7 +194,13 @@ func TestVolumes(t *testing.T) {
 	if len(res.Output) != 1 || res.Output[0].Text != "hi" {
 		t.Fatalf("volume of sandbox.create: %+v", res)
 	}
+}
 
+// TestVolumesRefused: a volume outside the server's --volume-root
+// directories, or not a clean HOST:GUEST[:ro|rw], is refused.
+func TestVolumesRefused(t *testing.T) {
+	root, data := volumeRoot(t)
+	e := newFakeEnv(t, true, func(o *sandbox.Options) { o.VolumeRoots = []string{root} })
 	for _, c := range []struct{ vol, want string }{
 		{"/etc:/x", "not allowed"},
 		{filepath.Join(root, "etc-link") + ":/x", "symlink"},
@@ -205,4 +216,26 @@ func TestVolumes(t *testing.T) {
 			t.Errorf("volume %q: want invalid_params mentioning %q, got %d %s", c.vol, c.want, r.Status, r.Raw)
 		}
 	}
+}
+
+// volumeRoot makes a volume root holding data, a directory anyone may
+// write, and etc-link, a symlink to /etc.
+func volumeRoot(t *testing.T) (root, data string) {
+	root = t.TempDir()
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data = filepath.Join(root, "data")
+	if err := os.Mkdir(data, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(data, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(root, "etc-link")); err != nil {
+		t.Fatal(err)
+	}
+	return root, data
 }
