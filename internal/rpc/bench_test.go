@@ -40,7 +40,7 @@ func (c *benchClient) try(method string, params map[string]any) error {
 		return err
 	}
 	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 {
 		return fmt.Errorf("%s: %d %s", method, resp.StatusCode, out)
 	}

@@ -133,7 +133,7 @@ func TestExtendedMethods(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("upload: %d %s", resp.StatusCode, b)
 	}
@@ -156,7 +156,7 @@ func TestExtendedMethods(t *testing.T) {
 			found = true
 		}
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if !found {
 		t.Fatal("download tar lacks hello.txt")
 	}
@@ -310,7 +310,7 @@ func TestWebSocket(t *testing.T) {
 	}
 	t.Run("stream", func(t *testing.T) {
 		c := dial(t)
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		// The second line is printed only after the client saw the first:
 		// output must arrive while the process runs.
 		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", "echo one; read x; echo two $x >&2"}})
@@ -330,7 +330,7 @@ func TestWebSocket(t *testing.T) {
 	})
 	t.Run("terminal", func(t *testing.T) {
 		c := dial(t)
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; echo got $x"}, "tty": true, "rows": 33, "cols": 101})
 		if m := recv(t, c); m.Type != "started" {
 			t.Fatalf("%+v", m)
@@ -361,7 +361,7 @@ func TestWebSocket(t *testing.T) {
 	})
 	t.Run("bad first message", func(t *testing.T) {
 		c := dial(t)
-		defer c.Close()
+		defer func() { _ = c.Close() }()
 		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{}})
 		if m := recv(t, c); m.Type != "error" || !strings.Contains(m.Message, "argv") {
 			t.Fatalf("%+v", m)
@@ -371,7 +371,7 @@ func TestWebSocket(t *testing.T) {
 		c := dial(t)
 		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sleep", "300"}})
 		recv(t, c)
-		c.Close()
+		_ = c.Close()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			var procs struct {
@@ -414,7 +414,7 @@ func TestWebSocketReportsDroppedOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	const total = 32 << 20
 	if err := websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", fmt.Sprintf(`head -c %d /dev/zero | tr "\0" x`, total)}}); err != nil {
 		t.Fatal(err)
@@ -719,7 +719,7 @@ func TestWebSocketResize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	resized := false
 	out, code := wsRun(t, c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; stty size"}, "tty": true, "rows": 24, "cols": 80},
 		func(got string) {
@@ -768,7 +768,7 @@ func TestWebSocketAuth(t *testing.T) {
 		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
 		req.Header.Set("Origin", e.url)
 		resp := e.do(t, req, key)
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			return resp.StatusCode, "" // the socket: nothing to read
 		}
@@ -816,7 +816,7 @@ func TestWebSocketAuthStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if out, code := wsRun(t, c, map[string]any{"argv": []string{"echo", "in team-a"}}, nil); code != 0 || out != "in team-a\n" {
 		t.Fatalf("WebSocket with the right key: %q, exit %d", out, code)
 	}

@@ -215,12 +215,12 @@ func (e *env) close() {
 	e.mgr.Close()
 	_, _ = e.backend.ReapOrphans(nil)
 	if e.be != nil {
-		e.be.Close()
+		_ = e.be.Close()
 	} else {
 		e.fake.Close()
 	}
-	e.db.Close()
-	os.RemoveAll(e.dir)
+	_ = e.db.Close()
+	_ = os.RemoveAll(e.dir)
 }
 
 // rpcReply is a decoded answer.
@@ -267,7 +267,7 @@ func (e *env) post(key string, body []byte) *rpcReply {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp := e.do(e.t, req, key)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
 	var out struct {
 		Result json.RawMessage `json:"result"`

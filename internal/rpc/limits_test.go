@@ -158,7 +158,7 @@ func TestTarDownloadLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 413 || !strings.Contains(string(body), "too_large") || !strings.Contains(string(body), "--max-tar-download") {
 		t.Fatalf("file over the limit: %d %.200q", resp.StatusCode, body)
 	}
@@ -168,7 +168,7 @@ func TestTarDownloadLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, err := io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 || resp.Header.Get(rpc.TarLimitHeader) != "1048576" {
 		t.Fatalf("directory: %d %v", resp.StatusCode, resp.Header)
 	}
@@ -180,7 +180,7 @@ func TestTarDownloadLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	tr := tar.NewReader(resp.Body)
 	var names []string
 	for {
@@ -205,7 +205,7 @@ func TestTarDownloadLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
+	defer func() { _ = rc.Close() }()
 	if _, err := io.Copy(io.Discard, rc); !errors.Is(err, io.ErrUnexpectedEOF) || !strings.Contains(err.Error(), "limit of 1048576 bytes") {
 		t.Fatalf("SDK, directory over the limit: %v", err)
 	}

@@ -36,7 +36,7 @@ func TestMCPEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
+	defer func() { _ = cs.Close() }()
 	call := mcpCall(t)
 	if out, isErr := call(cs, "sandbox_start", map[string]any{"sandbox": "m1"}); isErr || !strings.Contains(out, "started successfully") {
 		t.Fatalf("start: %s", out)
@@ -62,7 +62,7 @@ func TestMCPEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer csB.Close()
+	defer func() { _ = csB.Close() }()
 	if out, isErr := call(csB, "sandbox_stop", map[string]any{"sandbox": "m1", "namespace": "default"}); !isErr || !strings.Contains(out, "team-b") {
 		t.Fatalf("cross-namespace stop: %v %s", isErr, out)
 	}
@@ -84,7 +84,7 @@ func TestMCPRunCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
+	defer func() { _ = cs.Close() }()
 	call := mcpCall(t)
 	if out, isErr := call(cs, "sandbox_start", map[string]any{"sandbox": "m1"}); isErr || !strings.Contains(out, "started successfully") {
 		t.Fatalf("start: %s", out)
@@ -135,7 +135,7 @@ func TestNamespaceDefaultsToKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
+	defer func() { _ = cs.Close() }()
 	// What the tools promise.
 	tools, err := cs.ListTools(t.Context(), nil)
 	if err != nil {
@@ -201,7 +201,7 @@ func TestTarNamespaceDefaultsToKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("tar route with namespace -: %d", resp.StatusCode)
 	}

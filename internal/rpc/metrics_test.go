@@ -18,7 +18,7 @@ func (e *env) scrape(t *testing.T, key string) map[string]float64 {
 	t.Helper()
 	req, _ := http.NewRequest("GET", e.url+"/metrics", nil)
 	resp := e.do(t, req, key)
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != metrics.ContentType {
 		body, _ := io.ReadAll(resp.Body)
 		t.Fatalf("/metrics: %d %s %.300s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
@@ -54,7 +54,7 @@ func TestMetricsSeries(t *testing.T) {
 	if r, err := http.Get(e.url + "/metrics"); err != nil || r.StatusCode != 401 {
 		t.Fatalf("/metrics without a key: %v %v", r, err)
 	} else {
-		r.Body.Close()
+		_ = r.Body.Close()
 	}
 	const (
 		running      = `warren_sandboxes{namespace="met",state="running"}`

@@ -292,7 +292,7 @@ func TestHostileRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 405 {
 		t.Fatalf("GET rpc: %d", resp.StatusCode)
 	}
@@ -301,7 +301,7 @@ func TestHostileRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 || string(b) != `{"message":"Service is healthy"}` {
 		t.Fatalf("health: %d %s", resp.StatusCode, b)
 	}
@@ -361,7 +361,7 @@ func TestAuthMatrix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: %d", h.name, resp.StatusCode)
 		}
@@ -407,7 +407,7 @@ func TestAuthMatrix(t *testing.T) {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_ = resp.Body.Close()
 	if resp.StatusCode != 200 || strings.Contains(string(body), "team-b") || !strings.Contains(string(body), `namespace="team-a"`) {
 		t.Fatalf("metrics for team-a: %d\n%s", resp.StatusCode, body)
 	}
@@ -471,7 +471,7 @@ func TestConcurrentClients(t *testing.T) {
 					return
 				}
 				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
+				_ = resp.Body.Close()
 				if resp.StatusCode != 200 {
 					errs <- fmt.Sprintf("%s: %d %s", s.method, resp.StatusCode, b)
 				}
@@ -505,7 +505,7 @@ func TestRacingStarts(t *testing.T) {
 				return
 			}
 			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			codes.Store(i, resp.StatusCode)
 			if resp.StatusCode != 200 && (resp.StatusCode != 409 || !strings.Contains(string(b), "starting")) {
 				t.Errorf("racing start: %d %s", resp.StatusCode, b)
