@@ -9,7 +9,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
-	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 type startParams struct {
@@ -56,35 +55,15 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 		return nil, err
 	}
 	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
-	var deps []string // the dependencies this start started
-	if len(cfg.DependsOn) > 0 {
-		// A config that will be refused starts no dependency (the
-		// manager validates it again; without dependencies, only there).
-		if err := spec.Validate(); err != nil {
-			return nil, err
-		}
-		if deps, err = s.startDependencies(ctx, ns, p.Sandbox, cfg.DependsOn); err != nil {
-			return nil, err
-		}
-	}
 	t0 := time.Now()
-	info, err := s.mgr.Start(ctx, ns, p.Sandbox, spec, false)
-	if err != nil {
-		return nil, err
-	}
-	// A start of a sandbox that was already running changes nothing: it
-	// is not timed as a start, and its start command is not run again.
-	started := !info.Started.Before(t0)
+	_, started, err := s.mgr.StartPlanned(ctx, ns, p.Sandbox, spec, sandbox.Plan{DependsOn: cfg.DependsOn, Command: run})
 	if started {
+		// A start of a sandbox that was already running is not timed as
+		// a start.
 		s.m.startLatency(ns, time.Since(t0))
 	}
-	if !started {
-		run = nil
-	}
-	if len(deps) > 0 || run != nil {
-		if err := s.afterStart(ctx, ns, p.Sandbox, deps, run); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 	return fmt.Sprintf("Sandbox %s started successfully", p.Sandbox), nil
 }
@@ -107,7 +86,6 @@ func parseVolumes(vs []string) ([]backend.Volume, error) {
 const (
 	maxScripts     = 64
 	maxScriptLen   = 64 << 10
-	maxDependsOn   = 16
 	maxShellPath   = 4096
 	defaultShell   = "/bin/sh"
 	startScriptKey = "start"
@@ -155,74 +133,6 @@ func checkCommand(what, cmd string) error {
 	if strings.ContainsRune(cmd, 0) {
 		return errdefs.Errorf(errInvalidParams, "%s contains a NUL byte", what)
 	}
-	return nil
-}
-
-// startDependencies makes every sandbox in deps run before name starts:
-// each must already exist in the namespace (the server has no
-// Sandboxfile to create it from); a stopped one is started again with the
-// config it last ran with. It returns those it started.
-func (s *Server) startDependencies(ctx context.Context, ns, name string, deps []string) ([]string, error) {
-	if len(deps) > maxDependsOn {
-		return nil, errdefs.Errorf(errInvalidParams, "depends_on: %d given, at most %d", len(deps), maxDependsOn)
-	}
-	var started []string
-	seen := map[string]bool{}
-	for _, d := range deps {
-		if err := sandboxName(d); err != nil {
-			return nil, fmt.Errorf("depends_on: %w", err)
-		}
-		if d == name {
-			return nil, errdefs.Errorf(errInvalidParams, "depends_on: sandbox %q cannot depend on itself", d)
-		}
-		if seen[d] {
-			continue
-		}
-		seen[d] = true
-		info, err := s.mgr.Get(ns, d)
-		if err != nil {
-			return nil, fmt.Errorf("depends_on: %w", err)
-		}
-		if info.State == sandbox.Running {
-			continue
-		}
-		if _, err := s.mgr.Start(ctx, ns, d, info.Spec, false); err != nil {
-			return nil, fmt.Errorf("depends_on: start %q: %w", d, err)
-		}
-		started = append(started, d)
-	}
-	return started, nil
-}
-
-// afterStart records in the log of the sandbox just started the
-// dependencies its start started, and runs its start command (argv, when
-// not nil) as a background process.
-func (s *Server) afterStart(ctx context.Context, ns, name string, deps, argv []string) error {
-	l, err := s.mgr.Lease(ns, name)
-	if err != nil {
-		if argv == nil {
-			return nil // stopped meanwhile: only log lines are lost
-		}
-		return err
-	}
-	defer l.Release()
-	for _, d := range deps {
-		l.Logf("started %q, which it depends on", d)
-	}
-	if argv == nil {
-		return nil
-	}
-	pi, err := l.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: argv})
-	if err != nil {
-		switch errdefs.Kind(err) {
-		case errdefs.ErrNotFound.Error(), errdefs.ErrInvalid.Error(), errdefs.ErrForbidden.Error():
-			// The shell is missing or cannot run: the command's fault,
-			// as for command.run. The sandbox keeps running.
-			return errdefs.Errorf(errdefs.ErrExecFailed, "start command could not be started (the sandbox runs): %s", err.Error())
-		}
-		return fmt.Errorf("start command: %w", err)
-	}
-	l.Logf("start command started as process %s", pi.ID)
 	return nil
 }
 
