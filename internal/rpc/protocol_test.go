@@ -18,113 +18,87 @@ import (
 // rest of the protocol.
 func TestMicrosandboxRuns(t *testing.T) {
 	e := newEnv(t, false, nil)
-	for _, gen := range []struct {
-		name string
-		ns   map[string]any // extra params
-		want string         // namespace the sandbox lands in
-	}{
-		{"generation A (namespace sent)", map[string]any{"namespace": "team-a"}, "team-a"},
-		{"generation B (no namespace)", map[string]any{}, "default"},
-	} {
-		t.Run(gen.name, func(t *testing.T) {
-			p := func(kv ...any) map[string]any {
-				m := map[string]any{}
-				for k, v := range gen.ns {
-					m[k] = v
-				}
-				for i := 0; i < len(kv); i += 2 {
-					m[kv[i].(string)] = kv[i+1]
-				}
-				return m
-			}
-			// The Python SDK's start request, verbatim in shape.
-			var started string
-			e.must("sandbox.start", p("sandbox", "proto", "config", map[string]any{
-				"image": "microsandbox/python", "memory": 512, "cpus": 1,
-			}), &started)
-			if started != "Sandbox proto started successfully" {
-				t.Fatalf("start result %q", started)
-			}
-			var cmd struct {
-				Command  string   `json:"command"`
-				Args     []string `json:"args"`
-				ExitCode int      `json:"exit_code"`
-				Success  bool     `json:"success"`
-				Output   []struct {
-					Stream string `json:"stream"`
-					Text   string `json:"text"`
-				} `json:"output"`
-			}
-			e.must("sandbox.command.run", p("sandbox", "proto", "command", "/bin/sh", "args", []string{"-c", "echo one; sleep 0.1; echo two >&2; sleep 0.1; echo three; exit 3"}, "timeout", 10), &cmd)
-			if cmd.ExitCode != 3 || cmd.Success || cmd.Command != "/bin/sh" || len(cmd.Args) != 2 {
-				t.Fatalf("command result %+v", cmd)
-			}
-			var lines []string
-			for _, o := range cmd.Output {
-				lines = append(lines, o.Stream+":"+o.Text)
-			}
-			if strings.Join(lines, ",") != "stdout:one,stderr:two,stdout:three" {
-				t.Fatalf("output %v", lines)
-			}
-			var repl struct {
-				Status   string `json:"status"`
-				Language string `json:"language"`
-				Output   []struct {
-					Stream string `json:"stream"`
-					Text   string `json:"text"`
-				} `json:"output"`
-				HasError bool    `json:"has_error"`
-				Result   *string `json:"result"`
-			}
-			e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "x = 40\nprint('hi')"), &repl)
-			if repl.Status != "success" || repl.Language != "python" || len(repl.Output) != 1 || repl.Output[0].Text != "hi" || repl.HasError {
-				t.Fatalf("repl %+v", repl)
-			}
-			e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "x + 2"), &repl)
-			if repl.Result == nil || *repl.Result != "42" {
-				t.Fatalf("state not kept: %+v", repl)
-			}
-			e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "1/0"), &repl)
-			if repl.Status != "error" || !repl.HasError {
-				t.Fatalf("exception: %+v", repl)
-			}
-			e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "import time\ntime.sleep(30)", "timeout", 0.5), &repl)
-			if repl.Status != "error" || !repl.HasError {
-				t.Fatalf("timeout: %+v", repl)
-			}
-			e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "x"), &repl)
-			if repl.Result == nil || *repl.Result != "40" {
-				t.Fatalf("interpreter lost its state after a timeout: %+v", repl)
-			}
-			e.must("sandbox.repl.run", p("sandbox", "proto", "language", "nodejs", "code", "console.log(6*7)"), &repl)
-			if len(repl.Output) != 1 || repl.Output[0].Text != "42" {
-				t.Fatalf("node: %+v", repl)
-			}
+	clientGenerations(t, e, func(t *testing.T, p func(kv ...any) map[string]any, want string) {
+		var started string
+		var cmd struct {
+			Command  string   `json:"command"`
+			Args     []string `json:"args"`
+			ExitCode int      `json:"exit_code"`
+			Success  bool     `json:"success"`
+			Output   []struct {
+				Stream string `json:"stream"`
+				Text   string `json:"text"`
+			} `json:"output"`
+		}
+		e.must("sandbox.command.run", p("sandbox", "proto", "command", "/bin/sh", "args", []string{"-c", "echo one; sleep 0.1; echo two >&2; sleep 0.1; echo three; exit 3"}, "timeout", 10), &cmd)
+		if cmd.ExitCode != 3 || cmd.Success || cmd.Command != "/bin/sh" || len(cmd.Args) != 2 {
+			t.Fatalf("command result %+v", cmd)
+		}
+		var lines []string
+		for _, o := range cmd.Output {
+			lines = append(lines, o.Stream+":"+o.Text)
+		}
+		if strings.Join(lines, ",") != "stdout:one,stderr:two,stdout:three" {
+			t.Fatalf("output %v", lines)
+		}
+		var repl struct {
+			Status   string `json:"status"`
+			Language string `json:"language"`
+			Output   []struct {
+				Stream string `json:"stream"`
+				Text   string `json:"text"`
+			} `json:"output"`
+			HasError bool    `json:"has_error"`
+			Result   *string `json:"result"`
+		}
+		e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "x = 40\nprint('hi')"), &repl)
+		if repl.Status != "success" || repl.Language != "python" || len(repl.Output) != 1 || repl.Output[0].Text != "hi" || repl.HasError {
+			t.Fatalf("repl %+v", repl)
+		}
+		e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "x + 2"), &repl)
+		if repl.Result == nil || *repl.Result != "42" {
+			t.Fatalf("state not kept: %+v", repl)
+		}
+		e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "1/0"), &repl)
+		if repl.Status != "error" || !repl.HasError {
+			t.Fatalf("exception: %+v", repl)
+		}
+		e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "import time\ntime.sleep(30)", "timeout", 0.5), &repl)
+		if repl.Status != "error" || !repl.HasError {
+			t.Fatalf("timeout: %+v", repl)
+		}
+		e.must("sandbox.repl.run", p("sandbox", "proto", "language", "python", "code", "x"), &repl)
+		if repl.Result == nil || *repl.Result != "40" {
+			t.Fatalf("interpreter lost its state after a timeout: %+v", repl)
+		}
+		e.must("sandbox.repl.run", p("sandbox", "proto", "language", "nodejs", "code", "console.log(6*7)"), &repl)
+		if len(repl.Output) != 1 || repl.Output[0].Text != "42" {
+			t.Fatalf("node: %+v", repl)
+		}
 
-			// CPU must be a real measurement: burn CPU, then look.
-			e.must("sandbox.command.run", p("sandbox", "proto", "command", "/bin/sh", "args", []string{"-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"}), nil)
-			var met struct {
-				Sandboxes []struct {
-					Namespace   string   `json:"namespace"`
-					Name        string   `json:"name"`
-					Running     bool     `json:"running"`
-					CPUUsage    *float64 `json:"cpu_usage"`
-					MemoryUsage *float64 `json:"memory_usage"`
-					DiskUsage   *int64   `json:"disk_usage"`
-				} `json:"sandboxes"`
-			}
-			e.must("sandbox.metrics.get", p("sandbox", "proto"), &met)
-			if len(met.Sandboxes) != 1 {
-				t.Fatalf("metrics %+v", met)
-			}
-			m := met.Sandboxes[0]
-			if m.Namespace != gen.want || m.Name != "proto" || !m.Running || m.CPUUsage == nil || *m.CPUUsage <= 0 || m.MemoryUsage == nil || *m.MemoryUsage <= 0 || m.DiskUsage == nil {
-				t.Fatalf("metrics %+v (cpu %v)", m, deref(m.CPUUsage))
-			}
+		// CPU must be a real measurement: burn CPU, then look.
+		e.must("sandbox.command.run", p("sandbox", "proto", "command", "/bin/sh", "args", []string{"-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"}), nil)
+		var met struct {
+			Sandboxes []struct {
+				Namespace   string   `json:"namespace"`
+				Name        string   `json:"name"`
+				Running     bool     `json:"running"`
+				CPUUsage    *float64 `json:"cpu_usage"`
+				MemoryUsage *float64 `json:"memory_usage"`
+				DiskUsage   *int64   `json:"disk_usage"`
+			} `json:"sandboxes"`
+		}
+		e.must("sandbox.metrics.get", p("sandbox", "proto"), &met)
+		if len(met.Sandboxes) != 1 {
+			t.Fatalf("metrics %+v", met)
+		}
+		m := met.Sandboxes[0]
+		if m.Namespace != want || m.Name != "proto" || !m.Running || m.CPUUsage == nil || *m.CPUUsage <= 0 || m.MemoryUsage == nil || *m.MemoryUsage <= 0 || m.DiskUsage == nil {
+			t.Fatalf("metrics %+v (cpu %v)", m, deref(m.CPUUsage))
+		}
 
-			e.must("sandbox.stop", p("sandbox", "proto"), &started)
-		})
-	}
+		e.must("sandbox.stop", p("sandbox", "proto"), &started)
+	})
 }
 
 // TestMicrosandboxProtocol sends the exact requests of both client
@@ -132,85 +106,59 @@ func TestMicrosandboxRuns(t *testing.T) {
 // (TestMicrosandboxRuns: those that need a real sandbox).
 func TestMicrosandboxProtocol(t *testing.T) {
 	e := newFakeEnv(t, false, nil)
-	for _, gen := range []struct {
-		name string
-		ns   map[string]any // extra params
-		want string         // namespace the sandbox lands in
-	}{
-		{"generation A (namespace sent)", map[string]any{"namespace": "team-a"}, "team-a"},
-		{"generation B (no namespace)", map[string]any{}, "default"},
-	} {
-		t.Run(gen.name, func(t *testing.T) {
-			p := func(kv ...any) map[string]any {
-				m := map[string]any{}
-				for k, v := range gen.ns {
-					m[k] = v
-				}
-				for i := 0; i < len(kv); i += 2 {
-					m[kv[i].(string)] = kv[i+1]
-				}
-				return m
-			}
-			// The Python SDK's start request, verbatim in shape.
-			var started string
-			e.must("sandbox.start", p("sandbox", "proto", "config", map[string]any{
-				"image": "microsandbox/python", "memory": 512, "cpus": 1,
-			}), &started)
-			if started != "Sandbox proto started successfully" {
-				t.Fatalf("start result %q", started)
-			}
-			// Starting again is fine for its owner.
-			e.must("sandbox.start", p("sandbox", "proto", "config", map[string]any{"memory": 512, "cpus": 1}), &started)
+	clientGenerations(t, e, func(t *testing.T, p func(kv ...any) map[string]any, want string) {
+		var started string
+		// Starting again is fine for its owner.
+		e.must("sandbox.start", p("sandbox", "proto", "config", map[string]any{"memory": 512, "cpus": 1}), &started)
 
-			var cmd struct {
-				Command  string   `json:"command"`
-				Args     []string `json:"args"`
-				ExitCode int      `json:"exit_code"`
-				Success  bool     `json:"success"`
-				Output   []struct {
-					Stream string `json:"stream"`
-					Text   string `json:"text"`
-				} `json:"output"`
-			}
-			e.must("sandbox.command.run", p("sandbox", "proto", "command", "echo", "args", []string{"one"}, "timeout", 10), &cmd)
-			if cmd.ExitCode != 0 || !cmd.Success || cmd.Command != "echo" || len(cmd.Args) != 1 ||
-				len(cmd.Output) != 1 || cmd.Output[0].Stream != "stdout" || cmd.Output[0].Text != "one" {
-				t.Fatalf("command result %+v", cmd)
-			}
-			e.must("sandbox.command.run", p("sandbox", "proto", "command", "exit", "args", []string{"3"}), &cmd)
-			if cmd.ExitCode != 3 || cmd.Success {
-				t.Fatalf("command result %+v", cmd)
-			}
-			// The Go SDK sends args: null for a nil slice.
-			r := e.call("sandbox.command.run", p("sandbox", "proto", "command", "true", "args", nil))
-			if r.Status != 200 || !strings.Contains(string(r.Result), `"args":[]`) {
-				t.Fatalf("args null: %d %s", r.Status, r.Raw)
-			}
+		var cmd struct {
+			Command  string   `json:"command"`
+			Args     []string `json:"args"`
+			ExitCode int      `json:"exit_code"`
+			Success  bool     `json:"success"`
+			Output   []struct {
+				Stream string `json:"stream"`
+				Text   string `json:"text"`
+			} `json:"output"`
+		}
+		e.must("sandbox.command.run", p("sandbox", "proto", "command", "echo", "args", []string{"one"}, "timeout", 10), &cmd)
+		if cmd.ExitCode != 0 || !cmd.Success || cmd.Command != "echo" || len(cmd.Args) != 1 ||
+			len(cmd.Output) != 1 || cmd.Output[0].Stream != "stdout" || cmd.Output[0].Text != "one" {
+			t.Fatalf("command result %+v", cmd)
+		}
+		e.must("sandbox.command.run", p("sandbox", "proto", "command", "exit", "args", []string{"3"}), &cmd)
+		if cmd.ExitCode != 3 || cmd.Success {
+			t.Fatalf("command result %+v", cmd)
+		}
+		// The Go SDK sends args: null for a nil slice.
+		r := e.call("sandbox.command.run", p("sandbox", "proto", "command", "true", "args", nil))
+		if r.Status != 200 || !strings.Contains(string(r.Result), `"args":[]`) {
+			t.Fatalf("args null: %d %s", r.Status, r.Raw)
+		}
 
-			var met struct {
-				Sandboxes []struct {
-					Namespace string   `json:"namespace"`
-					Name      string   `json:"name"`
-					Running   bool     `json:"running"`
-					CPUUsage  *float64 `json:"cpu_usage"`
-				} `json:"sandboxes"`
-			}
-			e.must("sandbox.stop", p("sandbox", "proto"), &started)
-			if started != "Sandbox proto stopped successfully" {
-				t.Fatalf("stop result %q", started)
-			}
-			e.must("sandbox.stop", p("sandbox", "proto"), nil) // idempotent
-			e.must("sandbox.metrics.get", p("sandbox", "proto"), &met)
-			if len(met.Sandboxes) != 1 || met.Sandboxes[0].Namespace != gen.want || met.Sandboxes[0].Name != "proto" ||
-				met.Sandboxes[0].Running || met.Sandboxes[0].CPUUsage != nil {
-				t.Fatalf("stopped metrics %+v", met.Sandboxes)
-			}
-			r = e.call("sandbox.command.run", p("sandbox", "proto", "command", "true"))
-			if r.Status != http.StatusConflict || r.kind() != "conflict" || !strings.Contains(r.Error.Message, "stopped") {
-				t.Fatalf("command in a stopped sandbox: %d %s", r.Status, r.Raw)
-			}
-		})
-	}
+		var met struct {
+			Sandboxes []struct {
+				Namespace string   `json:"namespace"`
+				Name      string   `json:"name"`
+				Running   bool     `json:"running"`
+				CPUUsage  *float64 `json:"cpu_usage"`
+			} `json:"sandboxes"`
+		}
+		e.must("sandbox.stop", p("sandbox", "proto"), &started)
+		if started != "Sandbox proto stopped successfully" {
+			t.Fatalf("stop result %q", started)
+		}
+		e.must("sandbox.stop", p("sandbox", "proto"), nil) // idempotent
+		e.must("sandbox.metrics.get", p("sandbox", "proto"), &met)
+		if len(met.Sandboxes) != 1 || met.Sandboxes[0].Namespace != want || met.Sandboxes[0].Name != "proto" ||
+			met.Sandboxes[0].Running || met.Sandboxes[0].CPUUsage != nil {
+			t.Fatalf("stopped metrics %+v", met.Sandboxes)
+		}
+		r = e.call("sandbox.command.run", p("sandbox", "proto", "command", "true"))
+		if r.Status != http.StatusConflict || r.kind() != "conflict" || !strings.Contains(r.Error.Message, "stopped") {
+			t.Fatalf("command in a stopped sandbox: %d %s", r.Status, r.Raw)
+		}
+	})
 }
 
 func deref(p *float64) float64 {
@@ -551,5 +499,41 @@ func TestPythonClient(t *testing.T) {
 	out, err := exec.Command("/usr/bin/python3", "testdata/msb_client.py", e.url, e.admin).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "ok" {
 		t.Fatalf("python client: %v\n%s", err, out)
+	}
+}
+
+// clientGenerations runs f once per microsandbox client generation, after
+// the Python SDK's start request (verbatim in shape) of sandbox "proto":
+// p makes params carrying the generation's namespace (generation A) or
+// none (B), and want is the namespace the sandbox lands in.
+func clientGenerations(t *testing.T, e *env, f func(t *testing.T, p func(kv ...any) map[string]any, want string)) {
+	for _, gen := range []struct {
+		name string
+		ns   map[string]any // extra params
+		want string         // namespace the sandbox lands in
+	}{
+		{"generation A (namespace sent)", map[string]any{"namespace": "team-a"}, "team-a"},
+		{"generation B (no namespace)", map[string]any{}, "default"},
+	} {
+		t.Run(gen.name, func(t *testing.T) {
+			p := func(kv ...any) map[string]any {
+				m := map[string]any{}
+				for k, v := range gen.ns {
+					m[k] = v
+				}
+				for i := 0; i < len(kv); i += 2 {
+					m[kv[i].(string)] = kv[i+1]
+				}
+				return m
+			}
+			var started string
+			e.must("sandbox.start", p("sandbox", "proto", "config", map[string]any{
+				"image": "microsandbox/python", "memory": 512, "cpus": 1,
+			}), &started)
+			if started != "Sandbox proto started successfully" {
+				t.Fatalf("start result %q", started)
+			}
+			f(t, p, gen.want)
+		})
 	}
 }
