@@ -117,7 +117,7 @@ func (c *call) decode(v any, strict bool) error {
 // is ignored ("Path" for "path"): encoding/json matches names without
 // regard to case, and a strict method takes its fields as documented.
 func exactKeys(params json.RawMessage, t reflect.Type) error {
-	var keys map[string]json.RawMessage
+	var keys map[string]skipped
 	if json.Unmarshal(params, &keys) != nil || len(keys) == 0 {
 		return nil //nolint:nilerr // not an object (Decode has judged it) or nothing to check
 	}
@@ -129,6 +129,12 @@ func exactKeys(params json.RawMessage, t reflect.Type) error {
 	}
 	return nil
 }
+
+// skipped takes a JSON value without keeping it: exactKeys reads only the
+// keys, and a file.write's data may be tens of MiB.
+type skipped struct{}
+
+func (*skipped) UnmarshalJSON([]byte) error { return nil }
 
 // fieldNames is the set of JSON names of t's fields, embedded structs'
 // included.
