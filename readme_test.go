@@ -1,7 +1,8 @@
-// Tests of the README against the tree it describes: the package map names
-// every package of the module and nothing else, the README opens with the
-// two commands, and its relative links lead to files that exist. A README
-// that drifts from the code fails here instead of misleading its reader.
+// Tests of the README and docs against the tree they describe: the package
+// map (docs/development.md) names every package of the module and nothing
+// else, the README opens with the two commands, and relative links lead to
+// files that exist. Documentation that drifts from the code fails here
+// instead of misleading its reader.
 package warren_test
 
 import (
@@ -19,20 +20,28 @@ const module = "github.com/warren-sandbox/warren"
 
 func readme(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile("README.md")
+	return readFile(t, "README.md")
+}
+
+// mapFile holds the package map.
+const mapFile = "docs/development.md"
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
 }
 
-// packageMap returns the entries of the fenced block under the README's
+// packageMap returns the entries of the fenced block under mapFile's
 // "## Package map" heading: package directory -> its one-line description.
 func packageMap(t *testing.T, text string) map[string]string {
 	t.Helper()
 	_, section, ok := strings.Cut(text, "\n## Package map\n")
 	if !ok {
-		t.Fatal(`README.md has no "## Package map" section`)
+		t.Fatal(mapFile + ` has no "## Package map" section`)
 	}
 	if end := strings.Index(section, "\n## "); end >= 0 {
 		section = section[:end]
@@ -55,15 +64,15 @@ func packageMap(t *testing.T, text string) map[string]string {
 		dir, desc, _ := strings.Cut(strings.TrimSpace(line), " ")
 		dir = strings.TrimSuffix(dir, "/")
 		if _, dup := entries[dir]; dup {
-			t.Errorf("README package map: %s is listed twice", dir)
+			t.Errorf("%s package map: %s is listed twice", mapFile, dir)
 		}
 		if strings.TrimSpace(desc) == "" {
-			t.Errorf("README package map: %s has no description", dir)
+			t.Errorf("%s package map: %s has no description", mapFile, dir)
 		}
 		entries[dir] = strings.TrimSpace(desc)
 	}
 	if !inBlock {
-		t.Fatal(`README.md: no fenced block under "## Package map"`)
+		t.Fatal(mapFile + `: no fenced block under "## Package map"`)
 	}
 	return entries
 }
@@ -90,12 +99,12 @@ func modulePackages(t *testing.T) []string {
 	return pkgs
 }
 
-func TestREADMEPackageMap(t *testing.T) {
-	mapped := packageMap(t, readme(t))
+func TestPackageMap(t *testing.T) {
+	mapped := packageMap(t, readFile(t, mapFile))
 	pkgs := modulePackages(t)
 	for _, p := range pkgs {
 		if _, ok := mapped[p]; !ok {
-			t.Errorf("README package map is missing package %s: add a line for it", p)
+			t.Errorf("%s: the package map is missing package %s: add a line for it", mapFile, p)
 		}
 	}
 	var stale []string
@@ -106,7 +115,7 @@ func TestREADMEPackageMap(t *testing.T) {
 	}
 	slices.Sort(stale)
 	for _, dir := range stale {
-		t.Errorf("README package map lists %s, which is not a package of the module: remove or rename it", dir)
+		t.Errorf("%s: the package map lists %s, which is not a package of the module: remove or rename it", mapFile, dir)
 	}
 }
 
