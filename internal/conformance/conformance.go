@@ -421,6 +421,13 @@ for name, nr in sorted(calls.items()):
     rc = libc.syscall(nr, 0, 0, 0, 0, 0)
     print(name, 'ok' if rc >= 0 else errno.errorcode[ctypes.get_errno()])
 print('clone3', errno.errorcode.get(ctypes.get_errno()) if libc.syscall(435, 0, 0) < 0 else 'ok')
+import socket
+for fam, name in ((socket.AF_VSOCK, 'vsock'), (socket.AF_UNIX, 'unix'), (socket.AF_INET, 'inet'), (socket.AF_NETLINK, 'netlink')):
+    try:
+        socket.socket(fam, socket.SOCK_DGRAM if fam == socket.AF_NETLINK else socket.SOCK_STREAM).close()
+        print('socket', name, 'ok')
+    except OSError as e:
+        print('socket', name, errno.errorcode[e.errno])
 for l in open('/proc/self/status'):
     if l.startswith('Seccomp:'): print(l.strip().replace('\t', ' '))
 `)
@@ -434,6 +441,13 @@ for l in open('/proc/self/status'):
 	}
 	if !strings.Contains(r.Stdout, "clone3 ENOSYS") {
 		t.Errorf("clone3 should fail with ENOSYS:\n%s", r.Stdout)
+	}
+	// vsock's ports are the host's: the family is refused, the sandbox's
+	// own (per network namespace) families are not.
+	for _, want := range []string{"socket vsock EAFNOSUPPORT", "socket unix ok", "socket inet ok", "socket netlink ok"} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("want %q:\n%s", want, r.Stdout)
+		}
 	}
 	if !strings.Contains(r.Stdout, "Seccomp: 2") {
 		t.Errorf("no seccomp filter in force:\n%s", r.Stdout)

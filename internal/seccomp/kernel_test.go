@@ -47,6 +47,15 @@ func TestKernelEnforcement(t *testing.T) {
 		"exec_newuser":    "EPERM",
 		"personality_get": "ok",
 		"personality_rie": "EPERM",
+		"socket_vsock":    "EAFNOSUPPORT",
+		"socket_inet":     "ok",
+		"socket_inet6":    "ok",
+		"socket_unix":     "ok",
+		"socket_netlink":  "ok",
+		"socketpair_unix": "ok",
+		// A family outside the list with its high bits set: the kernel
+		// reads the domain as an int, so must the filter.
+		"socket_vsock_hibits": "EAFNOSUPPORT",
 	}
 	if runtime.GOARCH == "amd64" {
 		filtered["x32_getpid"] = "EPERM"
@@ -58,6 +67,9 @@ func TestKernelEnforcement(t *testing.T) {
 		"clone3":          "EINVAL", // a NULL clone_args of size 0
 		"exec_true":       "ok",
 		"personality_get": "ok",
+		"socket_inet":     "ok",
+		"socket_unix":     "ok",
+		"socketpair_unix": "ok",
 	}
 	if os.Geteuid() == 0 {
 		unfiltered["mount"] = "ENOENT" // the target does not exist
@@ -68,7 +80,7 @@ func TestKernelEnforcement(t *testing.T) {
 		not  map[string]string
 	}{
 		{mode: "filter", want: filtered},
-		{mode: "none", want: unfiltered, not: map[string]string{"x32_getpid": "EPERM", "keyctl": "EPERM"}},
+		{mode: "none", want: unfiltered, not: map[string]string{"x32_getpid": "EPERM", "keyctl": "EPERM", "socket_vsock": "EAFNOSUPPORT"}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			got := runHelper(t, tc.mode)
@@ -179,6 +191,25 @@ func TestHelperProcess(t *testing.T) {
 	report("exec_newuser", errnoName(newuser.Run()))
 	report("personality_get", raw(unix.SYS_PERSONALITY, 0xffffffff))
 	report("personality_rie", raw(unix.SYS_PERSONALITY, 0x0400000)) // READ_IMPLIES_EXEC
+	sock := func(domain, typ int) string {
+		fd, err := unix.Socket(domain, typ|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			_ = unix.Close(fd)
+		}
+		return errnoName(err)
+	}
+	report("socket_vsock", sock(unix.AF_VSOCK, unix.SOCK_STREAM))
+	report("socket_inet", sock(unix.AF_INET, unix.SOCK_STREAM))
+	report("socket_inet6", sock(unix.AF_INET6, unix.SOCK_DGRAM))
+	report("socket_unix", sock(unix.AF_UNIX, unix.SOCK_STREAM))
+	report("socket_netlink", sock(unix.AF_NETLINK, unix.SOCK_RAW))
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err == nil {
+		_ = unix.Close(fds[0])
+		_ = unix.Close(fds[1])
+	}
+	report("socketpair_unix", errnoName(err))
+	report("socket_vsock_hibits", raw(unix.SYS_SOCKET, uintptr(1)<<32|unix.AF_VSOCK, unix.SOCK_STREAM))
 }
 
 // statusField returns a field of a /proc status file.

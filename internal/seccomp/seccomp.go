@@ -51,6 +51,16 @@ var deniedSyscalls = []string{
 // fails with EPERM.
 var allowedPersonalities = []uint64{0x0, 0x8, 0x20000, 0x20008, 0xffffffff}
 
+// allowedSocketFamilies are the address families socket(2) and
+// socketpair(2) may name: local sockets, IPv4, IPv6 and netlink (which
+// interface listings and `ip` need), all of them per network namespace.
+// Every other family fails with EAFNOSUPPORT, as on a kernel built without
+// it. AF_VSOCK is why this is an allowlist: its port space is the host's,
+// not the network namespace's, so a sandbox could bind a port a VM host's
+// control agent needs; families added to the kernel later are refused until
+// someone decides otherwise.
+var allowedSocketFamilies = []uint64{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
+
 // namespaceCloneFlags are the clone(2) flags that create namespaces. On both
 // amd64 and arm64 the flags are clone's first argument.
 const namespaceCloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC |
@@ -61,7 +71,8 @@ const namespaceCloneFlags = unix.CLONE_NEWNS | unix.CLONE_NEWUTS | unix.CLONE_NE
 // default action allow, and a deny list of dangerous syscalls (EPERM).
 // Additionally clone with any CLONE_NEW* flag fails with EPERM, clone3 fails
 // with ENOSYS so that libc falls back to clone (clone3's flags live in memory
-// a filter cannot read), and personality is limited to harmless values.
+// a filter cannot read), personality is limited to harmless values, and
+// sockets to the address families in allowedSocketFamilies.
 //
 // Entries are ordered: for each syscall Compile applies the first matching
 // entry, so the conditional allows come before the unconditional denials.
@@ -77,7 +88,16 @@ func DefaultProfile() *specs.LinuxSeccomp {
 			Args:   []specs.LinuxSeccompArg{{Index: 0, Value: 0xffffffff, ValueTwo: v, Op: specs.OpMaskedEqual}},
 		})
 	}
+	for _, f := range allowedSocketFamilies {
+		// The domain is an int to the kernel: compare the low 32 bits.
+		p.Syscalls = append(p.Syscalls, specs.LinuxSyscall{
+			Names:  []string{"socket", "socketpair"},
+			Action: specs.ActAllow,
+			Args:   []specs.LinuxSeccompArg{{Index: 0, Value: 0xffffffff, ValueTwo: f, Op: specs.OpMaskedEqual}},
+		})
+	}
 	p.Syscalls = append(p.Syscalls,
+		errnoRule([]string{"socket", "socketpair"}, unix.EAFNOSUPPORT),
 		errnoRule([]string{"personality"}, unix.EPERM),
 		specs.LinuxSyscall{
 			Names:  []string{"clone"},
