@@ -36,6 +36,14 @@ func main() {
 // over blocking). Only this process holds these open file descriptions.
 func inherited(fd int, name string) *os.File {
 	_ = syscall.SetNonblock(fd, true)
+	return passed(fd, name)
+}
+
+// passed returns a descriptor the host passed, close-on-exec: the host
+// hands them over inheritable, and the commands the agent starts must not
+// hold the lifeline (or anything else of the agent's).
+func passed(fd int, name string) *os.File {
+	syscall.CloseOnExec(fd)
 	return os.NewFile(uintptr(fd), name)
 }
 
@@ -43,8 +51,9 @@ func run(status *os.File) error {
 	// A small heap matters more here than GC throughput: one agent idles
 	// in every sandbox.
 	debug.SetGCPercent(50)
+	setup.DiscardSignals()
 	cfgFile := inherited(boot.FDConfig, "config")
-	lf := os.NewFile(boot.FDListener, "listener")
+	lf := passed(boot.FDListener, "listener")
 	if cfgFile == nil || lf == nil || status == nil {
 		return fmt.Errorf("started without the host's descriptors; warren-agent is run by warren, not by hand")
 	}
@@ -78,7 +87,7 @@ func run(status *os.File) error {
 		return fmt.Errorf("listener: %w", err)
 	}
 	_ = lf.Close()
-	cf := os.NewFile(boot.FDConn, "conn")
+	cf := passed(boot.FDConn, "conn")
 	first, err := net.FileConn(cf)
 	if err != nil {
 		return fmt.Errorf("first connection: %w", err)

@@ -104,7 +104,8 @@ func TestConformance(t *testing.T) {
 // TestConformancePooled runs the suite on sandboxes started from the warm
 // pool, whose agents stage /proc, /dev, /sys, their masks and the launcher
 // before their config arrives (setup.Stage): isolation must not depend on
-// which way a sandbox was started.
+// which way a sandbox was started. Its backend also runs as `warren run`'s
+// does, with the agents' lifeline to this process (ExitWithHost).
 func TestConformancePooled(t *testing.T) {
 	testenv.RequireRoot(t)
 	// Not t.TempDir: sandbox root could not search it, which would turn
@@ -114,7 +115,7 @@ func TestConformancePooled(t *testing.T) {
 	var log syncBuffer
 	b, err := native.New(native.Options{
 		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
-		CgroupPrefix: fmt.Sprintf("warren-test-pooled-%d", os.Getpid()), Prewarm: 1,
+		CgroupPrefix: fmt.Sprintf("warren-test-pooled-%d", os.Getpid()), Prewarm: 1, ExitWithHost: true,
 		Logger: slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {
