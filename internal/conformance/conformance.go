@@ -505,7 +505,7 @@ func (h *Harness) maskedPaths(t *testing.T) {
 	sb := h.Sandbox(t, backend.Config{})
 	r := Python(t, sb, 30*time.Second, `
 import os, errno
-for p in ['/proc/kcore', '/proc/keys', '/proc/timer_list', '/proc/sched_debug']:
+for p in ['/proc/kcore', '/proc/keys', '/proc/timer_list', '/proc/sched_debug', '/proc/cmdline', '/proc/config.gz', '/sys/kernel/vmcoreinfo']:
     try:
         print(p, len(open(p, 'rb').read(4096)))
     except OSError as e:
@@ -527,7 +527,7 @@ except OSError as e:
 	// A masked file reads empty; one this kernel lacks is absent in the
 	// sandbox too. Either way nothing of the host's leaks.
 	masked := 0
-	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug"} {
+	for _, p := range []string{"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug", "/proc/cmdline", "/proc/config.gz", "/sys/kernel/vmcoreinfo"} {
 		want := p + " ENOENT"
 		if _, err := os.Stat(p); err == nil {
 			want = p + " 0"

@@ -60,6 +60,10 @@ var MaskedPaths = []string{
 	"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/timer_list",
 	"/proc/timer_stats", "/sys/firmware", "/sys/devices/virtual/powercap",
 	"/sys/kernel/debug", "/sys/kernel/security",
+	// Beyond Docker's list: the host's boot command line (root device,
+	// sometimes credentials or tokens passed to the kernel), its build
+	// configuration and the crash-dump note's kernel addresses.
+	"/proc/cmdline", "/proc/config.gz", "/sys/kernel/vmcoreinfo",
 }
 
 // ReadonlyPaths may be read but never written.
