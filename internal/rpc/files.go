@@ -225,7 +225,7 @@ func (s *Server) serveTarDownload(w http.ResponseWriter, r *http.Request) {
 	}
 	rc, err := a.DownloadTar(ctx, p)
 	if err != nil {
-		s.writeError(w, ctx, nil, err, 0)
+		s.writeError(w, ctx, nil, l.Explain(ctx, "the tar was downloaded", err), 0)
 		return
 	}
 	defer rc.Close() //nolint:errcheck // the download's read side: closing it loses no data, and the copy below is judged on its own
@@ -266,7 +266,7 @@ func (s *Server) serveTarUpload(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &mbe) {
 			err = errdefs.Errorf(errdefs.ErrTooLarge, "tar body is larger than %d MiB", wire.MaxTarUpload>>20)
 		}
-		s.writeError(w, r.Context(), nil, err, 0)
+		s.writeError(w, r.Context(), nil, l.Explain(r.Context(), "the tar was uploaded", err), 0)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]bool{"ok": true})

@@ -1,8 +1,11 @@
 package rpc_test
 
 import (
+	"archive/tar"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -96,6 +99,46 @@ func TestStopDuringCode(t *testing.T) {
 	r := e.call("sandbox.repl.run", map[string]any{"sandbox": "rp", "language": "python", "code": "import time\ntime.sleep(30)"})
 	wg.Wait()
 	wantStopped(t, r, "the code ran", "a stop was requested")
+}
+
+// TestStopDuringTarUpload: a tar upload that a stop cuts short is a
+// conflict that says so, like a command (TestStopDuringCommand). The body
+// trickles in, so the stop lands while the agent is still unpacking.
+func TestStopDuringTarUpload(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "up"}, nil)
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		if err := tw.WriteHeader(&tar.Header{Name: "big", Mode: 0o644, Size: 1 << 30, Typeflag: tar.TypeReg}); err != nil {
+			pw.CloseWithError(err)
+			return
+		}
+		chunk := make([]byte, 64<<10)
+		for {
+			if _, err := tw.Write(chunk); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	wg := e.stopSoon("sandbox.stop", "up")
+	req, _ := http.NewRequest("PUT", e.url+"/api/v1/sandboxes/default/up/tar?path=/tmp", pr)
+	resp := e.do(t, req, "")
+	wg.Wait()
+	_ = pr.CloseWithError(io.ErrClosedPipe) // the writer stops
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(resp.Body)
+	var r rpcReply
+	r.Status, r.Raw = resp.StatusCode, raw
+	var body struct {
+		Error json.RawMessage `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &body); err != nil || json.Unmarshal(body.Error, &r.Error) != nil {
+		t.Fatalf("answer %d %q: not a JSON-RPC error", resp.StatusCode, raw)
+	}
+	wantStopped(t, &r, "the tar was uploaded", "a stop was requested")
 }
 
 // wantStopped fails the test unless r is the conflict of a run (what)
