@@ -383,9 +383,19 @@ for l in open('/proc/self/status'):
 	}
 	// Those probes prove a capability is missing only if the filter lets
 	// their calls through: CAP_SYS_ADMIN (sethostname), CAP_NET_ADMIN
-	// (SIOCSIFFLAGS), CAP_MKNOD (mknod), CAP_NET_RAW (socket).
+	// (SIOCSIFFLAGS), CAP_MKNOD (mknod), CAP_NET_RAW (socket). The filter
+	// may refuse socket families, as long as the raw probe's AF_INET is
+	// allowed before that refusal.
+	inetAllowed := false
 	for _, sc := range seccomp.DefaultProfile().Syscalls {
 		if sc.Action == specs.ActAllow {
+			if slices.Contains(sc.Names, "socket") && len(sc.Args) == 1 && sc.Args[0].Index == 0 &&
+				sc.Args[0].Op == specs.OpMaskedEqual && sc.Args[0].ValueTwo == syscall.AF_INET {
+				inetAllowed = true
+			}
+			continue
+		}
+		if inetAllowed && slices.Contains(sc.Names, "socket") && len(sc.Args) == 0 {
 			continue
 		}
 		for _, name := range []string{"sethostname", "ioctl", "mknod", "mknodat", "socket"} {
