@@ -119,6 +119,11 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
+	unlock, err := lockServe(c.hf.dataDir, c.hf.runDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	c.hf.log = log // the backend logs into the server's log
 	be, err := c.hf.backend(native.Options{Prewarm: c.prewarm})
 	if err != nil {

@@ -256,3 +256,44 @@ func TestServeLimitAndTimeoutFlags(t *testing.T) {
 		t.Fatalf("a command past --max-lifetime 3s: %d %+v", r.status, r.Error)
 	}
 }
+
+// TestServeOwnsItsDataDir: a second 'warren serve' on the same data
+// directory is refused with a clear error (it would "recover" the first
+// one's sandboxes), and a 'warren run' in progress on that directory is not
+// an orphan to a server that starts meanwhile.
+func TestServeOwnsItsDataDir(t *testing.T) {
+	dir := stateDir(t)
+	// A command that outlives the server's start.
+	runCmd := warren(t, dir, "run", "--", "sh", "-c", "echo started; sleep 8; echo done")
+	var runOut, runErr bytes.Buffer
+	runCmd.Stderr = &runErr
+	pr, pw, _ := os.Pipe()
+	runCmd.Stdout = pw
+	if err := runCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = pw.Close()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil || line != "started\n" {
+		t.Fatalf("warren run did not start: %q %v %s", line, err, runErr.String())
+	}
+
+	_, srv, stderr := startServe(t, dir)
+	defer stopServe(t, srv)
+	if strings.Contains(stderr.String(), "orphan") {
+		t.Errorf("the server took the running 'warren run' for an orphan:\n%s", stderr.String())
+	}
+	second := warren(t, dir, "serve", "--listen", "127.0.0.1:0", "--prewarm", "0")
+	// Should it serve after all, it is stopped after a while (and fails).
+	timer := time.AfterFunc(30*time.Second, func() { _ = second.Process.Kill() })
+	r := run(t, second, "")
+	timer.Stop()
+	if r.code == 0 || !strings.Contains(r.stderr, "in use by another warren serve") {
+		t.Errorf("a second serve on the same data directory: %+v", r)
+	}
+
+	_, _ = runOut.ReadFrom(pr)
+	if err := runCmd.Wait(); err != nil || runOut.String() != "done\n" {
+		t.Fatalf("warren run failed after a server started on its data directory: %v %q\n%s", err, runOut.String(), runErr.String())
+	}
+}

@@ -89,18 +89,26 @@ func recordedPid(runDir string) (int, bool) {
 	return pid, true
 }
 
-// IDs lists every sandbox that has state on this host, running or not
-// (the daemon compares it with its database to find orphans).
+// IDs lists every persistent sandbox that has state on this host, running
+// or not (the daemon compares it with its database to find orphans).
+// Ephemeral sandboxes (`warren run`'s) are left out: they belong to the
+// process that made them, which may be running beside the daemon on the
+// same data directory, and ReapOrphans clears those whose process is gone.
 func (b *Backend) IDs() ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(b.opts.DataDir, "sandboxes"))
+	dir := filepath.Join(b.opts.DataDir, "sandboxes")
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	var ids []string
 	for _, e := range ents {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
-			ids = append(ids, e.Name())
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
 		}
+		if _, err := os.Lstat(filepath.Join(dir, e.Name(), ephemeralMarker)); err == nil {
+			continue
+		}
+		ids = append(ids, e.Name())
 	}
 	return ids, nil
 }

@@ -437,42 +437,62 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 			}
 		}
 	}
-	dir := filepath.Join(b.opts.DataDir, "sandboxes", cfg.ID)
-	if err := os.Mkdir(dir, 0o711); err != nil { //nolint:gosec // 0711: the sandbox's root (a uid in the mapped range) must traverse its dir to reach rootfs
+	sandboxes := filepath.Join(b.opts.DataDir, "sandboxes")
+	dir := filepath.Join(sandboxes, cfg.ID)
+	build := dir
+	if b.opts.ExitWithHost {
+		// An ephemeral sandbox is assembled under a name that IDs and
+		// ReapOrphans pass over, with its marker held from the first
+		// moment, then renamed into place: a daemon starting meanwhile
+		// on the same data directory never sees it unowned.
+		build = filepath.Join(sandboxes, newPrefix+cfg.ID)
+	}
+	if err := os.Mkdir(build, 0o711); err != nil { //nolint:gosec // 0711: the sandbox's root (a uid in the mapped range) must traverse its dir to reach rootfs
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrExist)
 		}
 		return nil, err
 	}
-	// Whatever this process's umask: sandbox root must pass through.
-	if err := os.Chmod(dir, 0o711); err != nil { //nolint:gosec // 0711, whatever the umask (same reason as the Mkdir above)
-		_ = os.RemoveAll(dir)
+	var lock *os.File
+	fail := func(err error) (backend.Sandbox, error) {
+		_ = os.RemoveAll(build)
+		if lock != nil {
+			_ = lock.Close()
+		}
 		return nil, err
 	}
-	uid, gid := b.RootIDs()
-	for _, d := range []string{"upper", "work", "rootfs"} {
-		p := filepath.Join(dir, d)
-		if err := os.Mkdir(p, 0o755); err != nil { //nolint:gosec // 0755 and chowned to the sandbox's root: upper is what the sandbox sees as / (overlay takes its mode), work and rootfs match it
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-		if err := os.Chown(p, uid, gid); err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
-		}
-	}
-	sb := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID)}
 	if b.opts.ExitWithHost {
 		// The owner of an ephemeral sandbox holds this lock for the
 		// sandbox's life; the kernel drops it when the owner dies, which
 		// is how ReapOrphans tells leftovers from sandboxes in use.
-		lock, err := lockFile(filepath.Join(dir, ephemeralMarker), true)
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
+		var err error
+		if lock, err = lockFile(filepath.Join(build, ephemeralMarker), true); err != nil {
+			return fail(err)
 		}
-		sb.lock = lock
 	}
+	// Whatever this process's umask: sandbox root must pass through.
+	if err := os.Chmod(build, 0o711); err != nil { //nolint:gosec // 0711, whatever the umask (same reason as the Mkdir above)
+		return fail(err)
+	}
+	uid, gid := b.RootIDs()
+	for _, d := range []string{"upper", "work", "rootfs"} {
+		p := filepath.Join(build, d)
+		if err := os.Mkdir(p, 0o755); err != nil { //nolint:gosec // 0755 and chowned to the sandbox's root: upper is what the sandbox sees as / (overlay takes its mode), work and rootfs match it
+			return fail(err)
+		}
+		if err := os.Chown(p, uid, gid); err != nil {
+			return fail(err)
+		}
+	}
+	if build != dir {
+		if err := unix.Renameat2(unix.AT_FDCWD, build, unix.AT_FDCWD, dir, unix.RENAME_NOREPLACE); err != nil {
+			if errors.Is(err, unix.EEXIST) {
+				err = fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrExist)
+			}
+			return fail(err)
+		}
+	}
+	sb := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID), lock: lock}
 	return sb, nil
 }
 

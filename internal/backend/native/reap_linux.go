@@ -52,6 +52,10 @@ func markerState(p string) (exists, held bool) {
 // state while it is deleted.
 const removedDir = ".removed"
 
+// newPrefix names an ephemeral sandbox's state directory while Create
+// assembles it (see Create).
+const newPrefix = ".new-"
+
 var removeSeq atomic.Int64
 
 // removeDir deletes a removed sandbox's state directory and unmounts its
@@ -118,6 +122,22 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 	if ents, err := os.ReadDir(aside); err == nil {
 		for _, e := range ents {
 			if err := os.RemoveAll(filepath.Join(aside, e.Name())); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	// Ephemeral sandboxes whose creator died while assembling them.
+	sandboxes := filepath.Join(b.opts.DataDir, "sandboxes")
+	if ents, err := os.ReadDir(sandboxes); err == nil {
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), newPrefix) {
+				continue
+			}
+			p := filepath.Join(sandboxes, e.Name())
+			if _, held := markerState(filepath.Join(p, ephemeralMarker)); held {
+				continue
+			}
+			if err := os.RemoveAll(p); err != nil {
 				errs = append(errs, err)
 			}
 		}

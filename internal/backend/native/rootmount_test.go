@@ -2,16 +2,21 @@ package native_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/conformance"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // detachedMounts counts this process's descriptors of mounts in no mount
@@ -200,5 +205,72 @@ func TestRemovedInBackground(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Dir(left)); !os.IsNotExist(err) {
 		t.Errorf("a crashed removal's files are still there: %v", err)
+	}
+}
+
+// TestEphemeralNotListed: an ephemeral sandbox (warren run's) belongs to
+// its process, so IDs, which a daemon compares with its database to find
+// orphans, leaves it out; one whose creator died while assembling it (a
+// ".new-" directory whose marker nobody holds) is deleted by ReapOrphans,
+// one being assembled is not.
+func TestEphemeralNotListed(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := testenv.SearchableDir(t, "warren-ephemeral-test-")
+	data, run := filepath.Join(base, "data"), filepath.Join(base, "run")
+	b, err := native.New(native.Options{
+		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
+		CgroupPrefix: fmt.Sprintf("warren-test-ephemeral-%d", os.Getpid()), ExitWithHost: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	img, err := b.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sb, err := b.Create(ctx, backend.Config{ID: "run-eph", Image: img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sb.Remove(ctx) }()
+	if _, err := os.Stat(filepath.Join(data, "sandboxes", "run-eph", "upper")); err != nil {
+		t.Fatalf("the sandbox's state is not in place: %v", err)
+	}
+	if ids, err := b.IDs(); err != nil || len(ids) != 0 {
+		t.Errorf("IDs lists %v (%v), want no ephemeral sandbox", ids, err)
+	}
+	if _, err := b.Create(ctx, backend.Config{ID: "run-eph", Image: img}); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("a second create of the same id: %v, want ErrExist", err)
+	}
+	sandboxes := filepath.Join(data, "sandboxes")
+	for _, d := range []string{".new-crashed", ".new-assembling"} {
+		if err := os.MkdirAll(filepath.Join(sandboxes, d, "upper"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(sandboxes, d, "ephemeral"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := os.Open(filepath.Join(sandboxes, ".new-assembling", "ephemeral"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Close() }()
+	if err := syscall.Flock(int(held.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ReapOrphans(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(sandboxes, ".new-crashed")); !os.IsNotExist(err) {
+		t.Errorf("a crashed assembly is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(sandboxes, ".new-assembling")); err != nil {
+		t.Errorf("ReapOrphans deleted a sandbox being assembled: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(sandboxes, "run-eph")); err != nil {
+		t.Errorf("ReapOrphans deleted a live ephemeral sandbox: %v", err)
 	}
 }
