@@ -32,3 +32,43 @@ func TestGoSDKCommandTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestWithoutID: an answer to a request without an id has no "id"
+// member, as microsandbox answers (the SDKs that post sandbox.start to
+// /api/v1/sandbox/start send none); an id of null is echoed as null, and
+// an answer to a body whose id could not be read carries null.
+func TestRequestWithoutID(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
+	hasID := func(raw []byte) (json.RawMessage, bool) {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("answer %q: %v", raw, err)
+		}
+		id, ok := m["id"]
+		return id, ok
+	}
+	cases := []struct {
+		name, body string
+		status     int
+		id         string // "" = no id member
+	}{
+		{"success", `{"jsonrpc":"2.0","method":"sandbox.start","params":{"sandbox":"n","config":{"image":"microsandbox/python","memory":512,"cpus":1}}}`, 200, ""},
+		{"error", `{"jsonrpc":"2.0","method":"sandbox.nope","params":{}}`, 404, ""},
+		{"invalid params", `{"jsonrpc":"2.0","method":"sandbox.stop","params":{"sandbox":"../x"}}`, 400, ""},
+		{"null id", `{"jsonrpc":"2.0","method":"sandbox.stop","params":{"sandbox":"n"},"id":null}`, 200, "null"},
+		{"string id", `{"jsonrpc":"2.0","method":"sandbox.stop","params":{"sandbox":"n"},"id":"a"}`, 200, `"a"`},
+		{"unreadable", `{"jsonrpc":`, 400, "null"},
+	}
+	for _, c := range cases {
+		r := e.post("", []byte(c.body))
+		id, ok := hasID(r.Raw)
+		switch {
+		case r.Status != c.status:
+			t.Errorf("%s: status %d, want %d: %s", c.name, r.Status, c.status, r.Raw)
+		case c.id == "" && ok:
+			t.Errorf("%s: answer has an id (%s), the request had none: %s", c.name, id, r.Raw)
+		case c.id != "" && string(id) != c.id:
+			t.Errorf("%s: id %s, want %s: %s", c.name, id, c.id, r.Raw)
+		}
+	}
+}

@@ -233,10 +233,18 @@ type response struct {
 	JSONRPC string          `json:"jsonrpc"`
 	Result  any             `json:"result,omitempty"`
 	Error   *errorObject    `json:"error,omitempty"`
-	ID      json.RawMessage `json:"id"`
+	ID      json.RawMessage `json:"id,omitempty"`
 }
 
-var nullID = json.RawMessage("null")
+// The id of an answer: nullID when the request's id could not be read
+// (JSON-RPC 2.0's rule), noID when a well-formed request had none. An
+// answer to a request without an id has no "id" member, as microsandbox
+// answers; the generation of SDKs that post to the REST routes sends no
+// id with sandbox.start.
+var (
+	nullID = json.RawMessage("null")
+	noID   = json.RawMessage{}
+)
 
 func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -299,7 +307,7 @@ func decodeRequest(body []byte) (request, error) {
 		return req, errdefs.Errorf(errInvalidRequest, "%v", jsonMessage(err))
 	}
 	if req.ID == nil {
-		req.ID = nullID
+		req.ID = noID
 	}
 	switch {
 	case req.JSONRPC != "2.0":
