@@ -72,3 +72,45 @@ func TestRequestWithoutID(t *testing.T) {
 		}
 	}
 }
+
+// TestStartPorts: sandbox.start reads microsandbox's published ports
+// ("HOST:GUEST" or "PORT"). An empty list (or null) starts the sandbox;
+// ports are refused, naming them, while sandboxes have no network to
+// publish them from (never silently dropped), and nothing starts; a port
+// not in the form is invalid_params showing the form.
+func TestStartPorts(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
+	start := func(name string, ports any) *rpcReply {
+		return e.call("sandbox.start", map[string]any{"sandbox": name, "config": map[string]any{"image": "microsandbox/python", "memory": 512, "cpus": 1, "ports": ports}})
+	}
+	for name, ports := range map[string]any{"empty": []string{}, "null": nil} {
+		if r := start(name, ports); r.Status != 200 {
+			t.Errorf("ports %v: %d %s", ports, r.Status, r.Raw)
+		}
+	}
+	cases := []struct {
+		ports []string
+		want  []string
+	}{
+		{[]string{"8080:80"}, []string{"8080:80", "network"}},
+		{[]string{"3000", "9000:90"}, []string{"3000:3000", "9000:90", "network"}},
+		{[]string{"80/tcp"}, []string{"80/tcp", "HOST:GUEST"}},
+		{[]string{"0:80"}, []string{"HOST:GUEST"}},
+		{[]string{"8080:80", "8080:81"}, []string{"8080", "twice"}},
+	}
+	for _, c := range cases {
+		r := start("p", c.ports)
+		if r.Status != 400 || r.kind() != "invalid_params" {
+			t.Errorf("ports %q: %d %s, want invalid_params", c.ports, r.Status, r.Raw)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(r.Error.Message, w) {
+				t.Errorf("ports %q: message %q does not say %q", c.ports, r.Error.Message, w)
+			}
+		}
+	}
+	if r := e.call("sandbox.get", map[string]any{"sandbox": "p"}); r.Status != 404 {
+		t.Errorf("a start refused for its ports left a sandbox: %d %s", r.Status, r.Raw)
+	}
+}

@@ -42,8 +42,9 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.Ports) > 0 {
-		return nil, errdefs.Errorf(errInvalidParams, "ports: sandboxes have no network but loopback; publishing ports is not supported")
+	ports, err := parsePorts(cfg.Ports)
+	if err != nil {
+		return nil, err
 	}
 	// Unset memory, cpus and image stay zero: the manager fills in the
 	// server's defaults.
@@ -54,7 +55,7 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	if err != nil {
 		return nil, err
 	}
-	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
+	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols, Ports: ports}
 	t0 := time.Now()
 	_, started, err := s.mgr.StartPlanned(ctx, ns, p.Sandbox, spec, sandbox.Plan{DependsOn: cfg.DependsOn, Command: run})
 	if started {
@@ -78,6 +79,23 @@ func parseVolumes(vs []string) ([]backend.Volume, error) {
 			return nil, errdefs.Errorf(errInvalidParams, "%w", err)
 		}
 		out = append(out, vol)
+	}
+	return out, nil
+}
+
+// parsePorts reads microsandbox's "HOST:GUEST" (or "PORT") published
+// ports; whether the sandbox can publish them is the backend's to say.
+func parsePorts(ps []string) ([]backend.PortMapping, error) {
+	if len(ps) > backend.MaxPorts {
+		return nil, errdefs.Errorf(errInvalidParams, "ports: %d given, at most %d", len(ps), backend.MaxPorts)
+	}
+	var out []backend.PortMapping
+	for _, p := range ps {
+		pm, err := backend.ParsePort(p)
+		if err != nil {
+			return nil, errdefs.Errorf(errInvalidParams, "%w", err)
+		}
+		out = append(out, pm)
 	}
 	return out, nil
 }
