@@ -2,8 +2,11 @@ package rpc_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The request forms of microsandbox's clients that Warren once refused or
@@ -112,5 +115,86 @@ func TestStartPorts(t *testing.T) {
 	}
 	if r := e.call("sandbox.get", map[string]any{"sandbox": "p"}); r.Status != 404 {
 		t.Errorf("a start refused for its ports left a sandbox: %d %s", r.Status, r.Raw)
+	}
+}
+
+// TestRESTRoutes: the Python and JavaScript SDKs of the generation without
+// namespace post sandbox.start, sandbox.stop and (JavaScript)
+// sandbox.command.run to routes of their own, with the JSON-RPC request
+// they would post to /api/v1/rpc (sandbox.start without an id), and read
+// the same answer: 200 with a JSON object, "result", and no "error". The
+// routes take the same key; each serves its one method.
+func TestRESTRoutes(t *testing.T) {
+	e := newFakeEnv(t, false, nil)
+	post := func(route, key, body string) (int, map[string]json.RawMessage, []byte) {
+		t.Helper()
+		req, err := http.NewRequest("POST", e.url+route, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp := e.do(t, req, key)
+		defer func() { _ = resp.Body.Close() }()
+		raw, _ := io.ReadAll(resp.Body)
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("%s: answer is not a JSON object (%d): %q", route, resp.StatusCode, raw)
+		}
+		return resp.StatusCode, m, raw
+	}
+	// As the SDKs send them (sandbox names as they make them).
+	const name = "sandbox-1a2b3c4d"
+	startBody := `{"jsonrpc":"2.0","method":"sandbox.start","params":{"sandbox":"` + name + `","config":{"image":"microsandbox/python","memory":512,"cpus":1}}}`
+	pyStartBody := `{"jsonrpc":"2.0","method":"sandbox.start","params":{"sandbox":"` + name + `","config":{"image":"microsandbox/python","memory":512,"cpus":1,"volumes":[],"ports":[],"envs":["A=1"]}}}`
+	commandBody := `{"jsonrpc":"2.0","method":"sandbox.command.run","params":{"sandbox":"` + name + `","command":"echo","args":["hello","world"],"timeout":30},"id":"0b8e5a8c-6f7e-4c1e-9f43-2d1f8a3b5c7d"}`
+	stopBody := `{"jsonrpc":"2.0","method":"sandbox.stop","params":{"sandbox":"` + name + `"},"id":"5f0c7c9e-2b1d-4e8a-a1f6-93c2d4b7e8f0"}`
+
+	for _, start := range []string{startBody, pyStartBody} {
+		st, m, raw := post("/api/v1/sandbox/start", e.admin, start)
+		if _, hasErr := m["error"]; st != 200 || hasErr || string(m["result"]) != `"Sandbox `+name+` started successfully"` {
+			t.Fatalf("start: %d %s", st, raw)
+		}
+	}
+	st, m, raw := post("/api/v1/sandbox/command/run", e.admin, commandBody)
+	var res struct {
+		Command  string   `json:"command"`
+		Args     []string `json:"args"`
+		ExitCode int      `json:"exit_code"`
+		Success  bool     `json:"success"`
+		Output   []struct{ Stream, Text string }
+	}
+	if _, hasErr := m["error"]; st != 200 || hasErr || json.Unmarshal(m["result"], &res) != nil ||
+		!res.Success || len(res.Output) != 1 || res.Output[0].Stream != "stdout" || res.Output[0].Text != "hello world" {
+		t.Fatalf("command: %d %s", st, raw)
+	}
+	if string(m["id"]) != `"0b8e5a8c-6f7e-4c1e-9f43-2d1f8a3b5c7d"` {
+		t.Errorf("command: id not echoed: %s", raw)
+	}
+	st, m, raw = post("/api/v1/sandbox/stop", e.admin, stopBody)
+	if _, hasErr := m["error"]; st != 200 || hasErr || string(m["result"]) != `"Sandbox `+name+` stopped successfully"` {
+		t.Fatalf("stop: %d %s", st, raw)
+	}
+	if got := e.get("", name).State; got != "stopped" {
+		t.Errorf("after the stop route: %s", got)
+	}
+
+	// The same front door: no key, or a key for another namespace, is
+	// refused; a body for another method is an invalid request.
+	if st, _, raw := post("/api/v1/sandbox/start", "", startBody); st != 401 {
+		t.Errorf("start without a key: %d %s", st, raw)
+	}
+	other, _, err := e.keys.Create(t.Context(), "team-b", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _, raw := post("/api/v1/sandbox/stop", other, strings.Replace(stopBody, `"sandbox":`, `"namespace":"default","sandbox":`, 1)); st != 403 {
+		t.Errorf("stop in another namespace: %d %s", st, raw)
+	}
+	if st, m, raw := post("/api/v1/sandbox/stop", e.admin, startBody); st != 400 || !strings.Contains(string(m["error"]), "invalid_request") ||
+		!strings.Contains(string(m["error"]), "/api/v1/rpc") {
+		t.Errorf("start posted to the stop route: %d %s", st, raw)
+	}
+	if e.get("", name).State != "stopped" {
+		t.Error("a refused request started the sandbox")
 	}
 }

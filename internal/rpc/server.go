@@ -113,7 +113,10 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"message":"Service is healthy"}`)
 	})
-	mux.HandleFunc("POST /api/v1/rpc", s.serveRPC)
+	mux.HandleFunc("POST /api/v1/rpc", func(w http.ResponseWriter, r *http.Request) { s.serveRPC(w, r, "") })
+	for route, method := range restRoutes {
+		mux.HandleFunc("POST "+route, func(w http.ResponseWriter, r *http.Request) { s.serveRPC(w, r, method) })
+	}
 	mux.HandleFunc("/api/v1/rpc", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "POST")
 		s.writeError(w, r.Context(), nil, errdefs.Errorf(errInvalidRequest, "use POST with a JSON-RPC 2.0 body"), http.StatusMethodNotAllowed)
@@ -123,6 +126,17 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/v1/ws", s.serveWS)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	return s.withRequestID(mux)
+}
+
+// restRoutes are the routes the Python and JavaScript SDKs of the
+// generation without namespace post some methods to, each for one method.
+// They send the same JSON-RPC request they would post to /api/v1/rpc and
+// read the same answer, so a route is /api/v1/rpc held to its method.
+// microsandbox's server never served them (docs/compat.md).
+var restRoutes = map[string]string{
+	"/api/v1/sandbox/start":       "sandbox.start",
+	"/api/v1/sandbox/stop":        "sandbox.stop",
+	"/api/v1/sandbox/command/run": "sandbox.command.run",
 }
 
 type ctxKey int
@@ -246,7 +260,9 @@ var (
 	noID   = json.RawMessage{}
 )
 
-func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
+// serveRPC answers one JSON-RPC request; only is the one method the route
+// serves ("": any).
+func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, only string) {
 	ctx := r.Context()
 	if s.closing.Load() {
 		s.writeError(w, ctx, nil, errdefs.Errorf(errdefs.ErrUnavailable, "the server is shutting down"), 0)
@@ -268,6 +284,9 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, err := decodeRequest(body)
+	if err == nil && only != "" && req.Method != only {
+		err = errdefs.Errorf(errInvalidRequest, "%s serves only %s, not %.64q; post other methods to /api/v1/rpc", r.URL.Path, only, req.Method)
+	}
 	if err != nil {
 		s.writeError(w, ctx, req.ID, err, 0)
 		return
