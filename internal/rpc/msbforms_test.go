@@ -198,3 +198,25 @@ func TestRESTRoutes(t *testing.T) {
 		t.Error("a refused request started the sandbox")
 	}
 }
+
+// TestMCPStartConfig: sandbox_start takes microsandbox's config.volumes
+// and config.ports with sandbox.start's meaning: empty lists start the
+// sandbox, a port is refused saying why, as a tool error.
+func TestMCPStartConfig(t *testing.T) {
+	e := newFakeEnv(t, false, nil)
+	e.mountMCP()
+	cs, err := e.mcpConnect(e.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cs.Close() }()
+	call := mcpCall(t)
+	cfg := map[string]any{"image": "microsandbox/python", "memory": 512, "cpus": 1, "volumes": []string{}, "ports": []string{}, "envs": []string{}}
+	if out, isErr := call(cs, "sandbox_start", map[string]any{"sandbox": "m", "namespace": "default", "config": cfg}); isErr || !strings.Contains(out, "started successfully") {
+		t.Fatalf("start with empty volumes and ports: %s", out)
+	}
+	cfg["ports"] = []string{"8080:80"}
+	if out, isErr := call(cs, "sandbox_start", map[string]any{"sandbox": "m2", "config": cfg}); !isErr || !strings.Contains(out, "8080:80") || !strings.Contains(out, "network") {
+		t.Fatalf("start with a port: %v %s", isErr, out)
+	}
+}
