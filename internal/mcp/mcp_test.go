@@ -246,14 +246,14 @@ func TestTools(t *testing.T) {
 		params     string
 		wantResult any // JSON-marshalled into the expected text; nil: {"ok":true}
 	}{
-		// The schema's defaults of memory and cpus are filled in (the
-		// server's own, so nothing changes).
-		{"sandbox_start", map[string]any{"sandbox": "s"}, "sandbox.start", `{"sandbox":"s","config":{"memory":512,"cpus":1}}`, "Sandbox s started successfully"},
+		// No config reaches sandbox.start as none (a stopped sandbox
+		// restarts as it last ran).
+		{"sandbox_start", map[string]any{"sandbox": "s"}, "sandbox.start", `{"sandbox":"s"}`, "Sandbox s started successfully"},
 		{"sandbox_start", map[string]any{"sandbox": "s", "config": map[string]any{"volumes": []string{}, "ports": []string{}}},
-			"sandbox.start", `{"sandbox":"s","config":{"memory":512,"cpus":1}}`, "Sandbox s started successfully"},
+			"sandbox.start", `{"sandbox":"s","config":{}}`, "Sandbox s started successfully"},
 		{"sandbox_start", map[string]any{"sandbox": "s", "config": map[string]any{"image": "microsandbox/python", "memory": 256,
 			"volumes": []string{"/srv/data:/data:ro"}, "ports": []string{"8080:80"}}},
-			"sandbox.start", `{"sandbox":"s","config":{"image":"microsandbox/python","memory":256,"cpus":1,"volumes":["/srv/data:/data:ro"],"ports":["8080:80"]}}`,
+			"sandbox.start", `{"sandbox":"s","config":{"image":"microsandbox/python","memory":256,"volumes":["/srv/data:/data:ro"],"ports":["8080:80"]}}`,
 			"Sandbox s started successfully"},
 		{"sandbox_start", map[string]any{"sandbox": "s", "namespace": "team", "config": map[string]any{
 			"image": "python", "memory": 1024, "cpus": 2, "envs": []string{"A=1"}, "workdir": "/w"}},
@@ -393,8 +393,7 @@ func TestNilLogger(t *testing.T) {
 }
 
 // TestStartSchema: sandbox_start's config takes microsandbox's volumes and
-// ports (lists of strings), and states the defaults of memory and cpus as
-// numbers.
+// ports (lists of strings).
 func TestStartSchema(t *testing.T) {
 	e := newEnv(t)
 	cs := e.connect(t)
@@ -426,12 +425,6 @@ func TestStartSchema(t *testing.T) {
 			if p, ok := props[list]; !ok || p.Items == nil || p.Items.Type != "string" {
 				t.Errorf("config.%s is not a list of strings: %s", list, b)
 			}
-		}
-		if d := string(props["memory"].Default); d != "512" {
-			t.Errorf("config.memory default %q, want the number 512: %s", d, b)
-		}
-		if d := string(props["cpus"].Default); d != "1" {
-			t.Errorf("config.cpus default %q, want the number 1: %s", d, b)
 		}
 		return
 	}

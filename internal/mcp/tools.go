@@ -6,14 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/warren-sandbox/warren/internal/backend"
 )
 
 // Tool arguments mirror the RPC params (docs/api.md): a tool's arguments
@@ -24,8 +20,8 @@ import (
 // StartConfig is sandbox_start's optional config.
 type StartConfig struct {
 	Image   string   `json:"image,omitempty" jsonschema:"image: host (default), python, node, or the name of a stored image"`
-	Memory  float64  `json:"memory,omitempty" jsonschema:"memory limit in MiB, a whole number"`
-	CPUs    float64  `json:"cpus,omitempty" jsonschema:"number of CPUs"`
+	Memory  float64  `json:"memory,omitempty" jsonschema:"memory limit in MiB, a whole number (default 512)"`
+	CPUs    float64  `json:"cpus,omitempty" jsonschema:"number of CPUs (default 1)"`
 	Volumes []string `json:"volumes,omitempty" jsonschema:"host paths bound into the sandbox, each HOST:GUEST or HOST:GUEST:ro (only beneath the server's allowed directories)"`
 	Ports   []string `json:"ports,omitempty" jsonschema:"ports published on the host, each HOST:GUEST or PORT (refused while sandboxes have no network)"`
 	Envs    []string `json:"envs,omitempty" jsonschema:"environment variables, each KEY=VALUE"`
@@ -119,9 +115,8 @@ func addTools(s *sdk.Server, c Caller, log *slog.Logger) {
 	readOnly := &sdk.ToolAnnotations{ReadOnlyHint: true, IdempotentHint: true, OpenWorldHint: ptr(false)}
 
 	addTool(s, c, log, &sdk.Tool{
-		Name:        "sandbox_start",
-		InputSchema: startSchema(),
-		Title:       "Start a sandbox",
+		Name:  "sandbox_start",
+		Title: "Start a sandbox",
 		Description: "Start the named sandbox, creating it if it does not exist (config applies on creation). " +
 			"Starting a running sandbox succeeds; starting a stopped one restarts it with its files kept. " +
 			"Call this before running code or commands in a sandbox.",
@@ -205,21 +200,6 @@ func addTools(s *sdk.Server, c Caller, log *slog.Logger) {
 			"Returns JSON: {entries: [{name, path, size, mode, type, mod_time, target?}]}.",
 		Annotations: readOnly,
 	}, "sandbox.file.list", asParams[PathArgs], jsonResult)
-}
-
-// startSchema is sandbox_start's input schema: StartArgs' own, with the
-// defaults of memory and cpus as numbers, which struct tags cannot give.
-// They are the defaults the server fills in for a config without them
-// (backend.Default*); the SDK fills them into such a config itself.
-func startSchema() *jsonschema.Schema {
-	s, err := jsonschema.For[StartArgs](nil)
-	if err != nil {
-		panic(fmt.Sprintf("sandbox_start schema: %v", err)) // a static type: cannot fail at run time
-	}
-	cfg := s.Properties["config"].Properties
-	cfg["memory"].Default = json.RawMessage(strconv.Itoa(backend.DefaultMemoryBytes >> 20))
-	cfg["cpus"].Default = json.RawMessage(strconv.FormatFloat(backend.DefaultCPUs, 'f', -1, 64))
-	return s
 }
 
 // asParams sends a tool's arguments as the method's params unchanged.
