@@ -220,3 +220,39 @@ func TestMCPStartConfig(t *testing.T) {
 		t.Fatalf("start with a port: %v %s", isErr, out)
 	}
 }
+
+// TestStartWithoutConfig: a sandbox.start without a config starts a new
+// sandbox with the server's defaults (microsandbox refuses it: it has no
+// default image), and starts a stopped one again as it last ran, as
+// microsandbox restarts one from its stored config; a config given
+// replaces the stored one.
+func TestStartWithoutConfig(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
+	type info struct {
+		State     string  `json:"state"`
+		Image     string  `json:"image"`
+		MemoryMiB int64   `json:"memory_mib"`
+		CPUs      float64 `json:"cpus"`
+	}
+	get := func(name string) (in info) {
+		e.must("sandbox.get", map[string]any{"sandbox": name}, &in)
+		return in
+	}
+	e.must("sandbox.start", map[string]any{"sandbox": "fresh"}, nil)
+	if in := get("fresh"); in.State != "running" || in.MemoryMiB != 512 {
+		t.Fatalf("new sandbox without a config: %+v", in)
+	}
+	e.must("sandbox.start", map[string]any{"sandbox": "s", "config": map[string]any{"image": "microsandbox/python", "memory": 256, "cpus": 2}}, nil)
+	for _, params := range []map[string]any{{"sandbox": "s"}, {"sandbox": "s", "config": nil}} {
+		e.must("sandbox.stop", map[string]any{"sandbox": "s"}, nil)
+		e.must("sandbox.start", params, nil)
+		if in := get("s"); in.State != "running" || in.MemoryMiB != 256 || in.CPUs != 2 || in.Image != "microsandbox/python" {
+			t.Errorf("restart with %v: %+v, want the config it last ran with", params, in)
+		}
+	}
+	e.must("sandbox.stop", map[string]any{"sandbox": "s"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "s", "config": map[string]any{"image": "microsandbox/python", "memory": 128}}, nil)
+	if in := get("s"); in.MemoryMiB != 128 || in.CPUs != 1 {
+		t.Errorf("restart with a new config: %+v", in)
+	}
+}

@@ -14,19 +14,22 @@ import (
 type startParams struct {
 	Sandbox   string `json:"sandbox"`
 	Namespace string `json:"namespace"`
-	Config    struct {
-		Image     string            `json:"image"`
-		Memory    float64           `json:"memory"`
-		CPUs      float64           `json:"cpus"`
-		Volumes   []string          `json:"volumes"`
-		Ports     []string          `json:"ports"`
-		Envs      []string          `json:"envs"`
-		DependsOn []string          `json:"depends_on"`
-		Workdir   string            `json:"workdir"`
-		Shell     string            `json:"shell"`
-		Scripts   map[string]string `json:"scripts"`
-		Exec      string            `json:"exec"`
-	} `json:"config"`
+	// Config is nil when the request has none.
+	Config *startConfig `json:"config"`
+}
+
+type startConfig struct {
+	Image     string            `json:"image"`
+	Memory    float64           `json:"memory"`
+	CPUs      float64           `json:"cpus"`
+	Volumes   []string          `json:"volumes"`
+	Ports     []string          `json:"ports"`
+	Envs      []string          `json:"envs"`
+	DependsOn []string          `json:"depends_on"`
+	Workdir   string            `json:"workdir"`
+	Shell     string            `json:"shell"`
+	Scripts   map[string]string `json:"scripts"`
+	Exec      string            `json:"exec"`
 }
 
 func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any, error) {
@@ -36,6 +39,16 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	ns, err := c.namespace(p.Namespace)
 	if err != nil {
 		return nil, err
+	}
+	if p.Config == nil {
+		// No config: a sandbox that exists starts again as it last ran,
+		// as microsandbox restarts one from its stored config; a new one
+		// gets the server's defaults (microsandbox refuses it, having no
+		// default image; docs/compat.md).
+		if info, err := s.mgr.Get(ns, p.Sandbox); err == nil {
+			return s.startSpec(ctx, ns, p.Sandbox, info.Spec, sandbox.Plan{})
+		}
+		p.Config = &startConfig{}
 	}
 	cfg := p.Config
 	vols, err := parseVolumes(cfg.Volumes)
@@ -56,8 +69,13 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 		return nil, err
 	}
 	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols, Ports: ports}
+	return s.startSpec(ctx, ns, p.Sandbox, spec, sandbox.Plan{DependsOn: cfg.DependsOn, Command: run})
+}
+
+// startSpec starts ns/name with spec and plan and answers as sandbox.start.
+func (s *Server) startSpec(ctx context.Context, ns, name string, spec sandbox.Spec, plan sandbox.Plan) (any, error) {
 	t0 := time.Now()
-	_, started, err := s.mgr.StartPlanned(ctx, ns, p.Sandbox, spec, sandbox.Plan{DependsOn: cfg.DependsOn, Command: run})
+	_, started, err := s.mgr.StartPlanned(ctx, ns, name, spec, plan)
 	if started {
 		// A start of a sandbox that was already running is not timed as
 		// a start.
@@ -66,7 +84,7 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	if err != nil {
 		return nil, err
 	}
-	return fmt.Sprintf("Sandbox %s started successfully", p.Sandbox), nil
+	return fmt.Sprintf("Sandbox %s started successfully", name), nil
 }
 
 // parseVolumes reads "HOST:GUEST[:ro]" volumes; the manager applies the
