@@ -1,7 +1,7 @@
 // Package mcp serves Warren over the Model Context Protocol (PROTOCOL.md §5).
 //
-// It owns the MCP tool catalogue (names, descriptions, input schemas) and
-// the translation between MCP tool calls and Warren's JSON-RPC methods
+// It owns the MCP tool catalogue (names, descriptions, input schemas), its
+// two prompts, and the translation between MCP tool calls and Warren's JSON-RPC methods
 // (docs/api.md). It speaks the Streamable HTTP transport through the
 // official Go SDK (github.com/modelcontextprotocol/go-sdk), and it does no
 // authentication or authorization of its own: warren serve mounts
