@@ -197,6 +197,15 @@ func TestRESTRoutes(t *testing.T) {
 	if e.get("", name).State != "stopped" {
 		t.Error("a refused request started the sandbox")
 	}
+	resp, err := http.Get(e.url + "/api/v1/sandbox/start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" || !strings.Contains(string(raw), "invalid_request") {
+		t.Errorf("GET of a route: %d %s", resp.StatusCode, raw)
+	}
 }
 
 // TestMCPStartConfig: sandbox_start takes microsandbox's config.volumes

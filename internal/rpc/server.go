@@ -113,14 +113,16 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"message":"Service is healthy"}`)
 	})
-	mux.HandleFunc("POST /api/v1/rpc", func(w http.ResponseWriter, r *http.Request) { s.serveRPC(w, r, "") })
-	for route, method := range restRoutes {
-		mux.HandleFunc("POST "+route, func(w http.ResponseWriter, r *http.Request) { s.serveRPC(w, r, method) })
-	}
-	mux.HandleFunc("/api/v1/rpc", func(w http.ResponseWriter, r *http.Request) {
+	notPost := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "POST")
 		s.writeError(w, r.Context(), nil, errdefs.Errorf(errInvalidRequest, "use POST with a JSON-RPC 2.0 body"), http.StatusMethodNotAllowed)
-	})
+	}
+	mux.HandleFunc("POST /api/v1/rpc", func(w http.ResponseWriter, r *http.Request) { s.serveRPC(w, r, "") })
+	mux.HandleFunc("/api/v1/rpc", notPost)
+	for route, method := range restRoutes {
+		mux.HandleFunc("POST "+route, func(w http.ResponseWriter, r *http.Request) { s.serveRPC(w, r, method) })
+		mux.HandleFunc(route, notPost)
+	}
 	mux.HandleFunc("GET /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarDownload)
 	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarUpload)
 	mux.HandleFunc("GET /api/v1/ws", s.serveWS)
