@@ -280,8 +280,8 @@ func TestVerifyMatrix(t *testing.T) {
 		{"header array", mint(testSecret, `["HS256"]`, claims("")), ErrInvalid},
 		{"tampered payload", tampered, ErrInvalid},
 		{"other secret", mint(otherSecret, msbHeader, claims("")), ErrInvalid},
-		{"expired", mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"iat":%d,"namespace":"team"}`, testNow.Unix()-1, iat-10)), ErrExpired},
-		{"expires now", mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"namespace":"team"}`, testNow.Unix())), ErrExpired},
+		{"expired", mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"iat":%d,"namespace":"team"}`, testNow.Unix()-61, iat-100)), ErrExpired},
+		{"expired a clock skew ago", mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"namespace":"team"}`, testNow.Unix()-60)), ErrExpired},
 		{"iat far future", mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"iat":%d,"namespace":"team"}`, exp+7200, iat+3600)), ErrInvalid},
 		{"nbf future", mint(testSecret, msbHeader, claims(fmt.Sprintf(`,"nbf":%d`, iat+3600))), ErrInvalid},
 		{"exp string", mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":"%d","namespace":"team"}`, exp)), ErrInvalid},
@@ -323,10 +323,17 @@ func TestVerifyMatrix(t *testing.T) {
 		})
 	}
 
-	// Within the clock skew, a slightly-future iat is fine.
+	// Within the clock skew, a slightly-future iat is fine, and so is an
+	// exp that has just passed (microsandbox allows the same minute).
 	skewed := mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"iat":%d,"namespace":"team"}`, exp, iat+30))
 	if _, err := s.Verify(skewed, testNow); err != nil {
 		t.Errorf("iat 30s ahead rejected: %v", err)
+	}
+	for _, ago := range []int64{0, 1, 59} {
+		just := mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"iat":%d,"namespace":"team"}`, testNow.Unix()-ago, iat-100))
+		if _, err := s.Verify(just, testNow); err != nil {
+			t.Errorf("a key that expired %d s ago, within the clock skew, rejected: %v", ago, err)
+		}
 	}
 	// The untouched key still verifies (the matrix did not pass by accident).
 	if _, err := s.Verify(good, testNow); err != nil {
@@ -675,6 +682,7 @@ func FuzzVerify(f *testing.F) {
 	f.Add(good[:len(good)-1])
 	f.Add(mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"iat":%d,"namespace":"*"}`, exp, testNow.Unix())))
 	f.Add(mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"namespace":"*"}`, testNow.Unix()-5)))
+	f.Add(mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"namespace":"*"}`, testNow.Unix()-61)))
 	f.Add(mint(testSecret, `{"alg":"none"}`, fmt.Sprintf(`{"exp":%d,"namespace":"*"}`, exp)))
 	f.Add(mint(otherSecret, msbHeader, fmt.Sprintf(`{"exp":%d,"namespace":"*"}`, exp)))
 	f.Add(mint(testSecret, msbHeader, fmt.Sprintf(`{"exp":"%d","namespace":"*"}`, exp)))
@@ -701,7 +709,7 @@ func FuzzVerify(f *testing.F) {
 		if !independentCheck(testSecret, key) {
 			t.Fatalf("Verify accepted a key failing the independent signature check: %q", key)
 		}
-		if !ValidNamespace(c.Namespace) || !testNow.Before(c.ExpiresAt) {
+		if !ValidNamespace(c.Namespace) || !testNow.Before(c.ExpiresAt.Add(ClockSkew)) {
 			t.Fatalf("accepted bad claims %+v", c)
 		}
 		if len(key) > MaxKeyLen {

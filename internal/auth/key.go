@@ -31,7 +31,11 @@ const (
 	// MaxTTL is the longest lifetime Issue grants.
 	MaxTTL = 10 * 365 * 24 * time.Hour
 
-	// ClockSkew is how far in the future iat (or nbf) may lie.
+	// ClockSkew is how far in the future iat (or nbf) may lie, and how
+	// long after its exp a key is still taken: a key may come from another
+	// host's clock (microsandbox's own keygen, with the server's secret),
+	// and microsandbox allows the same minute. Revocation cuts a key off
+	// at once.
 	ClockSkew = time.Minute
 
 	maxIDLen = 128
@@ -331,7 +335,7 @@ func checkClaims(payload []byte, now time.Time) (Claims, error) {
 		}
 	}
 
-	if !now.Before(c.ExpiresAt) {
+	if !now.Before(c.ExpiresAt.Add(ClockSkew)) {
 		return Claims{}, ErrExpired
 	}
 	return c, nil

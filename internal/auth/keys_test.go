@@ -72,7 +72,7 @@ func TestKeysLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k.now = func() time.Time { return testNow.Add(2 * time.Minute) }
+	k.now = func() time.Time { return testNow.Add(time.Minute + ClockSkew + time.Second) }
 	unauthorized("an expired key", key2, "expired")
 
 	if _, _, err := k.Create(ctx, "bad namespace", time.Hour, ""); errdefs.Kind(err) != errdefs.ErrInvalid.Error() {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/agent"
@@ -33,6 +34,10 @@ type Config struct {
 	PidsMax     int64
 	// Network is "none" (loopback only), the only mode so far.
 	Network string
+	// Ports are published on the host. They need a network: with "none"
+	// there is nothing to publish them from, and CheckSettings refuses
+	// them rather than drop them.
+	Ports []PortMapping
 	// Volumes are bind-mounted into the sandbox, after its own mounts.
 	// Their sources must have passed CheckVolumeSource under the caller's
 	// policy.
@@ -85,7 +90,7 @@ func (c *Config) Validate() error {
 }
 
 // CheckSettings reports every problem with what a caller chooses for a
-// sandbox (limits, working directory, network, volumes), before an id and
+// sandbox (limits, working directory, network, ports, volumes), before an id and
 // an image are picked: what Validate checks besides those two.
 func (c *Config) CheckSettings() error {
 	var errs []error
@@ -109,10 +114,31 @@ func (c *Config) CheckSettings() error {
 	if c.Network != "" && c.Network != "none" {
 		errs = append(errs, fmt.Errorf("network %q: only \"none\" (loopback only) is supported", c.Network))
 	}
+	if err := ValidatePorts(c.Ports); err != nil {
+		errs = append(errs, err)
+	} else if len(c.Ports) > 0 && (c.Network == "" || c.Network == "none") {
+		errs = append(errs, fmt.Errorf("ports %s: publishing ports needs the sandbox network, and sandboxes on this server have loopback only (network \"none\")", portList(c.Ports)))
+	}
 	if err := ValidateVolumes(c.Volumes); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// portList is ps as "8080:80, 9000:9000" (the first few).
+func portList(ps []PortMapping) string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i == 4 {
+			fmt.Fprintf(&b, " and %d more", len(ps)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
 }
 
 // The backend contract. A backend provides Backend and Sandbox; the

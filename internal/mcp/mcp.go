@@ -1,7 +1,7 @@
 // Package mcp serves Warren over the Model Context Protocol (PROTOCOL.md §5).
 //
-// It owns the MCP tool catalogue (names, descriptions, input schemas) and
-// the translation between MCP tool calls and Warren's JSON-RPC methods
+// It owns the MCP tool catalogue (names, descriptions, input schemas), its
+// two prompts, and the translation between MCP tool calls and Warren's JSON-RPC methods
 // (docs/api.md). It speaks the Streamable HTTP transport through the
 // official Go SDK (github.com/modelcontextprotocol/go-sdk), and it does no
 // authentication or authorization of its own: warren serve mounts
@@ -17,6 +17,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -59,7 +60,7 @@ func Handler(c Caller, log *slog.Logger) http.Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	srv := NewServer(c, log)
-	return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{
 		Stateless: true,
 		// Plain application/json replies: no tool streams progress, and
 		// plain JSON is friendlier to proxies and curl.
@@ -72,6 +73,37 @@ func Handler(c Caller, log *slog.Logger) http.Handler {
 		// rebound browser page gains nothing.
 		DisableLocalhostProtection: true,
 	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The SDK wants a POST to accept both JSON and an event stream.
+		// Every answer here is plain JSON (JSONResponse), so a client
+		// that accepts only JSON, or says nothing, gets what it can
+		// read, as microsandbox answers it; one that accepts no JSON
+		// still hears from the SDK why not.
+		if r.Method == http.MethodPost && acceptsJSON(r.Header.Values("Accept")) {
+			r = r.Clone(r.Context())
+			r.Header.Set("Accept", "application/json, text/event-stream")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// acceptsJSON reports whether Accept header values admit application/json:
+// no Accept at all, or a media range that covers it.
+func acceptsJSON(values []string) bool {
+	empty := true
+	for _, v := range values {
+		for _, part := range strings.Split(v, ",") {
+			base, _, _ := strings.Cut(part, ";")
+			switch strings.ToLower(strings.TrimSpace(base)) {
+			case "":
+			case "application/json", "application/*", "*/*":
+				return true
+			default:
+				empty = false
+			}
+		}
+	}
+	return empty
 }
 
 // NewServer returns an MCP server exposing Warren's tools, each of which
@@ -85,6 +117,7 @@ func NewServer(c Caller, log *slog.Logger) *sdk.Server {
 		Logger:       log,
 	})
 	addTools(s, c, log)
+	addPrompts(s)
 	return s
 }
 

@@ -246,7 +246,15 @@ func TestTools(t *testing.T) {
 		params     string
 		wantResult any // JSON-marshalled into the expected text; nil: {"ok":true}
 	}{
+		// No config reaches sandbox.start as none (a stopped sandbox
+		// restarts as it last ran).
 		{"sandbox_start", map[string]any{"sandbox": "s"}, "sandbox.start", `{"sandbox":"s"}`, "Sandbox s started successfully"},
+		{"sandbox_start", map[string]any{"sandbox": "s", "config": map[string]any{"volumes": []string{}, "ports": []string{}}},
+			"sandbox.start", `{"sandbox":"s","config":{}}`, "Sandbox s started successfully"},
+		{"sandbox_start", map[string]any{"sandbox": "s", "config": map[string]any{"image": "microsandbox/python", "memory": 256,
+			"volumes": []string{"/srv/data:/data:ro"}, "ports": []string{"8080:80"}}},
+			"sandbox.start", `{"sandbox":"s","config":{"image":"microsandbox/python","memory":256,"volumes":["/srv/data:/data:ro"],"ports":["8080:80"]}}`,
+			"Sandbox s started successfully"},
 		{"sandbox_start", map[string]any{"sandbox": "s", "namespace": "team", "config": map[string]any{
 			"image": "python", "memory": 1024, "cpus": 2, "envs": []string{"A=1"}, "workdir": "/w"}},
 			"sandbox.start", `{"sandbox":"s","namespace":"team","config":{"image":"python","memory":1024,"cpus":2,"envs":["A=1"],"workdir":"/w"}}`,
@@ -381,5 +389,154 @@ func TestRequestContext(t *testing.T) {
 func TestNilLogger(t *testing.T) {
 	if mcp.Handler(&fakeCaller{}, nil) == nil || mcp.NewServer(&fakeCaller{}, nil) == nil {
 		t.Fatal("nil")
+	}
+}
+
+// TestStartSchema: sandbox_start's config takes microsandbox's volumes and
+// ports (lists of strings).
+func TestStartSchema(t *testing.T) {
+	e := newEnv(t)
+	cs := e.connect(t)
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range res.Tools {
+		if tool.Name != "sandbox_start" {
+			continue
+		}
+		b, _ := json.Marshal(tool.InputSchema)
+		var schema struct {
+			Properties struct {
+				Config struct {
+					Properties map[string]struct {
+						Type    any                    `json:"type"`
+						Items   *struct{ Type string } `json:"items"`
+						Default json.RawMessage        `json:"default"`
+					} `json:"properties"`
+				} `json:"config"`
+			} `json:"properties"`
+		}
+		if err := json.Unmarshal(b, &schema); err != nil {
+			t.Fatal(err)
+		}
+		props := schema.Properties.Config.Properties
+		for _, list := range []string{"volumes", "ports", "envs"} {
+			if p, ok := props[list]; !ok || p.Items == nil || p.Items.Type != "string" {
+				t.Errorf("config.%s is not a list of strings: %s", list, b)
+			}
+		}
+		return
+	}
+	t.Fatal("no sandbox_start tool")
+}
+
+// TestPrompts: microsandbox's two prompts, with its argument names; the
+// text has the model start the sandbox with sandbox_start and the
+// language's image. A name the API would refuse is refused here.
+func TestPrompts(t *testing.T) {
+	e := newEnv(t)
+	cs := e.connect(t)
+	ctx := context.Background()
+	list, err := cs.ListPrompts(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range list.Prompts {
+		names = append(names, p.Name)
+		var args []string
+		for _, a := range p.Arguments {
+			args = append(args, a.Name)
+		}
+		if !slices.Equal(args, []string{"sandbox_name", "namespace"}) || p.Description == "" {
+			t.Errorf("prompt %s: arguments %v, description %q", p.Name, args, p.Description)
+		}
+	}
+	if !slices.Equal(names, slices.Sorted(slices.Values(mcp.PromptNames))) {
+		t.Errorf("prompts %v, want %v", names, mcp.PromptNames)
+	}
+	for _, c := range []struct {
+		prompt string
+		args   map[string]string
+		want   []string
+		not    []string
+	}{
+		{"create_python_sandbox", map[string]string{"sandbox_name": "py1", "namespace": "team"},
+			[]string{`"py1"`, `"team"`, "sandbox_start", `"image": "python"`, "sandbox_run_code", `"python"`, "sandbox_stop"}, nil},
+		{"create_node_sandbox", map[string]string{"sandbox_name": "js1"},
+			[]string{`"js1"`, "sandbox_start", `"image": "node"`, `"node"`}, []string{"namespace"}},
+		{"create_python_sandbox", nil, []string{`"python-sandbox"`}, nil},
+		{"create_node_sandbox", nil, []string{`"node-sandbox"`}, nil},
+	} {
+		res, err := cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: c.prompt, Arguments: c.args})
+		if err != nil {
+			t.Errorf("%s %v: %v", c.prompt, c.args, err)
+			continue
+		}
+		if len(res.Messages) != 1 || res.Messages[0].Role != "user" {
+			t.Errorf("%s: messages %+v", c.prompt, res.Messages)
+			continue
+		}
+		text := res.Messages[0].Content.(*sdk.TextContent).Text
+		for _, w := range c.want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s %v: text does not say %s: %s", c.prompt, c.args, w, text)
+			}
+		}
+		for _, w := range c.not {
+			if strings.Contains(text, w) {
+				t.Errorf("%s %v: text says %s: %s", c.prompt, c.args, w, text)
+			}
+		}
+	}
+	for _, bad := range []map[string]string{{"sandbox_name": "../x"}, {"sandbox_name": strings.Repeat("a", 64)}, {"sandbox_name": "a", "namespace": "a b"}} {
+		if _, err := cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: "create_python_sandbox", Arguments: bad}); err == nil {
+			t.Errorf("arguments %v: accepted", bad)
+		}
+	}
+	if _, err := cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: "no_such_prompt"}); err == nil {
+		t.Error("an unknown prompt: no error")
+	}
+}
+
+// TestAcceptJSON: a POST that accepts only JSON, or says nothing of what
+// it accepts, is answered (with JSON, as every answer is), as microsandbox
+// answers it; one that accepts no JSON is still refused.
+func TestAcceptJSON(t *testing.T) {
+	e := newEnv(t)
+	for _, c := range []struct {
+		accept []string
+		status int
+	}{
+		{[]string{"application/json"}, 200},
+		{nil, 200},
+		{[]string{"application/json; charset=utf-8"}, 200},
+		{[]string{"*/*"}, 200},
+		{[]string{"application/json, text/event-stream"}, 200},
+		{[]string{"text/event-stream"}, 400},
+		{[]string{"text/html"}, 400},
+	} {
+		req, err := http.NewRequest("POST", e.srv.URL+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		for _, a := range c.accept {
+			req.Header.Add("Accept", a)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("Accept %q: %d %s, want %d", c.accept, resp.StatusCode, body, c.status)
+			continue
+		}
+		if c.status == 200 && (!strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") || !strings.Contains(string(body), "sandbox_start")) {
+			t.Errorf("Accept %q: %s %s", c.accept, resp.Header.Get("Content-Type"), body)
+		}
 	}
 }

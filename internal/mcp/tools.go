@@ -22,6 +22,8 @@ type StartConfig struct {
 	Image   string   `json:"image,omitempty" jsonschema:"image: host (default), python, node, or the name of a stored image"`
 	Memory  float64  `json:"memory,omitempty" jsonschema:"memory limit in MiB, a whole number (default 512)"`
 	CPUs    float64  `json:"cpus,omitempty" jsonschema:"number of CPUs (default 1)"`
+	Volumes []string `json:"volumes,omitempty" jsonschema:"host paths bound into the sandbox, each HOST:GUEST or HOST:GUEST:ro (only beneath the server's allowed directories)"`
+	Ports   []string `json:"ports,omitempty" jsonschema:"ports published on the host, each HOST:GUEST or PORT (refused while sandboxes have no network)"`
 	Envs    []string `json:"envs,omitempty" jsonschema:"environment variables, each KEY=VALUE"`
 	Workdir string   `json:"workdir,omitempty" jsonschema:"working directory for commands and code"`
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -298,3 +300,41 @@ func seconds(what string, v float64, max time.Duration) (time.Duration, error) {
 
 // maxTimeout bounds every command and code timeout.
 const maxTimeout = 24 * time.Hour
+
+// limitSeconds is the timeout of a microsandbox method (sandbox.command.run,
+// sandbox.repl.run): any non-negative JSON number, integer or not, however
+// large, as microsandbox takes it. The Go SDK sends its HTTP client's
+// timeout in nanoseconds there (60 s arrives as 6e10 "seconds"), so a value
+// past maxTimeout is held to maxTimeout instead of refused; a negative
+// number or anything but a number is still invalid_params. Warren's own
+// methods keep refusing a timeout past their bound (seconds).
+type limitSeconds float64
+
+// UnmarshalJSON reads any JSON number, also one past the range of a
+// float64 (1e400), which stands for "longer than the bound" like any other
+// huge value; null leaves the value as it is (absent: no timeout).
+func (l *limitSeconds) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	if len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
+		return fmt.Errorf("\"timeout\" must be a number of seconds, not %.20s", b)
+	}
+	v, err := strconv.ParseFloat(string(b), 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return fmt.Errorf("\"timeout\" must be a number of seconds, not %.20s", b)
+	}
+	// On ErrRange v is ±Inf (too large) or ±0 (too small); both are
+	// judged below like any other value.
+	*l = limitSeconds(v)
+	return nil
+}
+
+// duration is l as a time.Duration, held to max; a negative l is refused.
+func (l limitSeconds) duration(what string, max time.Duration) (time.Duration, error) {
+	v := float64(l)
+	if math.IsNaN(v) || v < 0 {
+		return 0, errdefs.Errorf(errInvalidParams, "%s %g: want a number of seconds, 0 or more (more than %g counts as %g)", what, v, max.Seconds(), max.Seconds())
+	}
+	return seconds(what, min(v, max.Seconds()), max) // +Inf included
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
 )
@@ -88,6 +89,55 @@ func TestParamsExactNames(t *testing.T) {
 		want := fmt.Sprintf("%s params: unknown field %q", tc.method, tc.field)
 		if err == nil || kindOf(err) != "invalid_params" || err.Error() != want {
 			t.Errorf("%s %s: %v, want invalid_params %q", tc.method, tc.params, err, want)
+		}
+	}
+}
+
+// TestLimitSeconds: a microsandbox method's timeout is any non-negative
+// JSON number, held to the bound, as the Go SDK's nanoseconds need; what
+// is not a non-negative number is refused with a message naming it.
+func TestLimitSeconds(t *testing.T) {
+	const bound = 24 * time.Hour
+	ok := []struct {
+		json string
+		want time.Duration
+	}{
+		{`null`, 0},
+		{`0`, 0},
+		{`2.5`, 2500 * time.Millisecond},
+		{`0.0004`, time.Millisecond},
+		{`86400`, bound},
+		{`86400.5`, bound},
+		{`60000000000`, bound}, // the Go SDK's 60 s, in nanoseconds
+		{`6e10`, bound},
+		{`1e19`, bound},
+		{`1e400`, bound}, // past a float64
+		{`1e-400`, 0},
+	}
+	for _, c := range ok {
+		var p struct {
+			Timeout limitSeconds `json:"timeout"`
+		}
+		if err := json.Unmarshal([]byte(`{"timeout":`+c.json+`}`), &p); err != nil {
+			t.Errorf("%s: %v", c.json, err)
+			continue
+		}
+		d, err := p.Timeout.duration("timeout", bound)
+		if err != nil || d != c.want {
+			t.Errorf("%s: %v %v, want %v", c.json, d, err, c.want)
+		}
+	}
+	bad := []string{`-1`, `-0.001`, `-1e400`, `"5"`, `true`, `[]`, `{}`}
+	for _, b := range bad {
+		var p struct {
+			Timeout limitSeconds `json:"timeout"`
+		}
+		err := json.Unmarshal([]byte(`{"timeout":`+b+`}`), &p)
+		if err == nil {
+			_, err = p.Timeout.duration("timeout", bound)
+		}
+		if err == nil || !strings.Contains(err.Error(), "timeout") {
+			t.Errorf("%s: %v, want an error naming the timeout", b, err)
 		}
 	}
 }

@@ -15,9 +15,9 @@ import (
 
 type commandParams struct {
 	sandboxRef
-	Command string   `json:"command"`
-	Args    []string `json:"args"`
-	Timeout float64  `json:"timeout"`
+	Command string       `json:"command"`
+	Args    []string     `json:"args"`
+	Timeout limitSeconds `json:"timeout"`
 }
 
 type commandResult struct {
@@ -38,7 +38,7 @@ func (s *Server) sandboxCommand(ctx context.Context, c *call, p *commandParams) 
 	if p.Command == "" {
 		return nil, errdefs.Errorf(errInvalidParams, "\"command\" is missing")
 	}
-	timeout, err := seconds("timeout", p.Timeout, maxTimeout)
+	timeout, err := p.Timeout.duration("timeout", maxTimeout)
 	if err != nil {
 		return nil, err
 	}

@@ -17,13 +17,14 @@ import (
 // TestTimeoutBounds: every timeout, wait and lifetime is a number of
 // seconds from 0 up to its documented maximum, checked before it is
 // converted: one past the maximum, however large (1e10 overflowed into "no
-// timeout" once), is invalid_params, and nothing runs. These are the
+// timeout" once), is invalid_params, and nothing runs; the timeouts of the
+// microsandbox methods are held to theirs instead (docs/compat.md). These are the
 // methods the fake backend serves; TestTimeoutBoundsAgent has the rest.
 func TestTimeoutBounds(t *testing.T) {
 	e := newFakeEnv(t, false, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "tb"}, nil)
 	var b timeoutBounds
-	b.add("sandbox.command.run", map[string]any{"sandbox": "tb", "command": "true"}, "timeout", 86400)
+	b.addHeld("sandbox.command.run", map[string]any{"sandbox": "tb", "command": "true"}, "timeout")
 	b.add("sandbox.exec", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, "timeout", 86400)
 	b.add("key.create", map[string]any{"namespace": "tb"}, "expire", 10*365*24*3600)
 	for _, f := range []string{"idle_timeout", "max_lifetime"} {
@@ -60,7 +61,7 @@ func TestTimeoutBoundsAgent(t *testing.T) {
 	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"sleep", "300"}}, &sleeper)
 	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, &quick)
 	var b timeoutBounds
-	b.add("sandbox.repl.run", map[string]any{"sandbox": "tb", "language": "python", "code": "1"}, "timeout", 86400)
+	b.addHeld("sandbox.repl.run", map[string]any{"sandbox": "tb", "language": "python", "code": "1"}, "timeout")
 	b.add("sandbox.shell", map[string]any{"sandbox": "tb", "script": "true"}, "timeout", 86400)
 	b.add("sandbox.process.wait", map[string]any{"sandbox": "tb", "id": quick.ID}, "timeout", 300)
 	b.add("sandbox.process.output", map[string]any{"sandbox": "tb", "id": quick.ID}, "wait", 60)
@@ -91,6 +92,15 @@ type timeoutCase struct {
 func (b *timeoutBounds) add(method string, params map[string]any, field string, max float64) {
 	for _, v := range []float64{max, max + 0.001, max * 2, 1e10, 1e19, 1e300, -1, -0.001} {
 		b.cases = append(b.cases, timeoutCase{method, params, field, v, v == max})
+	}
+}
+
+// addHeld adds calls of a microsandbox method whose timeout past its bound
+// is held to it (limitSeconds): every non-negative value runs, the Go
+// SDK's nanoseconds (6e10) among them; negative ones are invalid_params.
+func (b *timeoutBounds) addHeld(method string, params map[string]any, field string) {
+	for _, v := range []float64{0, 86400, 86400.001, 6e10, 1e19, 1e300, -1, -0.001} {
+		b.cases = append(b.cases, timeoutCase{method, params, field, v, v >= 0})
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 
 type replParams struct {
 	sandboxRef
-	Language string  `json:"language"`
-	Code     *string `json:"code"`
-	Timeout  float64 `json:"timeout"`
+	Language string       `json:"language"`
+	Code     *string      `json:"code"`
+	Timeout  limitSeconds `json:"timeout"`
 }
 
 // replResult is sandbox.repl.run's answer: microsandbox's shape plus
@@ -49,7 +49,7 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call, p *replParams) (any, 
 	if len(*p.Code) > maxCode {
 		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "code is larger than %d MiB", maxCode>>20)
 	}
-	timeout, err := seconds("timeout", p.Timeout, maxTimeout)
+	timeout, err := p.Timeout.duration("timeout", maxTimeout)
 	if err != nil {
 		return nil, err
 	}

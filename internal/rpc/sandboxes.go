@@ -14,19 +14,22 @@ import (
 type startParams struct {
 	Sandbox   string `json:"sandbox"`
 	Namespace string `json:"namespace"`
-	Config    struct {
-		Image     string            `json:"image"`
-		Memory    float64           `json:"memory"`
-		CPUs      float64           `json:"cpus"`
-		Volumes   []string          `json:"volumes"`
-		Ports     []string          `json:"ports"`
-		Envs      []string          `json:"envs"`
-		DependsOn []string          `json:"depends_on"`
-		Workdir   string            `json:"workdir"`
-		Shell     string            `json:"shell"`
-		Scripts   map[string]string `json:"scripts"`
-		Exec      string            `json:"exec"`
-	} `json:"config"`
+	// Config is nil when the request has none.
+	Config *startConfig `json:"config"`
+}
+
+type startConfig struct {
+	Image     string            `json:"image"`
+	Memory    float64           `json:"memory"`
+	CPUs      float64           `json:"cpus"`
+	Volumes   []string          `json:"volumes"`
+	Ports     []string          `json:"ports"`
+	Envs      []string          `json:"envs"`
+	DependsOn []string          `json:"depends_on"`
+	Workdir   string            `json:"workdir"`
+	Shell     string            `json:"shell"`
+	Scripts   map[string]string `json:"scripts"`
+	Exec      string            `json:"exec"`
 }
 
 func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any, error) {
@@ -37,13 +40,24 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	if err != nil {
 		return nil, err
 	}
+	if p.Config == nil {
+		// No config: a sandbox that exists starts again as it last ran,
+		// as microsandbox restarts one from its stored config; a new one
+		// gets the server's defaults (microsandbox refuses it, having no
+		// default image; docs/compat.md).
+		if info, err := s.mgr.Get(ns, p.Sandbox); err == nil {
+			return s.startSpec(ctx, ns, p.Sandbox, info.Spec, sandbox.Plan{})
+		}
+		p.Config = &startConfig{}
+	}
 	cfg := p.Config
 	vols, err := parseVolumes(cfg.Volumes)
 	if err != nil {
 		return nil, err
 	}
-	if len(cfg.Ports) > 0 {
-		return nil, errdefs.Errorf(errInvalidParams, "ports: sandboxes have no network but loopback; publishing ports is not supported")
+	ports, err := parsePorts(cfg.Ports)
+	if err != nil {
+		return nil, err
 	}
 	// Unset memory, cpus and image stay zero: the manager fills in the
 	// server's defaults.
@@ -54,9 +68,14 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	if err != nil {
 		return nil, err
 	}
-	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols}
+	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols, Ports: ports}
+	return s.startSpec(ctx, ns, p.Sandbox, spec, sandbox.Plan{DependsOn: cfg.DependsOn, Command: run})
+}
+
+// startSpec starts ns/name with spec and plan and answers as sandbox.start.
+func (s *Server) startSpec(ctx context.Context, ns, name string, spec sandbox.Spec, plan sandbox.Plan) (any, error) {
 	t0 := time.Now()
-	_, started, err := s.mgr.StartPlanned(ctx, ns, p.Sandbox, spec, sandbox.Plan{DependsOn: cfg.DependsOn, Command: run})
+	_, started, err := s.mgr.StartPlanned(ctx, ns, name, spec, plan)
 	if started {
 		// A start of a sandbox that was already running is not timed as
 		// a start.
@@ -65,7 +84,7 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	if err != nil {
 		return nil, err
 	}
-	return fmt.Sprintf("Sandbox %s started successfully", p.Sandbox), nil
+	return fmt.Sprintf("Sandbox %s started successfully", name), nil
 }
 
 // parseVolumes reads "HOST:GUEST[:ro]" volumes; the manager applies the
@@ -78,6 +97,23 @@ func parseVolumes(vs []string) ([]backend.Volume, error) {
 			return nil, errdefs.Errorf(errInvalidParams, "%w", err)
 		}
 		out = append(out, vol)
+	}
+	return out, nil
+}
+
+// parsePorts reads microsandbox's "HOST:GUEST" (or "PORT") published
+// ports; whether the sandbox can publish them is the backend's to say.
+func parsePorts(ps []string) ([]backend.PortMapping, error) {
+	if len(ps) > backend.MaxPorts {
+		return nil, errdefs.Errorf(errInvalidParams, "ports: %d given, at most %d", len(ps), backend.MaxPorts)
+	}
+	var out []backend.PortMapping
+	for _, p := range ps {
+		pm, err := backend.ParsePort(p)
+		if err != nil {
+			return nil, errdefs.Errorf(errInvalidParams, "%w", err)
+		}
+		out = append(out, pm)
 	}
 	return out, nil
 }

@@ -113,16 +113,32 @@ func (s *Server) Handler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"message":"Service is healthy"}`)
 	})
-	mux.HandleFunc("POST /api/v1/rpc", s.serveRPC)
-	mux.HandleFunc("/api/v1/rpc", func(w http.ResponseWriter, r *http.Request) {
+	notPost := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "POST")
 		s.writeError(w, r.Context(), nil, errdefs.Errorf(errInvalidRequest, "use POST with a JSON-RPC 2.0 body"), http.StatusMethodNotAllowed)
-	})
+	}
+	mux.HandleFunc("POST /api/v1/rpc", func(w http.ResponseWriter, r *http.Request) { s.serveRPC(w, r, "") })
+	mux.HandleFunc("/api/v1/rpc", notPost)
+	for route, method := range restRoutes {
+		mux.HandleFunc("POST "+route, func(w http.ResponseWriter, r *http.Request) { s.serveRPC(w, r, method) })
+		mux.HandleFunc(route, notPost)
+	}
 	mux.HandleFunc("GET /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarDownload)
 	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarUpload)
 	mux.HandleFunc("GET /api/v1/ws", s.serveWS)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	return s.withRequestID(mux)
+}
+
+// restRoutes are the routes the Python and JavaScript SDKs of the
+// generation without namespace post some methods to, each for one method.
+// They send the same JSON-RPC request they would post to /api/v1/rpc and
+// read the same answer, so a route is /api/v1/rpc held to its method.
+// microsandbox's server never served them (docs/compat.md).
+var restRoutes = map[string]string{
+	"/api/v1/sandbox/start":       "sandbox.start",
+	"/api/v1/sandbox/stop":        "sandbox.stop",
+	"/api/v1/sandbox/command/run": "sandbox.command.run",
 }
 
 type ctxKey int
@@ -233,12 +249,22 @@ type response struct {
 	JSONRPC string          `json:"jsonrpc"`
 	Result  any             `json:"result,omitempty"`
 	Error   *errorObject    `json:"error,omitempty"`
-	ID      json.RawMessage `json:"id"`
+	ID      json.RawMessage `json:"id,omitempty"`
 }
 
-var nullID = json.RawMessage("null")
+// The id of an answer: nullID when the request's id could not be read
+// (JSON-RPC 2.0's rule), noID when a well-formed request had none. An
+// answer to a request without an id has no "id" member, as microsandbox
+// answers; the generation of SDKs that post to the REST routes sends no
+// id with sandbox.start.
+var (
+	nullID = json.RawMessage("null")
+	noID   = json.RawMessage{}
+)
 
-func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
+// serveRPC answers one JSON-RPC request; only is the one method the route
+// serves ("": any).
+func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, only string) {
 	ctx := r.Context()
 	if s.closing.Load() {
 		s.writeError(w, ctx, nil, errdefs.Errorf(errdefs.ErrUnavailable, "the server is shutting down"), 0)
@@ -260,6 +286,9 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req, err := decodeRequest(body)
+	if err == nil && only != "" && req.Method != only {
+		err = errdefs.Errorf(errInvalidRequest, "%s serves only %s, not %.64q; post other methods to /api/v1/rpc", r.URL.Path, only, req.Method)
+	}
 	if err != nil {
 		s.writeError(w, ctx, req.ID, err, 0)
 		return
@@ -299,7 +328,7 @@ func decodeRequest(body []byte) (request, error) {
 		return req, errdefs.Errorf(errInvalidRequest, "%v", jsonMessage(err))
 	}
 	if req.ID == nil {
-		req.ID = nullID
+		req.ID = noID
 	}
 	switch {
 	case req.JSONRPC != "2.0":

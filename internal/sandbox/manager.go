@@ -70,6 +70,9 @@ type Spec struct {
 	// Volumes are host paths bound into the sandbox; the server's
 	// policy (Options.VolumeRoots) is checked at every start.
 	Volumes []backend.Volume `json:"volumes,omitempty"`
+	// Ports are published on the host; the backend refuses them while
+	// sandboxes have no network (backend.Config.CheckSettings).
+	Ports []backend.PortMapping `json:"ports,omitempty"`
 	// IdleTimeout stops the sandbox after this long without a request;
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -184,7 +187,7 @@ func (m *Manager) checkVolumes(vs []backend.Volume) error {
 func (s *Spec) config(id string, img *image.Image) backend.Config {
 	return backend.Config{ID: id, Image: img, Env: s.Env, Workdir: s.Workdir,
 		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: backend.DefaultPids, Network: "none",
-		Volumes: s.Volumes}
+		Volumes: s.Volumes, Ports: s.Ports}
 }
 
 var envRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+=`)
