@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // The SDKs at their generations (msbcompat_client_test.go says where each
@@ -38,6 +40,7 @@ func TestMicrosandboxSDKWire(t *testing.T) {
 	t.Run("keys", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, nil)
+		e.mountMCP()
 		t.Run("sdk", func(t *testing.T) { playAll(t, e) })
 		// A key that expires in a second, used after it has: microsandbox
 		// allows 60 s of clock skew (finding 10).
@@ -53,6 +56,7 @@ func TestMicrosandboxSDKWire(t *testing.T) {
 			play(t, e, s, e.admin, with("go-timeout", "python", 512, 1,
 				finding("4", command("", "echo", []string{"hi"}, want{Stdout: ptr("hi"), ExitCode: ptr(0), Success: ptr(true)}))))
 		})
+		t.Run("mcp", func(t *testing.T) { mcpChecks(t, e) })
 		t.Run("raw", func(t *testing.T) {
 			rawChecks(t, e)
 			if d := 2*time.Second - time.Since(skewFrom); d > 0 {
@@ -414,5 +418,57 @@ func rawChecks(t *testing.T, e *env) {
 		if id, ok := obj["id"]; ok {
 			t.Errorf("a request without id is answered with \"id\": %s (microsandbox omits it; finding 10)", id)
 		}
+	})
+}
+
+// mcpChecks: what an MCP client written for microsandbox's server sends
+// and expects (finding 9).
+func mcpChecks(t *testing.T, e *env) {
+	t.Run("accept-json-only", func(t *testing.T) {
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+		req, err := http.NewRequest(http.MethodPost, e.url+"/mcp", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json")
+		resp := e.do(t, req, e.admin)
+		raw, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("initialize with Accept: application/json alone: %d %s (microsandbox answers; finding 9)", resp.StatusCode, short(raw))
+		}
+	})
+	cs, err := e.mcpConnect(e.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cs.Close() }()
+	t.Run("prompts", func(t *testing.T) {
+		res, err := cs.ListPrompts(t.Context(), nil)
+		names := map[string]bool{}
+		if err == nil {
+			for _, p := range res.Prompts {
+				names[p.Name] = true
+			}
+		}
+		if !names["create_python_sandbox"] || !names["create_node_sandbox"] {
+			t.Errorf("prompts %v (%v): microsandbox offers create_python_sandbox and create_node_sandbox (finding 9)", names, err)
+		}
+	})
+	t.Run("start-with-volumes-and-ports", func(t *testing.T) {
+		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "sandbox_start", Arguments: map[string]any{
+			"sandbox": "mcp-config", "config": map[string]any{"image": "microsandbox/python", "memory": 512, "cpus": 1, "volumes": []string{}, "ports": []string{}}}})
+		if err != nil || res.IsError {
+			var text string
+			if err == nil && len(res.Content) > 0 {
+				if tc, ok := res.Content[0].(*sdk.TextContent); ok {
+					text = tc.Text
+				}
+			}
+			t.Errorf("sandbox_start with empty volumes and ports (in microsandbox's tool schema): %v %s (finding 9)", err, text)
+			return
+		}
+		_, _ = cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "sandbox_stop", Arguments: map[string]any{"sandbox": "mcp-config"}})
 	})
 }
