@@ -92,21 +92,26 @@ func playAll(t *testing.T, e *env) {
 		}
 		t.Run(s.String(), func(t *testing.T) {
 			t.Parallel()
-			playSDK(t, e, s, key, 18760+i, !s.goNoID)
+			// The Go examples' calls are the same at both generations,
+			// whose requests differ only in namespace, which the basic
+			// operations cover: they play once, at the newer one.
+			playSDK(t, e, s, key, 18760+i, !s.goNoID && (s.SDK != "go" || s.Gen == "B"))
 		})
 	}
 }
 
-// playSDK plays s's basic operations, a start with ports (publishing
+// playSDK plays s's basic operations, a start with ports (publishing a
 // port on the host), and its examples.
 func playSDK(t *testing.T, e *env, s wireSDK, key string, port int, examples bool) {
 	t.Run("basic", func(t *testing.T) { play(t, e, s, key, basicOps(s)) })
 	if s.SDK != "javascript" && !s.goNoID {
-		// ports in the start config (finding 6), on its own so the rest
-		// does not wait for it.
+		// ports in the start config reach the server in the SDK's form
+		// and, until sandboxes have a network to publish them on (the
+		// network issue), are refused clearly rather than dropped: the
+		// SDK raises (docs/compat.md). Empty ports start (basicOps).
 		st := start("ports-ops", "python", 0, 0)
-		st.Ports, st.Finding = []string{fmt.Sprintf("%d:8000", port)}, "6"
-		t.Run("ports", func(t *testing.T) { play(t, e, s, key, []call{st, stop("ports-ops")}) })
+		st.Ports, st.Want = []string{fmt.Sprintf("%d:8000", port)}, want{Fail: true}
+		t.Run("ports", func(t *testing.T) { play(t, e, s, key, []call{st}) })
 	}
 	if !examples {
 		return
@@ -400,14 +405,15 @@ func newUUID() string {
 // rawChecks: what a raw client of microsandbox's server notices beyond the
 // SDKs (finding 10).
 func rawChecks(t *testing.T, e *env) {
+	// microsandbox refuses a new sandbox without config (it has no default
+	// image); Warren starts it from its defaults, on purpose
+	// (docs/compat.md): no SDK sends a start without one.
 	t.Run("start-without-config", func(t *testing.T) {
 		r := e.call("sandbox.start", map[string]any{"sandbox": "no-config"})
-		if r.Status != 400 || r.Error == nil {
-			t.Errorf("a new sandbox started with no config: %d %s (microsandbox: 400; finding 10)", r.Status, r.Raw)
+		if r.Status != 200 || r.Error != nil {
+			t.Errorf("a new sandbox started with no config: %d %s, want it started from the defaults", r.Status, r.Raw)
 		}
-		if r.Status == 200 {
-			e.call("sandbox.stop", map[string]any{"sandbox": "no-config"})
-		}
+		e.call("sandbox.stop", map[string]any{"sandbox": "no-config"})
 	})
 	t.Run("no-id", func(t *testing.T) {
 		r := e.post(e.admin, []byte(`{"jsonrpc":"2.0","method":"sandbox.metrics.get","params":{}}`))
