@@ -123,6 +123,7 @@ func Run(t *testing.T, h *Harness) {
 	t.Run("MaskedPaths", h.maskedPaths)
 	t.Run("DevContents", h.devContents)
 	t.Run("Rlimits", h.rlimits)
+	t.Run("PtysCapped", h.ptysCapped)
 	t.Run("HostImageEtcSanitized", h.etcSanitized)
 	t.Run("HostEnforcesTimeoutOnStoppedAgent", h.stoppedAgentTimeout)
 	t.Run("RootIsNotHostRoot", h.rootIsNotHostRoot)
@@ -463,6 +464,32 @@ for l in open('/proc/self/status'):
 	}
 	if !strings.Contains(r.Stdout, "Seccomp: 2") {
 		t.Errorf("no seccomp filter in force:\n%s", r.Stdout)
+	}
+}
+
+// ptysCapped: a sandbox's devpts holds at most oci.MaxPtys terminals, so
+// one sandbox cannot take the host's whole pool (kernel.pty.max).
+func (h *Harness) ptysCapped(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	r := Python(t, sb, 30*time.Second, `
+import os, errno
+held = []
+try:
+    for _ in range(1000):
+        held.append(os.openpty())
+    print('opened', len(held))
+except OSError as e:
+    print('opened', len(held), errno.errorcode[e.errno])
+`)
+	if r.Code != 0 {
+		t.Fatalf("python failed: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	if want := fmt.Sprintf("opened %d ENOSPC", oci.MaxPtys); strings.TrimSpace(r.Stdout) != want {
+		t.Errorf("got %q, want %q", strings.TrimSpace(r.Stdout), want)
+	}
+	// The cap is the sandbox's own: another sandbox still opens one.
+	if r := Python(t, h.Sandbox(t, backend.Config{}), 30*time.Second, "import os; os.openpty(); print('ok')"); strings.TrimSpace(r.Stdout) != "ok" {
+		t.Errorf("a second sandbox cannot open a terminal: %+v %q %s", r.ExitStatus, r.Stdout, r.Stderr)
 	}
 }
 

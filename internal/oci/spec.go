@@ -9,6 +9,7 @@ package oci
 import (
 	"fmt"
 	"math"
+	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -145,10 +146,17 @@ func ProcessCapabilities() *specs.LinuxCapabilities {
 	return &specs.LinuxCapabilities{Bounding: caps, Effective: caps, Permitted: caps}
 }
 
+// MaxPtys is how many pseudo-terminals one sandbox may hold open. The
+// kernel's are one pool for the whole host (kernel.pty.max, 4096 by
+// default, of which kernel.pty.reserve are kept for the host's own
+// devpts): without a cap per devpts instance one sandbox could hold every
+// terminal the others and the host's containers may open.
+const MaxPtys = 64
+
 // StandardMounts are every sandbox's /proc, /dev and /sys, in the order
 // they are mounted (a fresh slice each call).
 func StandardMounts() []specs.Mount {
-	ptsOpts := []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}
+	ptsOpts := []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5", "max=" + strconv.Itoa(MaxPtys)}
 	ms := []specs.Mount{
 		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
