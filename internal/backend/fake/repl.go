@@ -1,0 +1,156 @@
+package fake
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/wire"
+)
+
+// maxCode bounds the code of one REPL run, as the real agent's REPL does.
+const maxCode = 16 << 20
+
+// repls is an agent's interpreters: per language, the variables its runs
+// have set. They live as long as the agent, as real interpreters do.
+type repls struct {
+	mu   sync.Mutex
+	vars map[string]map[string]string // language → name → value's repr
+}
+
+func newRepls() *repls { return &repls{vars: map[string]map[string]string{}} }
+
+// language normalizes a language name as the real agent does.
+func language(name string) (string, error) {
+	switch strings.ToLower(name) {
+	case "python":
+		return "python", nil
+	case "node", "nodejs", "javascript":
+		return "node", nil
+	}
+	return "", errorf(wire.ErrInvalid, "unknown language %q (want python or node)", name)
+}
+
+var (
+	assignRe = regexp.MustCompile(`^(?:(?:let|var|const)\s+)?([A-Za-z_]\w*)\s*=\s*(.+)$`)
+	callRe   = regexp.MustCompile(`^(print|console\.log|sleep|time\.sleep)\((.*)\)$`)
+	nameRe   = regexp.MustCompile(`^[A-Za-z_]\w*$`)
+)
+
+// run runs code, a line at a time, in the fake's tiny language (see
+// agent.go). done is false when the agent or the request ended first.
+func (rs *repls) run(ctx context.Context, gone <-chan struct{}, lang, code string, timeout time.Duration) (res wire.ReplResult, done bool) {
+	start := time.Now()
+	res = wire.ReplResult{Status: wire.ReplSuccess, Output: []wire.OutputLine{}}
+	defer func() { res.DurationMs = float64(time.Since(start).Microseconds()) / 1000 }()
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	fail := func(msg string) (wire.ReplResult, bool) {
+		res.Status, res.Error = wire.ReplError, msg
+		res.Output = append(res.Output, wire.OutputLine{Stream: wire.Stderr, Text: msg})
+		return res, true
+	}
+	lines := strings.Split(code, "\n")
+	for i, line := range lines {
+		line = strings.TrimSuffix(strings.TrimSpace(line), ";")
+		last := i == len(lines)-1
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "//") || strings.HasPrefix(line, "import "):
+		case strings.HasPrefix(line, "raise ") || strings.HasPrefix(line, "throw "):
+			return fail(strings.TrimSpace(line[6:]))
+		case callRe.MatchString(line):
+			m := callRe.FindStringSubmatch(line)
+			v, err := rs.eval(lang, m[2])
+			if err != nil {
+				return fail(err.Error())
+			}
+			if m[1] == "print" || m[1] == "console.log" {
+				res.Output = append(res.Output, wire.OutputLine{Stream: wire.Stdout, Text: str(v)})
+				continue
+			}
+			secs, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fail("TypeError: sleep wants a number")
+			}
+			t := time.NewTimer(time.Duration(secs * float64(time.Second)))
+			select {
+			case <-t.C:
+			case <-deadline:
+				t.Stop()
+				res.Status, res.Error = wire.ReplTimeout, "TimeoutError: execution exceeded "+timeout.String()
+				return res, true
+			case <-ctx.Done():
+				t.Stop()
+				return res, false
+			case <-gone:
+				t.Stop()
+				return res, false
+			}
+		case assignRe.MatchString(line) && !strings.HasPrefix(assignRe.FindStringSubmatch(line)[2], "="):
+			m := assignRe.FindStringSubmatch(line)
+			v, err := rs.eval(lang, m[2])
+			if err != nil {
+				return fail(err.Error())
+			}
+			rs.mu.Lock()
+			if rs.vars[lang] == nil {
+				rs.vars[lang] = map[string]string{}
+			}
+			rs.vars[lang][m[1]] = v
+			rs.mu.Unlock()
+		default:
+			v, err := rs.eval(lang, line)
+			if err != nil {
+				return fail(err.Error())
+			}
+			if last {
+				res.Result = &v
+			}
+		}
+	}
+	return res, true
+}
+
+// eval evaluates an expression: an integer, a quoted string (no escapes)
+// or a variable. It returns the value's repr.
+func (rs *repls) eval(lang, e string) (string, error) {
+	e = strings.TrimSpace(e)
+	if _, err := strconv.ParseInt(e, 10, 64); err == nil {
+		return e, nil
+	}
+	if _, err := strconv.ParseFloat(e, 64); err == nil {
+		return e, nil
+	}
+	if len(e) >= 2 && (e[0] == '\'' || e[0] == '"') && e[len(e)-1] == e[0] && !strings.ContainsRune(e[1:len(e)-1], rune(e[0])) {
+		return "'" + e[1:len(e)-1] + "'", nil
+	}
+	if nameRe.MatchString(e) {
+		rs.mu.Lock()
+		v, ok := rs.vars[lang][e]
+		rs.mu.Unlock()
+		if !ok {
+			if lang == "node" {
+				return "", fmt.Errorf("ReferenceError: %s is not defined", e)
+			}
+			return "", fmt.Errorf("NameError: name '%s' is not defined", e)
+		}
+		return v, nil
+	}
+	return "", fmt.Errorf("SyntaxError: the fake REPL does not understand %.40q", e)
+}
+
+// str is what print shows of a value: a string without its quotes.
+func str(repr string) string {
+	if strings.HasPrefix(repr, "'") {
+		return repr[1 : len(repr)-1]
+	}
+	return repr
+}
