@@ -28,9 +28,10 @@ import (
 //     of "x"), sleep SECONDS, oom (counts an OOM kill and ends by SIGKILL,
 //     as the memory limit's killer would), hang (deaf to timeouts and
 //     signals, never answers: an agent the host must stop trusting).
-//     /bin/X and /usr/bin/X are X; sh -c SCRIPT runs SCRIPT split at
-//     spaces as one of these (no quoting, pipes or lists). Env, Cwd and
-//     User are accepted and ignored. An exec of anything else ends with
+//     /bin/X and /usr/bin/X are X. sh -c SCRIPT runs these separated by
+//     ";", each split at spaces (no quoting, variables, pipes or
+//     redirections but a final ">&2"), with the last one's status; exit
+//     ends it. Env, Cwd and User are accepted and ignored. An exec of anything else ends with
 //     127 and "executable not found"; a process of it is not_found.
 //     Timeouts, output limits and offsets, MaxProcesses and signals (which
 //     all end a process: 128+N, no handlers) are as in the real agent.

@@ -36,20 +36,48 @@ const (
 // do runs the command; an unknown one exits 127 with Error set, as a
 // missing executable does in the real agent.
 func (r *run) do() (wire.ExitStatus, outcome) {
-	argv := r.argv
-	// A shell runs its script as one command line split at spaces: no
-	// quoting, no pipes or lists.
-	if base(argv[0]) == "sh" && len(argv) == 3 && argv[1] == "-c" {
-		argv = strings.Fields(argv[2])
+	if base(r.argv[0]) != "sh" {
+		return r.command(r.argv, r.out)
+	}
+	// A shell runs its script (sh -c SCRIPT) as commands separated by
+	// ";", each split at spaces (no quoting, variables or pipes), whose
+	// output goes to stderr when its last word is ">&2". The status is
+	// the last command's; exit ends the script.
+	if len(r.argv) != 3 || r.argv[1] != "-c" {
+		r.out(wire.Stderr, []byte("sh: the fake sh takes only -c SCRIPT\n"))
+		return wire.ExitStatus{Code: 2}, exited
+	}
+	var st wire.ExitStatus
+	for line := range strings.SplitSeq(r.argv[2], ";") {
+		argv := strings.Fields(line)
+		out := r.out
+		if n := len(argv); n > 0 && argv[n-1] == ">&2" {
+			argv = argv[:n-1]
+			out = func(_ string, b []byte) { r.out(wire.Stderr, b) }
+		}
 		if len(argv) == 0 {
-			return wire.ExitStatus{}, exited
+			continue
+		}
+		var how outcome
+		if st, how = r.command(argv, out); how != exited || argv[0] == "exit" {
+			return st, how
+		}
+		if st.Error != "" {
+			// As a shell says it, and goes on.
+			r.out(wire.Stderr, []byte("sh: "+st.Error+"\n"))
+			st.Error = ""
 		}
 	}
+	return st, exited
+}
+
+// command runs one command, its output to out.
+func (r *run) command(argv []string, out func(string, []byte)) (wire.ExitStatus, outcome) {
 	args := argv[1:]
 	var st wire.ExitStatus
 	switch base(argv[0]) {
 	case "echo":
-		r.out(wire.Stdout, []byte(strings.Join(args, " ")+"\n"))
+		out(wire.Stdout, []byte(strings.Join(args, " ")+"\n"))
 	case "true":
 	case "false":
 		st.Code = 1
@@ -64,13 +92,13 @@ func (r *run) do() (wire.ExitStatus, outcome) {
 		}
 		chunk := []byte(strings.Repeat("x", 32<<10))
 		for ; n > 0; n -= len(chunk) {
-			r.out(wire.Stdout, chunk[:min(n, len(chunk))])
+			out(wire.Stdout, chunk[:min(n, len(chunk))])
 		}
 	case "cat":
 		for {
 			b, eof, more := r.stdin.take()
 			if len(b) > 0 {
-				r.out(wire.Stdout, b)
+				out(wire.Stdout, b)
 				continue
 			}
 			if eof {
@@ -120,8 +148,8 @@ func base(name string) string {
 	return name
 }
 
-// known reports whether the fake has argv's command (sh -c counts as
-// known: its script fails with 127 if not).
+// known reports whether the fake has argv's command (sh counts as known:
+// what its script runs is its business).
 func known(argv []string) bool {
 	switch base(argv[0]) {
 	case "echo", "true", "false", "exit", "spew", "cat", "oom", "sleep", "hang", "sh":

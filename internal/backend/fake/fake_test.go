@@ -203,11 +203,17 @@ func TestExecLimits(t *testing.T) {
 		if err != nil || !res.Truncated || res.Code != 0 || out.Len() != 1000 {
 			t.Errorf("spew past the limit: %+v, %d bytes, %v", res, out.Len(), err)
 		}
-		out.Reset()
-		res, err = backend.Exec(t.Context(), sb, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo  hi there"}},
-			func(_ string, b []byte) { out.Write(b) })
-		if err != nil || res.Code != 0 || out.String() != "hi there\n" {
-			t.Errorf("sh -c: %+v %q %v", res, out.String(), err)
+		var stdout, stderr bytes.Buffer
+		res, err = backend.Exec(t.Context(), sb, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "echo  hi there; echo b >&2;nope; exit 3; echo never"}},
+			func(stream string, b []byte) {
+				if stream == wire.Stderr {
+					stderr.Write(b)
+				} else {
+					stdout.Write(b)
+				}
+			})
+		if err != nil || res.Code != 3 || stdout.String() != "hi there\n" || stderr.String() != "b\nsh: executable not found: nope\n" {
+			t.Errorf("sh -c: %+v %q %q %v", res, stdout.String(), stderr.String(), err)
 		}
 		if _, err := sb.Agent().Exec(t.Context(), &wire.ExecRequest{Argv: []string{"echo", "a\x00b"}}, nil); !agent.IsKind(err, wire.ErrInvalid) {
 			t.Errorf("NUL in argv: %v", err)
