@@ -88,9 +88,9 @@ func TestStopDuringCommand(t *testing.T) {
 }
 
 // TestStopDuringCode: code that a stop cuts short is a conflict that says
-// so, as a command is (TestStopDuringCommand). On native: it needs a REPL.
+// so, as a command is (TestStopDuringCommand).
 func TestStopDuringCode(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "rp"}, nil)
 	wg := e.stopSoon("sandbox.stop", "rp")
 	r := e.call("sandbox.repl.run", map[string]any{"sandbox": "rp", "language": "python", "code": "import time\ntime.sleep(30)"})

@@ -2,10 +2,12 @@ package rpc_test
 
 import (
 	"archive/tar"
+	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"io"
 	"net/http"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -50,9 +52,9 @@ func TestTimeoutBounds(t *testing.T) {
 }
 
 // TestTimeoutBoundsAgent: TestTimeoutBounds for code, shell scripts and
-// background processes, which need a real agent.
+// background processes.
 func TestTimeoutBoundsAgent(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "tb"}, nil)
 	var sleeper, quick struct {
 		ID string `json:"id"`
@@ -144,11 +146,16 @@ func TestFileWriteLimit(t *testing.T) {
 // is refused up front, a directory whose tar passes it is cut so that the
 // client's read fails rather than ending on a tar that looks whole.
 func TestTarDownloadLimit(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.rpcOptions = func(o *rpc.Options) { o.MaxTarDownload = 1 << 20 }
 	e.restart()
 	e.must("sandbox.start", map[string]any{"sandbox": "td"}, nil)
-	e.must("sandbox.shell", map[string]any{"sandbox": "td", "script": "mkdir -p /tmp/big /tmp/small && head -c 2097152 /dev/urandom > /tmp/big/f && echo hi > /tmp/small/f"}, nil)
+	big := make([]byte, 2<<20)
+	_, _ = rand.Read(big)
+	for p, data := range map[string][]byte{"/tmp/big/f": big, "/tmp/small/f": []byte("hi\n")} {
+		e.must("sandbox.file.mkdir", map[string]any{"sandbox": "td", "path": path.Dir(p)}, nil)
+		e.must("sandbox.file.write", map[string]any{"sandbox": "td", "path": p, "data": base64.StdEncoding.EncodeToString(data)}, nil)
+	}
 	get := func(path string) (*http.Response, error) {
 		return http.Get(e.url + "/api/v1/sandboxes/default/td/tar?path=" + path)
 	}

@@ -75,10 +75,10 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 }
 
-// TestMCPRunCode: sandbox_run_code runs code in a real sandbox's REPL
-// and answers its output.
+// TestMCPRunCode: sandbox_run_code runs code in a sandbox's REPL and
+// answers its output.
 func TestMCPRunCode(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	e.mountMCP()
 	cs, err := e.mcpConnect(e.admin)
 	if err != nil {
@@ -89,7 +89,7 @@ func TestMCPRunCode(t *testing.T) {
 	if out, isErr := call(cs, "sandbox_start", map[string]any{"sandbox": "m1"}); isErr || !strings.Contains(out, "started successfully") {
 		t.Fatalf("start: %s", out)
 	}
-	if out, isErr := call(cs, "sandbox_run_code", map[string]any{"sandbox": "m1", "language": "python", "code": "print(2**10)"}); isErr || !strings.Contains(out, `"text":"1024"`) {
+	if out, isErr := call(cs, "sandbox_run_code", map[string]any{"sandbox": "m1", "language": "python", "code": "n = 1024\nprint(n)"}); isErr || !strings.Contains(out, `"text":"1024"`) {
 		t.Fatalf("run_code: %s", out)
 	}
 }
@@ -189,13 +189,13 @@ func TestNamespaceDefaultsToKey(t *testing.T) {
 // TestTarNamespaceDefaultsToKey: the tar route's "-" is the key's
 // namespace (TestNamespaceDefaultsToKey).
 func TestTarNamespaceDefaultsToKey(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.must("sandbox.start", map[string]any{"sandbox": "na", "namespace": "team-a"}, nil)
-	req, _ := http.NewRequest("GET", e.url+"/api/v1/sandboxes/-/na/tar?path=/etc/hostname", nil)
+	req, _ := http.NewRequest("GET", e.url+"/api/v1/sandboxes/-/na/tar?path=/etc", nil)
 	req.Header.Set("Authorization", "Bearer "+keyA)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -126,7 +126,7 @@ func TestMetricsSeries(t *testing.T) {
 // TestMetricsExecKinds: a shell script and a code run each count in the
 // exec histogram under their own kind (TestMetricsSeries has the rest).
 func TestMetricsExecKinds(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	const (
 		shellCount = `warren_exec_seconds_count{namespace="met",kind="shell"}`
 		replCount  = `warren_exec_seconds_count{namespace="met",kind="repl"}`
