@@ -45,7 +45,9 @@ import (
 //     raise MSG or throw MSG (status error with MSG), import lines
 //     (ignored), or EXPR, whose repr is the result when it is the last
 //     line. EXPR is an integer, a quoted string or a variable. Variables
-//     live per language until the agent ends.
+//     live per language until the agent ends. The commands python3 -c CODE
+//     and node -e CODE run CODE in a fresh interpreter of the language:
+//     its output on stdout, an error on stderr and exit status 1.
 //
 // Error kinds and HTTP statuses are the real agent's for the same case.
 
@@ -369,9 +371,21 @@ func (a *agentServer) replRun(w http.ResponseWriter, r *http.Request) {
 		answer(w, err)
 		return
 	}
-	res, ok := a.repls.run(r.Context(), a.done, lang, req.Code, time.Duration(req.TimeoutMs)*time.Millisecond)
-	if !ok {
-		return // the agent ended or the client went away
+	timeout := time.Duration(req.TimeoutMs) * time.Millisecond
+	kill := make(chan struct{})
+	if timeout > 0 {
+		t := time.AfterFunc(timeout, func() { close(kill) })
+		defer t.Stop()
+	}
+	gone := make(chan struct{})
+	stop := context.AfterFunc(r.Context(), func() { close(gone) })
+	defer stop()
+	res, how := a.repls.run(lang, req.Code, kill, either(gone, a.done))
+	switch how {
+	case lost:
+		return // the agent ended or the client went away: no answer
+	case killed:
+		res.Status, res.Error = wire.ReplTimeout, "TimeoutError: execution exceeded "+timeout.String()
 	}
 	writeJSON(w, res)
 }

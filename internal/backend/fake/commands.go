@@ -112,6 +112,26 @@ func (r *run) command(argv []string, out func(string, []byte)) (wire.ExitStatus,
 				return st, lost
 			}
 		}
+	case "python3", "node":
+		lang, flag := "python", "-c"
+		if base(argv[0]) == "node" {
+			lang, flag = "node", "-e"
+		}
+		if len(args) != 2 || args[0] != flag {
+			out(wire.Stderr, []byte(argv[0]+": the fake takes only "+flag+" CODE\n"))
+			st.Code = 2
+			break
+		}
+		res, how := newRepls().run(lang, args[1], r.kill, r.gone)
+		if how != exited {
+			return st, how
+		}
+		for _, l := range res.Output {
+			out(l.Stream, []byte(l.Text+"\n"))
+		}
+		if res.Status != wire.ReplSuccess {
+			st.Code = 1
+		}
 	case "oom":
 		r.sb.oomKill()
 		return wire.ExitStatus{Code: 128 + 9, Signal: "SIGKILL"}, exited
@@ -152,7 +172,7 @@ func base(name string) string {
 // what its script runs is its business).
 func known(argv []string) bool {
 	switch base(argv[0]) {
-	case "echo", "true", "false", "exit", "spew", "cat", "oom", "sleep", "hang", "sh":
+	case "echo", "true", "false", "exit", "spew", "cat", "python3", "node", "oom", "sleep", "hang", "sh":
 		return true
 	}
 	return false

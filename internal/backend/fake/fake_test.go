@@ -490,6 +490,23 @@ func TestRepl(t *testing.T) {
 		if _, err := sb.Agent().Repl(ctx, wire.ReplRequest{Language: "cobol", Code: "1"}); !agent.IsKind(err, wire.ErrInvalid) {
 			t.Errorf("unknown language: %v", err)
 		}
+		// python3 -c runs the language in an interpreter of its own.
+		var stdout, stderr bytes.Buffer
+		st, err := backend.Exec(ctx, sb, &wire.ExecRequest{Argv: []string{"/usr/bin/python3", "-c", "print(x)"}}, nil)
+		if err != nil || st.Code != 1 {
+			t.Errorf("python3 -c sees the REPL's state: %+v %v", st, err)
+		}
+		st, err = backend.Exec(ctx, sb, &wire.ExecRequest{Argv: []string{"node", "-e", "let y = 2\nconsole.log(y)\nthrow Error: no"}},
+			func(stream string, b []byte) {
+				if stream == wire.Stderr {
+					stderr.Write(b)
+				} else {
+					stdout.Write(b)
+				}
+			})
+		if err != nil || st.Code != 1 || stdout.String() != "2\n" || stderr.String() != "Error: no\n" {
+			t.Errorf("node -e: %+v %q %q %v", st, stdout.String(), stderr.String(), err)
+		}
 		// A new agent has new interpreters.
 		if err := sb.Stop(ctx); err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package fake
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -42,21 +41,16 @@ var (
 )
 
 // run runs code, a line at a time, in the fake's tiny language (see
-// agent.go). done is false when the agent or the request ended first.
-func (rs *repls) run(ctx context.Context, gone <-chan struct{}, lang, code string, timeout time.Duration) (res wire.ReplResult, done bool) {
+// agent.go), until its end, kill (its timeout: it is interrupted and the
+// state kept) or gone (the agent or the client went: no answer).
+func (rs *repls) run(lang, code string, kill, gone <-chan struct{}) (res wire.ReplResult, how outcome) {
 	start := time.Now()
 	res = wire.ReplResult{Status: wire.ReplSuccess, Output: []wire.OutputLine{}}
 	defer func() { res.DurationMs = float64(time.Since(start).Microseconds()) / 1000 }()
-	var deadline <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		deadline = t.C
-	}
-	fail := func(msg string) (wire.ReplResult, bool) {
+	fail := func(msg string) (wire.ReplResult, outcome) {
 		res.Status, res.Error = wire.ReplError, msg
 		res.Output = append(res.Output, wire.OutputLine{Stream: wire.Stderr, Text: msg})
-		return res, true
+		return res, exited
 	}
 	lines := strings.Split(code, "\n")
 	for i, line := range lines {
@@ -83,16 +77,12 @@ func (rs *repls) run(ctx context.Context, gone <-chan struct{}, lang, code strin
 			t := time.NewTimer(time.Duration(secs * float64(time.Second)))
 			select {
 			case <-t.C:
-			case <-deadline:
+			case <-kill:
 				t.Stop()
-				res.Status, res.Error = wire.ReplTimeout, "TimeoutError: execution exceeded "+timeout.String()
-				return res, true
-			case <-ctx.Done():
-				t.Stop()
-				return res, false
+				return res, killed
 			case <-gone:
 				t.Stop()
-				return res, false
+				return res, lost
 			}
 		case assignRe.MatchString(line) && !strings.HasPrefix(assignRe.FindStringSubmatch(line)[2], "="):
 			m := assignRe.FindStringSubmatch(line)
@@ -116,7 +106,7 @@ func (rs *repls) run(ctx context.Context, gone <-chan struct{}, lang, code strin
 			}
 		}
 	}
-	return res, true
+	return res, exited
 }
 
 // eval evaluates an expression: an integer, a quoted string (no escapes)
