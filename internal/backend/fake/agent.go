@@ -40,7 +40,8 @@ import (
 //     across stops and dropped by Remove; no symlinks, owners or devices.
 //   - POST /v1/repl/run, for python and node alike, in a tiny language:
 //     one statement a line, each NAME = EXPR (let/var/const allowed),
-//     print(EXPR) or console.log(EXPR), sleep(SECS) or time.sleep(SECS)
+//     print(EXPR) or console.log(EXPR) (print(EXPR, file=sys.stderr) or
+//     console.error(EXPR) for stderr), sleep(SECS) or time.sleep(SECS)
 //     (the run's timeout interrupts it: status timeout, state kept),
 //     raise MSG or throw MSG (status error with MSG), import lines
 //     (ignored), or EXPR, whose repr is the result when it is the last

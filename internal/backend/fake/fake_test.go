@@ -468,8 +468,9 @@ func TestRepl(t *testing.T) {
 			}
 			return res
 		}
-		res := repl("python", "import time\nx = 'kept'\nprint(x)\nprint(42)", 0)
-		if res.Status != wire.ReplSuccess || len(res.Output) != 2 || res.Output[0].Text != "kept" || res.Output[1].Text != "42" || res.Result != nil {
+		res := repl("python", "import time\nx = 'kept'\nprint(x)\nprint(42, file=sys.stderr)", 0)
+		if res.Status != wire.ReplSuccess || len(res.Output) != 2 || res.Output[0] != (wire.OutputLine{Stream: wire.Stdout, Text: "kept"}) ||
+			res.Output[1] != (wire.OutputLine{Stream: wire.Stderr, Text: "42"}) || res.Result != nil {
 			t.Errorf("assign and print: %+v", res)
 		}
 		if res := repl("python", "x", 0); res.Result == nil || *res.Result != "'kept'" {

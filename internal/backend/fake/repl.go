@@ -36,7 +36,7 @@ func language(name string) (string, error) {
 
 var (
 	assignRe = regexp.MustCompile(`^(?:(?:let|var|const)\s+)?([A-Za-z_]\w*)\s*=\s*(.+)$`)
-	callRe   = regexp.MustCompile(`^(print|console\.log|sleep|time\.sleep)\((.*)\)$`)
+	callRe   = regexp.MustCompile(`^(print|console\.log|console\.error|sleep|time\.sleep)\((.*?)(,\s*file=sys\.stderr)?\)$`)
 	nameRe   = regexp.MustCompile(`^[A-Za-z_]\w*$`)
 )
 
@@ -66,7 +66,11 @@ func (rs *repls) run(lang, code string, kill, gone <-chan struct{}) (res wire.Re
 			if err != nil {
 				return fail(err.Error())
 			}
-			if m[1] == "print" || m[1] == "console.log" {
+			switch {
+			case m[1] == "console.error" || m[3] != "":
+				res.Output = append(res.Output, wire.OutputLine{Stream: wire.Stderr, Text: str(v)})
+				continue
+			case m[1] == "print" || m[1] == "console.log":
 				res.Output = append(res.Output, wire.OutputLine{Stream: wire.Stdout, Text: str(v)})
 				continue
 			}
