@@ -15,9 +15,9 @@ import (
 )
 
 // TestGoSDKRuns: code and a shell command through the Go SDK's
-// microsandbox API, in a real sandbox (TestGoSDK has the rest).
+// microsandbox API (TestGoSDK has the rest).
 func TestGoSDKRuns(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	sb := msb.NewPythonSandbox(msb.WithName("gosdk"), msb.WithServerUrl(e.url), msb.WithApiKey(e.admin))
 	if err := sb.Start(msb.StartConfig{}); err != nil {
 		t.Fatal(err)
