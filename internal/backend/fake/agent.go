@@ -200,11 +200,10 @@ func (a *agentServer) exec(w http.ResponseWriter, r *http.Request) {
 		t := time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond, func() { close(kill) })
 		defer t.Stop()
 	}
-	gone := make(chan struct{})
-	stop := context.AfterFunc(r.Context(), func() { close(gone) })
-	defer stop()
+	gone, end := a.gone(r)
+	defer end()
 	start := time.Now()
-	st, how := (&run{argv: req.Argv, stdin: fullInbox(req.Stdin), out: out, sb: a.sb, kill: kill, gone: either(gone, a.done)}).do()
+	st, how := (&run{argv: req.Argv, stdin: fullInbox(req.Stdin), out: out, sb: a.sb, kill: kill, gone: gone}).do()
 	switch how {
 	case lost:
 		return // the agent ended or the client went away: no exit status
@@ -216,17 +215,18 @@ func (a *agentServer) exec(w http.ResponseWriter, r *http.Request) {
 	_ = enc.Encode(wire.ExecEvent{Exit: &st})
 }
 
-// either returns a channel closed when a or b is.
-func either(a, b <-chan struct{}) <-chan struct{} {
-	c := make(chan struct{})
+// gone returns a channel closed when the agent ends or r's client goes
+// away; the caller calls end when done with r.
+func (a *agentServer) gone(r *http.Request) (gone <-chan struct{}, end func()) {
+	ctx, cancel := context.WithCancel(r.Context())
 	go func() {
-		defer close(c)
 		select {
-		case <-a:
-		case <-b:
+		case <-a.done:
+			cancel()
+		case <-ctx.Done():
 		}
 	}()
-	return c
+	return ctx.Done(), cancel
 }
 
 func (a *agentServer) startProcess(w http.ResponseWriter, r *http.Request) {
@@ -378,10 +378,9 @@ func (a *agentServer) replRun(w http.ResponseWriter, r *http.Request) {
 		t := time.AfterFunc(timeout, func() { close(kill) })
 		defer t.Stop()
 	}
-	gone := make(chan struct{})
-	stop := context.AfterFunc(r.Context(), func() { close(gone) })
-	defer stop()
-	res, how := a.repls.run(lang, req.Code, kill, either(gone, a.done))
+	gone, end := a.gone(r)
+	defer end()
+	res, how := a.repls.run(lang, req.Code, kill, gone)
 	switch how {
 	case lost:
 		return // the agent ended or the client went away: no answer

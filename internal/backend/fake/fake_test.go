@@ -293,6 +293,18 @@ func TestProcesses(t *testing.T) {
 			t.Errorf("unknown command: %v", err)
 		}
 
+		// A process's timeout kills it; a process deaf to signals is
+		// forgotten anyway by a remove, after a grace.
+		timed, _ := c.StartProcess(ctx, &wire.ExecRequest{Argv: []string{"sleep", "60"}, TimeoutMs: 500})
+		if info, _ := c.Wait(ctx, timed.ID, 0); info.Exit == nil || !info.Exit.TimedOut || info.Exit.Signal != "SIGKILL" {
+			t.Errorf("a process past its timeout: %+v", info)
+		}
+		deaf, _ := c.StartProcess(ctx, &wire.ExecRequest{Argv: []string{"hang"}})
+		if err := c.RemoveProcess(ctx, deaf.ID); err != nil {
+			t.Errorf("remove a process deaf to signals: %v", err)
+		}
+		_ = c.RemoveProcess(ctx, timed.ID)
+
 		// More than is kept: the oldest is dropped, and said to be.
 		spew, _ := c.StartProcess(ctx, &wire.ExecRequest{Argv: []string{"spew", "3000000"}})
 		_, _ = c.Wait(ctx, spew.ID, 0)

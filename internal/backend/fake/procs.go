@@ -29,11 +29,12 @@ type process struct {
 	killOnce sync.Once
 	done     chan struct{} // closed once exit is set
 
-	mu     sync.Mutex
-	signal int // the signal kill was closed for
-	exit   *wire.ExitStatus
-	rows   uint16
-	cols   uint16
+	mu       sync.Mutex
+	signal   int  // the signal kill was closed for
+	timedOut bool // by the request's timeout
+	exit     *wire.ExitStatus
+	rows     uint16
+	cols     uint16
 }
 
 func (p *process) info() wire.ProcessInfo {
@@ -97,7 +98,12 @@ func (ps *procs) start(sb *Sandbox, req *wire.ExecRequest, gone <-chan struct{})
 	}
 	var timer *time.Timer
 	if req.TimeoutMs > 0 {
-		timer = time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond, func() { p.sendSignal(9) })
+		timer = time.AfterFunc(time.Duration(req.TimeoutMs)*time.Millisecond, func() {
+			p.mu.Lock()
+			p.timedOut = true
+			p.mu.Unlock()
+			p.sendSignal(9)
+		})
 	}
 	go func() {
 		defer ps.wg.Done()
@@ -108,7 +114,7 @@ func (ps *procs) start(sb *Sandbox, req *wire.ExecRequest, gone <-chan struct{})
 		p.mu.Lock()
 		if how != exited {
 			n := max(p.signal, 9) // lost: the agent's end kills it
-			st = wire.ExitStatus{Code: 128 + n, Signal: signalName(n)}
+			st = wire.ExitStatus{Code: 128 + n, Signal: signalName(n), TimedOut: p.timedOut}
 		}
 		st.DurationMs = float64(time.Since(p.started).Microseconds()) / 1000
 		p.exit = &st
@@ -187,14 +193,20 @@ func (ps *procs) signal(id, sig string) error {
 	return nil
 }
 
-// remove kills id if it runs and forgets it.
+// remove kills id if it runs and forgets it, after waiting (at most 2 s,
+// as the real agent does) for it to end.
 func (ps *procs) remove(id string) error {
 	p, err := ps.get(id)
 	if err != nil {
 		return err
 	}
 	p.sendSignal(9)
-	<-p.done
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+	}
 	ps.mu.Lock()
 	delete(ps.m, id)
 	ps.mu.Unlock()
