@@ -797,7 +797,7 @@ func TestWebSocketResize(t *testing.T) {
 // TestWebSocketAuth: with API keys (not --dev), the WebSocket handshake
 // needs a valid key for the sandbox's namespace: none, a bad or revoked
 // one is 401, another namespace's is 403, and the right one gets a
-// socket. TestWebSocketAuthStreams runs a command through it.
+// socket that runs a command and streams its output.
 func TestWebSocketAuth(t *testing.T) {
 	e := newFakeEnv(t, false, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "wa", "namespace": "team-a"}, nil)
@@ -858,17 +858,8 @@ func TestWebSocketAuth(t *testing.T) {
 	if _, err := e.wsDial(t, "namespace=team-a&sandbox=wa", ""); err == nil {
 		t.Fatal("a WebSocket opened without a key")
 	}
-}
-
-// TestWebSocketAuthStreams: the right key's WebSocket (no namespace named:
-// the key's) runs a command and streams its output.
-func TestWebSocketAuthStreams(t *testing.T) {
-	e := newFakeEnv(t, false, nil)
-	e.must("sandbox.start", map[string]any{"sandbox": "wa", "namespace": "team-a"}, nil)
-	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The right key's socket (no namespace named: the key's) runs a
+	// command.
 	c, err := e.wsDial(t, "sandbox=wa", keyA)
 	if err != nil {
 		t.Fatal(err)

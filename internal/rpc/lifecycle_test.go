@@ -58,10 +58,10 @@ func TestRefusedStartLeavesNoRecord(t *testing.T) {
 	e.must("sandbox.create", map[string]any{"name": "img1"}, nil)
 }
 
-// TestStopDuringCommand: a command that a stop cuts short (the sandbox's
-// maximum lifetime, a concurrent sandbox.stop or remove) is a conflict
-// that says what happened, not an internal error with a transport
-// message. TestStopDuringCode is the same for code.
+// TestStopDuringCommand: a command or code that a stop cuts short (the
+// sandbox's maximum lifetime, a concurrent sandbox.stop or remove) is a
+// conflict that says what happened, not an internal error with a
+// transport message.
 func TestStopDuringCommand(t *testing.T) {
 	e := newFakeEnv(t, true, nil)
 	t.Run("max lifetime", func(t *testing.T) {
@@ -86,17 +86,13 @@ func TestStopDuringCommand(t *testing.T) {
 		wg.Wait()
 		wantStopped(t, r, "the command ran", "it was removed")
 	})
-}
-
-// TestStopDuringCode: code that a stop cuts short is a conflict that says
-// so, as a command is (TestStopDuringCommand).
-func TestStopDuringCode(t *testing.T) {
-	e := newFakeEnv(t, true, nil)
-	e.must("sandbox.start", map[string]any{"sandbox": "rp"}, nil)
-	wg := e.stopSoon("sandbox.stop", "rp")
-	r := e.call("sandbox.repl.run", map[string]any{"sandbox": "rp", "language": "python", "code": "import time\ntime.sleep(30)"})
-	wg.Wait()
-	wantStopped(t, r, "the code ran", "a stop was requested")
+	t.Run("code and stop", func(t *testing.T) {
+		e.must("sandbox.start", map[string]any{"sandbox": "rp"}, nil)
+		wg := e.stopSoon("sandbox.stop", "rp")
+		r := e.call("sandbox.repl.run", map[string]any{"sandbox": "rp", "language": "python", "code": "import time\ntime.sleep(30)"})
+		wg.Wait()
+		wantStopped(t, r, "the code ran", "a stop was requested")
+	})
 }
 
 // wantStopped fails the test unless r is the conflict of a run (what)

@@ -19,14 +19,22 @@ import (
 // TestTimeoutBounds: every timeout, wait and lifetime is a number of
 // seconds from 0 up to its documented maximum, checked before it is
 // converted: one past the maximum, however large (1e10 overflowed into "no
-// timeout" once), is invalid_params, and nothing runs. These are the
-// methods the fake backend serves; TestTimeoutBoundsAgent has the rest.
+// timeout" once), is invalid_params, and nothing runs.
 func TestTimeoutBounds(t *testing.T) {
 	e := newFakeEnv(t, false, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "tb"}, nil)
+	var sleeper, quick struct {
+		ID string `json:"id"`
+	}
+	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"sleep", "300"}}, &sleeper)
+	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, &quick)
 	var b timeoutBounds
 	b.add("sandbox.command.run", map[string]any{"sandbox": "tb", "command": "true"}, "timeout", 86400)
 	b.add("sandbox.exec", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, "timeout", 86400)
+	b.add("sandbox.shell", map[string]any{"sandbox": "tb", "script": "true"}, "timeout", 86400)
+	b.add("sandbox.repl.run", map[string]any{"sandbox": "tb", "language": "python", "code": "1"}, "timeout", 86400)
+	b.add("sandbox.process.wait", map[string]any{"sandbox": "tb", "id": quick.ID}, "timeout", 300)
+	b.add("sandbox.process.output", map[string]any{"sandbox": "tb", "id": quick.ID}, "wait", 60)
 	b.add("key.create", map[string]any{"namespace": "tb"}, "expire", 10*365*24*3600)
 	for _, f := range []string{"idle_timeout", "max_lifetime"} {
 		for _, v := range []float64{30*24*3600 + 0.001, 1e10, 1e19, -1} {
@@ -49,24 +57,6 @@ func TestTimeoutBounds(t *testing.T) {
 	if !res.TimedOut {
 		t.Error("exec with a 1 ns timeout did not time out")
 	}
-}
-
-// TestTimeoutBoundsAgent: TestTimeoutBounds for code, shell scripts and
-// background processes.
-func TestTimeoutBoundsAgent(t *testing.T) {
-	e := newFakeEnv(t, false, nil)
-	e.must("sandbox.start", map[string]any{"sandbox": "tb"}, nil)
-	var sleeper, quick struct {
-		ID string `json:"id"`
-	}
-	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"sleep", "300"}}, &sleeper)
-	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, &quick)
-	var b timeoutBounds
-	b.add("sandbox.repl.run", map[string]any{"sandbox": "tb", "language": "python", "code": "1"}, "timeout", 86400)
-	b.add("sandbox.shell", map[string]any{"sandbox": "tb", "script": "true"}, "timeout", 86400)
-	b.add("sandbox.process.wait", map[string]any{"sandbox": "tb", "id": quick.ID}, "timeout", 300)
-	b.add("sandbox.process.output", map[string]any{"sandbox": "tb", "id": quick.ID}, "wait", 60)
-	b.check(t, e)
 	// A wait within its bound on a running process returns when it ends.
 	var pi struct {
 		Running bool `json:"running"`

@@ -14,35 +14,6 @@ import (
 	"github.com/warren-sandbox/warren/sdk/warren"
 )
 
-// TestGoSDKRuns: code and a shell command through the Go SDK's
-// microsandbox API (TestGoSDK has the rest).
-func TestGoSDKRuns(t *testing.T) {
-	e := newFakeEnv(t, false, nil)
-	sb := msb.NewPythonSandbox(msb.WithName("gosdk"), msb.WithServerUrl(e.url), msb.WithApiKey(e.admin))
-	if err := sb.Start(msb.StartConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	ex, err := sb.Code().RunContext(context.Background(), "import sys\nprint('out')\nprint('err', file=sys.stderr)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := ex.GetOutput()
-	errOut, _ := ex.GetError()
-	if out != "out" || errOut != "err" || !ex.HasError() {
-		t.Fatalf("code: %q %q %v", out, errOut, ex.HasError())
-	}
-	cmd, err := sb.Command().Run("sh", []string{"-c", "echo hi; exit 5"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o, _ := cmd.GetOutput(); o != "hi" || cmd.GetExitCode() != 5 || cmd.IsSuccess() {
-		t.Fatalf("command: %q %d", o, cmd.GetExitCode())
-	}
-	if err := sb.Stop(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestGoSDK drives a server through the Go SDK's microsandbox API
 // (generation B: no namespace), with a key.
 func TestGoSDK(t *testing.T) {
@@ -66,6 +37,22 @@ func TestGoSDK(t *testing.T) {
 	}
 	if cmd, err = sb.Command().Run("exit", []string{"5"}); err != nil || cmd.GetExitCode() != 5 || cmd.IsSuccess() {
 		t.Fatalf("exit 5: %v", err)
+	}
+	cmd, err = sb.Command().Run("sh", []string{"-c", "echo hi; exit 5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := cmd.GetOutput(); o != "hi" || cmd.GetExitCode() != 5 || cmd.IsSuccess() {
+		t.Fatalf("command: %q %d", o, cmd.GetExitCode())
+	}
+	ex, err := sb.Code().RunContext(context.Background(), "import sys\nprint('out')\nprint('err', file=sys.stderr)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := ex.GetOutput()
+	errOut, _ := ex.GetError()
+	if out != "out" || errOut != "err" || !ex.HasError() {
+		t.Fatalf("code: %q %q %v", out, errOut, ex.HasError())
 	}
 	// nil args: the SDK sends null.
 	if cmd, err = sb.Command().Run("true", nil); err != nil || !cmd.IsSuccess() {
