@@ -326,7 +326,7 @@ func wsRecv(t *testing.T, c *websocket.Conn) wsMsg {
 
 // TestWebSocket streams a process's output as it is produced, takes its
 // input, and does not let it outlive the socket (TestWebSocketTerminal:
-// a terminal).
+// a real terminal).
 func TestWebSocket(t *testing.T) {
 	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "ws"}, nil)
@@ -418,41 +418,6 @@ func TestWebSocket(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	})
-}
-
-// TestWebSocketTerminal drives a real terminal over the WebSocket: the
-// size asked for at the start, input echoed and read by a shell.
-func TestWebSocketTerminal(t *testing.T) {
-	e := newEnv(t, true, nil)
-	e.must("sandbox.start", map[string]any{"sandbox": "ws"}, nil)
-	c, err := e.wsDial(t, "sandbox=ws", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = c.Close() }()
-	_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; echo got $x"}, "tty": true, "rows": 33, "cols": 101})
-	if m := wsRecv(t, c); m.Type != "started" {
-		t.Fatalf("%+v", m)
-	}
-	var got strings.Builder
-	sent := false
-	for {
-		m := wsRecv(t, c)
-		if m.Type == "exit" {
-			break
-		}
-		if m.Type == "error" {
-			t.Fatal(m.Message)
-		}
-		got.Write(m.Data)
-		if !sent && strings.Contains(got.String(), "33 101") {
-			_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("abc\n")})
-			sent = true
-		}
-	}
-	if !strings.Contains(got.String(), "33 101") || !strings.Contains(got.String(), "got abc") {
-		t.Fatalf("terminal output %q", got.String())
-	}
 }
 
 // TestWebSocketReportsDroppedOutput: a process that writes faster than its
@@ -767,9 +732,10 @@ func wsRun(t *testing.T, c *websocket.Conn, start map[string]any, onOutput func(
 	}
 }
 
-// TestWebSocketResize: a resize message changes the terminal's size as
-// the process sees it (stty size before and after).
-func TestWebSocketResize(t *testing.T) {
+// TestWebSocketTerminal drives a real terminal over the WebSocket: the
+// size asked for at the start, a resize message (stty size before and
+// after) and input read by a shell.
+func TestWebSocketTerminal(t *testing.T) {
 	e := newEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "rs"}, nil)
 	c, err := e.wsDial(t, "sandbox=rs", "")
@@ -778,19 +744,20 @@ func TestWebSocketResize(t *testing.T) {
 	}
 	defer func() { _ = c.Close() }()
 	resized := false
-	out, code := wsRun(t, c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; stty size"}, "tty": true, "rows": 24, "cols": 80},
+	out, code := wsRun(t, c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; stty size; echo got $x"}, "tty": true, "rows": 24, "cols": 80},
 		func(got string) {
 			if !resized && strings.Contains(got, "24 80") {
 				resized = true
 				// In order: the resize is applied before the line that
 				// lets the second stty run.
 				_ = websocket.JSON.Send(c, map[string]any{"type": "resize", "rows": 50, "cols": 132})
-				_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("\n")})
+				_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("abc\n")})
 			}
 		})
+	// The terminal echoes the input line: 24 80, abc, 50 132, got abc.
 	lines := strings.Fields(strings.ReplaceAll(out, "\r", ""))
-	if code != 0 || len(lines) != 4 || strings.Join(lines, " ") != "24 80 50 132" {
-		t.Fatalf("terminal sizes before and after the resize: %q (exit %d), want 24 80, then 50 132", out, code)
+	if code != 0 || strings.Join(lines, " ") != "24 80 abc 50 132 got abc" {
+		t.Fatalf("terminal sizes before and after the resize, and the input: %q (exit %d), want 24 80, abc, then 50 132 and got abc", out, code)
 	}
 }
 
