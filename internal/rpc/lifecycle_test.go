@@ -383,14 +383,23 @@ func TestServerDefaultTimeouts(t *testing.T) {
 	go func() {
 		done <- e.call("sandbox.command.run", map[string]any{"sandbox": "old", "command": "sleep", "args": []string{"30"}})
 	}()
+	// logSays waits a little for the line: the manager logs a stop just
+	// after the state says stopped.
 	logSays := func(name, want string) {
 		t.Helper()
-		var logs struct {
-			Lines []string `json:"lines"`
-		}
-		e.must("sandbox.logs", map[string]any{"sandbox": name}, &logs)
-		if !strings.Contains(strings.Join(logs.Lines, "\n"), want) {
-			t.Fatalf("%s: log %q does not say %q", name, logs.Lines, want)
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			var logs struct {
+				Lines []string `json:"lines"`
+			}
+			e.must("sandbox.logs", map[string]any{"sandbox": name}, &logs)
+			if strings.Contains(strings.Join(logs.Lines, "\n"), want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: log %q does not say %q", name, logs.Lines, want)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 
