@@ -19,12 +19,33 @@ import (
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
-// TestExtendedMethods drives Warren's own methods end to end in a real
-// sandbox: exec, shell, files, tars, processes, logs. TestSandboxMethods
-// has the methods on sandboxes themselves.
-func TestExtendedMethods(t *testing.T) {
+// TestExtendedExec: exec and shell in a real sandbox: the sandbox's env
+// (from sandbox.create) under the request's, the working directory and
+// stdin reach a real process (TestExtendedMethods has the rest).
+func TestExtendedExec(t *testing.T) {
 	e := newEnv(t, true, nil)
 	e.must("sandbox.create", map[string]any{"name": "ext", "env": []string{"GREETING=hi"}}, nil)
+	var res struct {
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+	}
+	e.must("sandbox.exec", map[string]any{"sandbox": "ext", "argv": []string{"sh", "-c", "cat; echo $GREETING $EXTRA; pwd"}, "stdin": "in:", "env": []string{"EXTRA=there"}, "cwd": "/tmp"}, &res)
+	if res.Stdout != "in:hi there\n/tmp\n" || res.ExitCode != 0 {
+		t.Fatalf("exec: %+v", res)
+	}
+	e.must("sandbox.shell", map[string]any{"sandbox": "ext", "script": "echo out; echo err >&2; exit 7"}, &res)
+	if res.Stdout != "out\n" || res.Stderr != "err\n" || res.ExitCode != 7 {
+		t.Fatalf("shell: %+v", res)
+	}
+}
+
+// TestExtendedMethods drives Warren's own methods end to end: exec,
+// shell, files, tars, processes, logs. TestSandboxMethods has the methods
+// on sandboxes themselves, TestExtendedExec what needs real processes.
+func TestExtendedMethods(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
+	e.must("sandbox.create", map[string]any{"name": "ext"}, nil)
 
 	type execResult struct {
 		ExitCode  int    `json:"exit_code"`
@@ -34,8 +55,8 @@ func TestExtendedMethods(t *testing.T) {
 		Truncated bool   `json:"truncated"`
 	}
 	var res execResult
-	e.must("sandbox.exec", map[string]any{"sandbox": "ext", "argv": []string{"sh", "-c", "cat; echo $GREETING $EXTRA; pwd"}, "stdin": "in:", "env": []string{"EXTRA=there"}, "cwd": "/tmp"}, &res)
-	if res.Stdout != "in:hi there\n/tmp\n" || res.ExitCode != 0 {
+	e.must("sandbox.exec", map[string]any{"sandbox": "ext", "argv": []string{"cat"}, "stdin": "in:"}, &res)
+	if res.Stdout != "in:" || res.ExitCode != 0 {
 		t.Fatalf("exec: %+v", res)
 	}
 	e.must("sandbox.shell", map[string]any{"sandbox": "ext", "script": "echo out; echo err >&2; exit 7"}, &res)
@@ -46,7 +67,7 @@ func TestExtendedMethods(t *testing.T) {
 	if !res.TimedOut {
 		t.Fatalf("shell timeout: %+v", res)
 	}
-	e.must("sandbox.exec", map[string]any{"sandbox": "ext", "argv": []string{"head", "-c", "100000", "/dev/zero"}, "output_limit": 1000, "binary": true}, &res)
+	e.must("sandbox.exec", map[string]any{"sandbox": "ext", "argv": []string{"spew", "100000"}, "output_limit": 1000, "binary": true}, &res)
 	if b, _ := base64.StdEncoding.DecodeString(res.Stdout); len(b) != 1000 || !res.Truncated {
 		t.Fatalf("output limit: %d bytes, truncated %v", len(b), res.Truncated)
 	}
@@ -85,8 +106,8 @@ func TestExtendedMethods(t *testing.T) {
 		t.Fatalf("stat: %+v", st)
 	}
 	// A path with ".." is refused, whatever it would resolve to. The
-	// check of the data is meaningful: the sandbox's own /etc/passwd,
-	// where a ".." walk stopped at the root would land, says "root:".
+	// check of the data is meaningful: the sandbox's /etc/passwd, where a
+	// ".." walk stopped at the root would land, says "root:".
 	readText := func(r *rpcReply) string {
 		t.Helper()
 		var rd struct {
@@ -101,6 +122,7 @@ func TestExtendedMethods(t *testing.T) {
 		}
 		return string(b)
 	}
+	e.must("sandbox.file.write", map[string]any{"sandbox": "ext", "path": "/etc/passwd", "data": base64.StdEncoding.EncodeToString([]byte("root:x:0:0::/root:/bin/sh\n"))}, nil)
 	if r := e.call("sandbox.file.read", map[string]any{"sandbox": "ext", "path": "/etc/passwd"}); r.Status != 200 || !strings.Contains(readText(r), "root:") {
 		t.Fatalf("the sandbox's /etc/passwd has no root: %d %s", r.Status, r.Raw)
 	}
@@ -137,9 +159,9 @@ func TestExtendedMethods(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("upload: %d %s", resp.StatusCode, b)
 	}
-	e.must("sandbox.shell", map[string]any{"sandbox": "ext", "script": "cat /up/dir/hello.txt"}, &res)
-	if res.Stdout != "hello" {
-		t.Fatalf("uploaded file: %+v", res)
+	e.must("sandbox.file.read", map[string]any{"sandbox": "ext", "path": "/up/dir/hello.txt"}, &rd)
+	if b, _ := base64.StdEncoding.DecodeString(rd.Data); string(b) != "hello" {
+		t.Fatalf("uploaded file: %q", b)
 	}
 	resp, err = http.Get(e.url + "/api/v1/sandboxes/default/ext/tar?path=/up")
 	if err != nil {
@@ -169,7 +191,7 @@ func TestExtendedMethods(t *testing.T) {
 			Code int `json:"code"`
 		} `json:"exit"`
 	}
-	e.must("sandbox.process.start", map[string]any{"sandbox": "ext", "argv": []string{"sh", "-c", "echo first; read x; echo got $x; exit 4"}}, &pi)
+	e.must("sandbox.process.start", map[string]any{"sandbox": "ext", "argv": []string{"cat"}, "stdin": "first\n"}, &pi)
 	var out struct {
 		Data       string `json:"data"`
 		NextOffset int64  `json:"next_offset"`
@@ -179,14 +201,19 @@ func TestExtendedMethods(t *testing.T) {
 	if out.Data != "first\n" {
 		t.Fatalf("output: %+v", out)
 	}
-	e.must("sandbox.process.stdin", map[string]any{"sandbox": "ext", "id": pi.ID, "data": "line\n"}, nil)
+	e.must("sandbox.process.stdin", map[string]any{"sandbox": "ext", "id": pi.ID, "data": "line\n", "close": true}, nil)
 	e.must("sandbox.process.wait", map[string]any{"sandbox": "ext", "id": pi.ID, "timeout": 10}, &pi)
-	if pi.Running || pi.Exit == nil || pi.Exit.Code != 4 {
+	if pi.Running || pi.Exit == nil || pi.Exit.Code != 0 {
 		t.Fatalf("wait: %+v", pi)
 	}
 	e.must("sandbox.process.output", map[string]any{"sandbox": "ext", "id": pi.ID, "offset": out.NextOffset}, &out)
-	if out.Data != "got line\n" || !out.EOF {
+	if out.Data != "line\n" || !out.EOF {
 		t.Fatalf("output from offset: %+v", out)
+	}
+	e.must("sandbox.process.start", map[string]any{"sandbox": "ext", "argv": []string{"sh", "-c", "exit 4"}}, &pi)
+	e.must("sandbox.process.wait", map[string]any{"sandbox": "ext", "id": pi.ID, "timeout": 10}, &pi)
+	if pi.Running || pi.Exit == nil || pi.Exit.Code != 4 {
+		t.Fatalf("wait for exit 4: %+v", pi)
 	}
 	e.must("sandbox.process.start", map[string]any{"sandbox": "ext", "argv": []string{"sleep", "60"}}, &pi)
 	var procs struct {
@@ -195,7 +222,7 @@ func TestExtendedMethods(t *testing.T) {
 		} `json:"processes"`
 	}
 	e.must("sandbox.process.list", map[string]any{"sandbox": "ext"}, &procs)
-	if len(procs.Processes) != 2 {
+	if len(procs.Processes) != 3 {
 		t.Fatalf("process list: %+v", procs)
 	}
 	e.must("sandbox.process.signal", map[string]any{"sandbox": "ext", "id": pi.ID, "signal": "SIGTERM"}, nil)
@@ -210,7 +237,7 @@ func TestExtendedMethods(t *testing.T) {
 	}
 	e.must("sandbox.logs", map[string]any{"sandbox": "ext"}, &logs)
 	joined := strings.Join(logs.Lines, "\n")
-	for _, want := range []string{"started", "exec sh -c", "process"} {
+	for _, want := range []string{"started", "exec cat", "shell /bin/sh -c", "process"} {
 		if !strings.Contains(joined, want) {
 			t.Fatalf("logs lack %q:\n%s", want, joined)
 		}
@@ -276,101 +303,96 @@ func TestSandboxMethods(t *testing.T) {
 	}
 }
 
-// TestWebSocket streams a process's output as it is produced and drives a
-// terminal.
+// wsMsg is a message of the WebSocket endpoint, as a client reads it.
+type wsMsg struct {
+	Type string `json:"type"`
+	Data []byte `json:"data"`
+	Exit *struct {
+		Code int `json:"code"`
+	} `json:"exit"`
+	Message string `json:"message"`
+}
+
+// wsRecv reads the next message from c, within 10 s.
+func wsRecv(t *testing.T, c *websocket.Conn) wsMsg {
+	t.Helper()
+	var m wsMsg
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := websocket.JSON.Receive(c, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestWebSocket streams a process's output as it is produced, takes its
+// input, and does not let it outlive the socket (TestWebSocketTerminal:
+// a real terminal).
 func TestWebSocket(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "ws"}, nil)
 	dial := func(t *testing.T) *websocket.Conn {
-		cfg, err := websocket.NewConfig(strings.Replace(e.url, "http", "ws", 1)+"/api/v1/ws?sandbox=ws", e.url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := websocket.DialConfig(cfg)
+		c, err := e.wsDial(t, "sandbox=ws", "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
 	}
-	type msg struct {
-		Type string `json:"type"`
-		Data []byte `json:"data"`
-		Exit *struct {
-			Code int `json:"code"`
-		} `json:"exit"`
-		Message string `json:"message"`
-	}
-	recv := func(t *testing.T, c *websocket.Conn) msg {
-		var m msg
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		if err := websocket.JSON.Receive(c, &m); err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
 	t.Run("stream", func(t *testing.T) {
 		c := dial(t)
 		defer func() { _ = c.Close() }()
-		// The second line is printed only after the client saw the first:
-		// output must arrive while the process runs.
-		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", "echo one; read x; echo two $x >&2"}})
-		if m := recv(t, c); m.Type != "started" {
+		// cat answers each input as it comes: output must arrive while
+		// the process runs.
+		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"cat"}})
+		if m := wsRecv(t, c); m.Type != "started" {
 			t.Fatalf("first message %+v", m)
 		}
-		if m := recv(t, c); m.Type != "stdout" || string(m.Data) != "one\n" {
-			t.Fatalf("%+v", m)
+		for _, in := range []string{"one\n", "two\n"} {
+			_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte(in)})
+			if m := wsRecv(t, c); m.Type != "stdout" || string(m.Data) != in {
+				t.Fatalf("%+v", m)
+			}
 		}
-		_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("go\n")})
-		if m := recv(t, c); m.Type != "stderr" || string(m.Data) != "two go\n" {
-			t.Fatalf("%+v", m)
-		}
-		if m := recv(t, c); m.Type != "exit" || m.Exit == nil || m.Exit.Code != 0 {
+		_ = websocket.JSON.Send(c, map[string]any{"type": "eof"})
+		if m := wsRecv(t, c); m.Type != "exit" || m.Exit == nil || m.Exit.Code != 0 {
 			t.Fatalf("%+v", m)
 		}
 	})
-	t.Run("terminal", func(t *testing.T) {
+	t.Run("stderr", func(t *testing.T) {
 		c := dial(t)
 		defer func() { _ = c.Close() }()
-		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; echo got $x"}, "tty": true, "rows": 33, "cols": 101})
-		if m := recv(t, c); m.Type != "started" {
+		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", "echo two >&2; exit 3"}})
+		if m := wsRecv(t, c); m.Type != "started" {
+			t.Fatalf("first message %+v", m)
+		}
+		if m := wsRecv(t, c); m.Type != "stderr" || string(m.Data) != "two\n" {
 			t.Fatalf("%+v", m)
 		}
-		var got strings.Builder
-		sent := false
-		for {
-			var m msg
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-			if err := websocket.JSON.Receive(c, &m); err != nil {
-				t.Fatalf("%v; terminal output so far %q", err, got.String())
-			}
-			if m.Type == "exit" {
-				break
-			}
-			if m.Type == "error" {
-				t.Fatal(m.Message)
-			}
-			got.Write(m.Data)
-			if !sent && strings.Contains(got.String(), "33 101") {
-				_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("abc\n")})
-				sent = true
-			}
-		}
-		if !strings.Contains(got.String(), "33 101") || !strings.Contains(got.String(), "got abc") {
-			t.Fatalf("terminal output %q", got.String())
+		if m := wsRecv(t, c); m.Type != "exit" || m.Exit == nil || m.Exit.Code != 3 {
+			t.Fatalf("%+v", m)
 		}
 	})
 	t.Run("bad first message", func(t *testing.T) {
 		c := dial(t)
 		defer func() { _ = c.Close() }()
 		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{}})
-		if m := recv(t, c); m.Type != "error" || !strings.Contains(m.Message, "argv") {
+		if m := wsRecv(t, c); m.Type != "error" || !strings.Contains(m.Message, "argv") {
+			t.Fatalf("%+v", m)
+		}
+	})
+	t.Run("bad message", func(t *testing.T) {
+		c := dial(t)
+		defer func() { _ = c.Close() }()
+		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"cat"}})
+		wsRecv(t, c)
+		_ = websocket.JSON.Send(c, map[string]any{"type": "launch"})
+		if m := wsRecv(t, c); m.Type != "error" || !strings.Contains(m.Message, "launch") {
 			t.Fatalf("%+v", m)
 		}
 	})
 	t.Run("disconnect kills", func(t *testing.T) {
 		c := dial(t)
 		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"sleep", "300"}})
-		recv(t, c)
+		wsRecv(t, c)
 		_ = c.Close()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -404,7 +426,7 @@ func TestWebSocket(t *testing.T) {
 // exactly how many bytes: what arrives plus what was reported dropped is
 // all the process wrote.
 func TestWebSocketReportsDroppedOutput(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "wsd"}, nil)
 	cfg, err := websocket.NewConfig(strings.Replace(e.url, "http", "ws", 1)+"/api/v1/ws?sandbox=wsd", e.url)
 	if err != nil {
@@ -416,12 +438,12 @@ func TestWebSocketReportsDroppedOutput(t *testing.T) {
 	}
 	defer func() { _ = c.Close() }()
 	const total = 32 << 20
-	if err := websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", fmt.Sprintf(`head -c %d /dev/zero | tr "\0" x`, total)}}); err != nil {
+	if err := websocket.JSON.Send(c, map[string]any{"argv": []string{"spew", fmt.Sprint(total)}}); err != nil {
 		t.Fatal(err)
 	}
 	// The client stalls while the process writes everything: far more
 	// than the agent keeps and the socket buffers hold.
-	time.Sleep(3 * time.Second)
+	time.Sleep(time.Second)
 	var got, dropped int64
 	for {
 		var m struct {
@@ -710,9 +732,10 @@ func wsRun(t *testing.T, c *websocket.Conn, start map[string]any, onOutput func(
 	}
 }
 
-// TestWebSocketResize: a resize message changes the terminal's size as
-// the process sees it (stty size before and after).
-func TestWebSocketResize(t *testing.T) {
+// TestWebSocketTerminal drives a real terminal over the WebSocket: the
+// size asked for at the start, a resize message (stty size before and
+// after) and input read by a shell.
+func TestWebSocketTerminal(t *testing.T) {
 	e := newEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "rs"}, nil)
 	c, err := e.wsDial(t, "sandbox=rs", "")
@@ -721,26 +744,27 @@ func TestWebSocketResize(t *testing.T) {
 	}
 	defer func() { _ = c.Close() }()
 	resized := false
-	out, code := wsRun(t, c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; stty size"}, "tty": true, "rows": 24, "cols": 80},
+	out, code := wsRun(t, c, map[string]any{"argv": []string{"sh", "-c", "stty size; read x; stty size; echo got $x"}, "tty": true, "rows": 24, "cols": 80},
 		func(got string) {
 			if !resized && strings.Contains(got, "24 80") {
 				resized = true
 				// In order: the resize is applied before the line that
 				// lets the second stty run.
 				_ = websocket.JSON.Send(c, map[string]any{"type": "resize", "rows": 50, "cols": 132})
-				_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("\n")})
+				_ = websocket.JSON.Send(c, map[string]any{"type": "stdin", "data": []byte("abc\n")})
 			}
 		})
+	// The terminal echoes the input line: 24 80, abc, 50 132, got abc.
 	lines := strings.Fields(strings.ReplaceAll(out, "\r", ""))
-	if code != 0 || len(lines) != 4 || strings.Join(lines, " ") != "24 80 50 132" {
-		t.Fatalf("terminal sizes before and after the resize: %q (exit %d), want 24 80, then 50 132", out, code)
+	if code != 0 || strings.Join(lines, " ") != "24 80 abc 50 132 got abc" {
+		t.Fatalf("terminal sizes before and after the resize, and the input: %q (exit %d), want 24 80, abc, then 50 132 and got abc", out, code)
 	}
 }
 
 // TestWebSocketAuth: with API keys (not --dev), the WebSocket handshake
 // needs a valid key for the sandbox's namespace: none, a bad or revoked
 // one is 401, another namespace's is 403, and the right one gets a
-// socket. TestWebSocketAuthStreams runs a command through it, on native.
+// socket that runs a command and streams its output.
 func TestWebSocketAuth(t *testing.T) {
 	e := newFakeEnv(t, false, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "wa", "namespace": "team-a"}, nil)
@@ -801,17 +825,8 @@ func TestWebSocketAuth(t *testing.T) {
 	if _, err := e.wsDial(t, "namespace=team-a&sandbox=wa", ""); err == nil {
 		t.Fatal("a WebSocket opened without a key")
 	}
-}
-
-// TestWebSocketAuthStreams: the right key's WebSocket (no namespace named:
-// the key's) runs a command and streams its output.
-func TestWebSocketAuthStreams(t *testing.T) {
-	e := newEnv(t, false, nil)
-	e.must("sandbox.start", map[string]any{"sandbox": "wa", "namespace": "team-a"}, nil)
-	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The right key's socket (no namespace named: the key's) runs a
+	// command.
 	c, err := e.wsDial(t, "sandbox=wa", keyA)
 	if err != nil {
 		t.Fatal(err)

@@ -64,8 +64,9 @@ type env struct {
 const brokenImage = "test-broken-store"
 
 // newEnv starts a server on the native backend, for tests of what only
-// real sandboxes do (the agent's REPLs, processes, file API and tars, the
-// kernel's limits). Privileged: fails under WARREN_TEST_PRIVILEGED=1
+// real sandboxes do (real processes' env, users and terminals, real
+// interpreters, images, volumes, a real PID 1 dying or reattached, the
+// kernel's measurements). Privileged: fails under WARREN_TEST_PRIVILEGED=1
 // without root.
 func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	t.Helper()
@@ -96,10 +97,11 @@ func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 }
 
 // newFakeEnv starts a server on the fake backend: no root, no agent
-// binary. Its sandboxes' agent runs the fake's few commands (echo, true,
-// false, cat, exit N, sleep N, oom, hang) and keeps whole files; the
-// tests on it are of what the server does above the backend (protocol,
-// auth, namespaces, limits, lifecycle, errors, metrics).
+// binary. Its sandboxes' agent serves the whole wire protocol with the
+// fake's means (internal/backend/fake/agent.go: a few commands, a sh -c
+// of them, an in-memory file tree, a tiny REPL language); the tests on it
+// are of what the server does above the backend (protocol, auth,
+// namespaces, limits, lifecycle, errors, metrics, the shapes of results).
 func newFakeEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	t.Helper()
 	e := newBareEnv(t, dev)

@@ -2,6 +2,7 @@ package rpc_test
 
 import (
 	"archive/tar"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -60,10 +61,10 @@ func TestRefusedStartLeavesNoRecord(t *testing.T) {
 	e.must("sandbox.create", map[string]any{"name": "img1"}, nil)
 }
 
-// TestStopDuringCommand: a command that a stop cuts short (the sandbox's
-// maximum lifetime, a concurrent sandbox.stop or remove) is a conflict
-// that says what happened, not an internal error with a transport
-// message. TestStopDuringCode is the same for code.
+// TestStopDuringCommand: a command or code that a stop cuts short (the
+// sandbox's maximum lifetime, a concurrent sandbox.stop or remove) is a
+// conflict that says what happened, not an internal error with a
+// transport message.
 func TestStopDuringCommand(t *testing.T) {
 	e := newFakeEnv(t, true, nil)
 	t.Run("max lifetime", func(t *testing.T) {
@@ -88,17 +89,13 @@ func TestStopDuringCommand(t *testing.T) {
 		wg.Wait()
 		wantStopped(t, r, "the command ran", "it was removed")
 	})
-}
-
-// TestStopDuringCode: code that a stop cuts short is a conflict that says
-// so, as a command is (TestStopDuringCommand). On native: it needs a REPL.
-func TestStopDuringCode(t *testing.T) {
-	e := newEnv(t, true, nil)
-	e.must("sandbox.start", map[string]any{"sandbox": "rp"}, nil)
-	wg := e.stopSoon("sandbox.stop", "rp")
-	r := e.call("sandbox.repl.run", map[string]any{"sandbox": "rp", "language": "python", "code": "import time\ntime.sleep(30)"})
-	wg.Wait()
-	wantStopped(t, r, "the code ran", "a stop was requested")
+	t.Run("code and stop", func(t *testing.T) {
+		e.must("sandbox.start", map[string]any{"sandbox": "rp"}, nil)
+		wg := e.stopSoon("sandbox.stop", "rp")
+		r := e.call("sandbox.repl.run", map[string]any{"sandbox": "rp", "language": "python", "code": "import time\ntime.sleep(30)"})
+		wg.Wait()
+		wantStopped(t, r, "the code ran", "a stop was requested")
+	})
 }
 
 // TestStopDuringTarUpload: a tar upload that a stop cuts short is a
@@ -269,16 +266,16 @@ func (e *env) killAgent(pid int) {
 	}
 }
 
-// TestAgentDeathIsError: a sandbox whose PID 1 dies on its own (killed
-// from the host here) goes to state error with the reason kept: get, list
-// and the conflict of a command in it say why, a daemon restart keeps it,
-// and a start brings the sandbox back.
+// TestAgentDeathIsError: a sandbox whose PID 1 dies on its own goes to
+// state error with the reason kept: get, list and the conflict of a
+// command in it say why, a daemon restart keeps it, and a start brings
+// the sandbox back (TestAgentKilledFromHost: a real PID 1 killed).
 func TestAgentDeathIsError(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "victim"}, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "bystander"}, nil)
-	e.must("sandbox.shell", map[string]any{"sandbox": "victim", "script": "echo kept > /tmp/f"}, nil)
-	e.killAgent(e.agentOf("default", "victim"))
+	e.must("sandbox.file.write", map[string]any{"sandbox": "victim", "path": "/tmp/f", "data": base64.StdEncoding.EncodeToString([]byte("kept\n"))}, nil)
+	e.fake.Sandbox(e.id("", "victim")).Die()
 
 	const why = "the sandbox's init exited unexpectedly"
 	in := e.waitState("", "victim", "error", 5*time.Second)
@@ -320,12 +317,12 @@ func TestAgentDeathIsError(t *testing.T) {
 	if in := e.get("", "victim"); in.State != "running" || in.Error != "" {
 		t.Fatalf("after a new start: %+v", in)
 	}
-	var res struct {
-		Stdout string `json:"stdout"`
+	var rd struct {
+		Data string `json:"data"`
 	}
-	e.must("sandbox.exec", map[string]any{"sandbox": "victim", "argv": []string{"cat", "/tmp/f"}}, &res)
-	if res.Stdout != "kept\n" {
-		t.Fatalf("files after the restart: %q", res.Stdout)
+	e.must("sandbox.file.read", map[string]any{"sandbox": "victim", "path": "/tmp/f"}, &rd)
+	if b, _ := base64.StdEncoding.DecodeString(rd.Data); string(b) != "kept\n" {
+		t.Fatalf("files after the restart: %q", b)
 	}
 }
 
@@ -334,14 +331,14 @@ func TestAgentDeathIsError(t *testing.T) {
 // sandboxes whose agents live are reattached, and a start brings the dead
 // one back.
 func TestRestartFindsAgentDead(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "dead", "namespace": "n1"}, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "alive", "namespace": "n1"}, nil)
-	pid := e.agentOf("n1", "dead")
+	dead := e.fake.Sandbox(e.id("n1", "dead"))
 	// The daemon goes away; the agent dies while none runs.
 	e.http.Close()
 	e.mgr.Close()
-	e.killAgent(pid)
+	dead.Die()
 	e.start()
 
 	in := e.get("n1", "dead")
@@ -363,6 +360,57 @@ func TestRestartFindsAgentDead(t *testing.T) {
 	e.must("sandbox.exec", map[string]any{"sandbox": "dead", "namespace": "n1", "argv": []string{"true"}}, nil)
 }
 
+// TestAgentKilledFromHost: the native backend sees a real PID 1 die,
+// killed from the host as the OOM killer or an operator would: while the
+// daemon runs (state error, then a start brings it back with its files)
+// and while none runs (the next daemon marks it error).
+// TestAgentDeathIsError and TestRestartFindsAgentDead have the rest.
+func TestAgentKilledFromHost(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "victim"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "later"}, nil)
+	e.must("sandbox.shell", map[string]any{"sandbox": "victim", "script": "echo kept > /tmp/f"}, nil)
+	e.killAgent(e.agentOf("default", "victim"))
+	if in := e.waitState("", "victim", "error", 5*time.Second); in.Error != "the sandbox's init exited unexpectedly" {
+		t.Fatalf("after its agent died: %+v", in)
+	}
+	e.must("sandbox.start", map[string]any{"sandbox": "victim"}, nil)
+	var res struct {
+		Stdout string `json:"stdout"`
+	}
+	e.must("sandbox.exec", map[string]any{"sandbox": "victim", "argv": []string{"cat", "/tmp/f"}}, &res)
+	if res.Stdout != "kept\n" {
+		t.Fatalf("files after the restart: %q", res.Stdout)
+	}
+
+	pid := e.agentOf("default", "later")
+	e.http.Close()
+	e.mgr.Close()
+	e.killAgent(pid)
+	e.start()
+	if in := e.get("", "later"); in.State != "error" || !strings.Contains(in.Error, "agent was not running when the daemon restarted") {
+		t.Fatalf("a sandbox whose agent died while the daemon was down: %+v", in)
+	}
+	if in := e.get("", "victim"); in.State != "running" {
+		t.Fatalf("the live sandbox after the restart: %+v", in)
+	}
+	e.must("sandbox.start", map[string]any{"sandbox": "later"}, nil)
+	e.must("sandbox.exec", map[string]any{"sandbox": "later", "argv": []string{"true"}}, nil)
+}
+
+// id is the backend id of ns/name ("" = default).
+func (e *env) id(ns, name string) string {
+	e.t.Helper()
+	if ns == "" {
+		ns = "default"
+	}
+	in, err := e.mgr.Get(ns, name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return in.ID
+}
+
 // TestServerDefaultTimeouts: a sandbox that asks for no idle timeout or
 // maximum lifetime gets the server's (--idle-timeout, --max-lifetime),
 // and one that asks for its own keeps it, longer ones included.
@@ -378,14 +426,23 @@ func TestServerDefaultTimeouts(t *testing.T) {
 	go func() {
 		done <- e.call("sandbox.command.run", map[string]any{"sandbox": "old", "command": "sleep", "args": []string{"30"}})
 	}()
+	// logSays waits a little for the line: the manager logs a stop just
+	// after the state says stopped.
 	logSays := func(name, want string) {
 		t.Helper()
-		var logs struct {
-			Lines []string `json:"lines"`
-		}
-		e.must("sandbox.logs", map[string]any{"sandbox": name}, &logs)
-		if !strings.Contains(strings.Join(logs.Lines, "\n"), want) {
-			t.Fatalf("%s: log %q does not say %q", name, logs.Lines, want)
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			var logs struct {
+				Lines []string `json:"lines"`
+			}
+			e.must("sandbox.logs", map[string]any{"sandbox": name}, &logs)
+			if strings.Contains(strings.Join(logs.Lines, "\n"), want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: log %q does not say %q", name, logs.Lines, want)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	}
 

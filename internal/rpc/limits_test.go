@@ -2,10 +2,12 @@ package rpc_test
 
 import (
 	"archive/tar"
+	"crypto/rand"
 	"encoding/base64"
 	"errors"
 	"io"
 	"net/http"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -18,14 +20,22 @@ import (
 // seconds from 0 up to its documented maximum, checked before it is
 // converted: one past the maximum, however large (1e10 overflowed into "no
 // timeout" once), is invalid_params, and nothing runs; the timeouts of the
-// microsandbox methods are held to theirs instead (docs/compat.md). These are the
-// methods the fake backend serves; TestTimeoutBoundsAgent has the rest.
+// microsandbox methods are held to theirs instead (docs/compat.md).
 func TestTimeoutBounds(t *testing.T) {
 	e := newFakeEnv(t, false, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "tb"}, nil)
+	var sleeper, quick struct {
+		ID string `json:"id"`
+	}
+	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"sleep", "300"}}, &sleeper)
+	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, &quick)
 	var b timeoutBounds
 	b.addHeld("sandbox.command.run", map[string]any{"sandbox": "tb", "command": "true"}, "timeout")
 	b.add("sandbox.exec", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, "timeout", 86400)
+	b.add("sandbox.shell", map[string]any{"sandbox": "tb", "script": "true"}, "timeout", 86400)
+	b.addHeld("sandbox.repl.run", map[string]any{"sandbox": "tb", "language": "python", "code": "1"}, "timeout")
+	b.add("sandbox.process.wait", map[string]any{"sandbox": "tb", "id": quick.ID}, "timeout", 300)
+	b.add("sandbox.process.output", map[string]any{"sandbox": "tb", "id": quick.ID}, "wait", 60)
 	b.add("key.create", map[string]any{"namespace": "tb"}, "expire", 10*365*24*3600)
 	for _, f := range []string{"idle_timeout", "max_lifetime"} {
 		for _, v := range []float64{30*24*3600 + 0.001, 1e10, 1e19, -1} {
@@ -48,24 +58,6 @@ func TestTimeoutBounds(t *testing.T) {
 	if !res.TimedOut {
 		t.Error("exec with a 1 ns timeout did not time out")
 	}
-}
-
-// TestTimeoutBoundsAgent: TestTimeoutBounds for code, shell scripts and
-// background processes, which need a real agent.
-func TestTimeoutBoundsAgent(t *testing.T) {
-	e := newEnv(t, false, nil)
-	e.must("sandbox.start", map[string]any{"sandbox": "tb"}, nil)
-	var sleeper, quick struct {
-		ID string `json:"id"`
-	}
-	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"sleep", "300"}}, &sleeper)
-	e.must("sandbox.process.start", map[string]any{"sandbox": "tb", "argv": []string{"true"}}, &quick)
-	var b timeoutBounds
-	b.addHeld("sandbox.repl.run", map[string]any{"sandbox": "tb", "language": "python", "code": "1"}, "timeout")
-	b.add("sandbox.shell", map[string]any{"sandbox": "tb", "script": "true"}, "timeout", 86400)
-	b.add("sandbox.process.wait", map[string]any{"sandbox": "tb", "id": quick.ID}, "timeout", 300)
-	b.add("sandbox.process.output", map[string]any{"sandbox": "tb", "id": quick.ID}, "wait", 60)
-	b.check(t, e)
 	// A wait within its bound on a running process returns when it ends.
 	var pi struct {
 		Running bool `json:"running"`
@@ -154,11 +146,16 @@ func TestFileWriteLimit(t *testing.T) {
 // is refused up front, a directory whose tar passes it is cut so that the
 // client's read fails rather than ending on a tar that looks whole.
 func TestTarDownloadLimit(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.rpcOptions = func(o *rpc.Options) { o.MaxTarDownload = 1 << 20 }
 	e.restart()
 	e.must("sandbox.start", map[string]any{"sandbox": "td"}, nil)
-	e.must("sandbox.shell", map[string]any{"sandbox": "td", "script": "mkdir -p /tmp/big /tmp/small && head -c 2097152 /dev/urandom > /tmp/big/f && echo hi > /tmp/small/f"}, nil)
+	big := make([]byte, 2<<20)
+	_, _ = rand.Read(big)
+	for p, data := range map[string][]byte{"/tmp/big/f": big, "/tmp/small/f": []byte("hi\n")} {
+		e.must("sandbox.file.mkdir", map[string]any{"sandbox": "td", "path": path.Dir(p)}, nil)
+		e.must("sandbox.file.write", map[string]any{"sandbox": "td", "path": p, "data": base64.StdEncoding.EncodeToString(data)}, nil)
+	}
 	get := func(path string) (*http.Response, error) {
 		return http.Get(e.url + "/api/v1/sandboxes/default/td/tar?path=" + path)
 	}

@@ -24,7 +24,6 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // TestMCPEndToEnd drives sandboxes through /mcp with the official Go MCP
 // client, authenticated, and checks a scoped key stays in its namespace.
-// TestMCPRunCode runs code the same way, on native.
 func TestMCPEndToEnd(t *testing.T) {
 	e := newFakeEnv(t, false, nil)
 	e.mountMCP()
@@ -40,6 +39,9 @@ func TestMCPEndToEnd(t *testing.T) {
 	call := mcpCall(t)
 	if out, isErr := call(cs, "sandbox_start", map[string]any{"sandbox": "m1"}); isErr || !strings.Contains(out, "started successfully") {
 		t.Fatalf("start: %s", out)
+	}
+	if out, isErr := call(cs, "sandbox_run_code", map[string]any{"sandbox": "m1", "language": "python", "code": "n = 1024\nprint(n)"}); isErr || !strings.Contains(out, `"text":"1024"`) {
+		t.Fatalf("run_code: %s", out)
 	}
 	if out, isErr := call(cs, "sandbox_run_command", map[string]any{"sandbox": "m1", "command": "no-such-cmd"}); !isErr || !strings.Contains(out, "no-such-cmd") {
 		t.Fatalf("failing command: %v %s", isErr, out)
@@ -75,25 +77,6 @@ func TestMCPEndToEnd(t *testing.T) {
 	}
 }
 
-// TestMCPRunCode: sandbox_run_code runs code in a real sandbox's REPL
-// and answers its output.
-func TestMCPRunCode(t *testing.T) {
-	e := newEnv(t, false, nil)
-	e.mountMCP()
-	cs, err := e.mcpConnect(e.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cs.Close() }()
-	call := mcpCall(t)
-	if out, isErr := call(cs, "sandbox_start", map[string]any{"sandbox": "m1"}); isErr || !strings.Contains(out, "started successfully") {
-		t.Fatalf("start: %s", out)
-	}
-	if out, isErr := call(cs, "sandbox_run_code", map[string]any{"sandbox": "m1", "language": "python", "code": "print(2**10)"}); isErr || !strings.Contains(out, `"text":"1024"`) {
-		t.Fatalf("run_code: %s", out)
-	}
-}
-
 // mcpConnect connects an MCP client to e's /mcp with key.
 func (e *env) mcpConnect(key string) (*sdk.ClientSession, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -118,8 +101,8 @@ func mcpCall(t *testing.T) func(cs *sdk.ClientSession, name string, args map[str
 
 // TestNamespaceDefaultsToKey: a request that names no namespace uses the
 // key's namespace when the key is for one (over MCP, as the tools'
-// schemas and the server's instructions say, and over JSON-RPC alike), and
-// "default" with a key for every namespace.
+// schemas and the server's instructions say, over JSON-RPC and the tar
+// route's "-" alike), and "default" with a key for every namespace.
 func TestNamespaceDefaultsToKey(t *testing.T) {
 	e := newFakeEnv(t, false, nil)
 	e.mountMCP()
@@ -181,21 +164,8 @@ func TestNamespaceDefaultsToKey(t *testing.T) {
 	if r := e.callAs(keyA, "sandbox.command.run", map[string]any{"sandbox": "na", "command": "true"}); r.Status != 200 {
 		t.Fatalf("command.run without a namespace, team-a key: %s", r.Raw)
 	}
-	if r := e.callAs(keyA, "sandbox.stop", map[string]any{"sandbox": "na"}); r.Status != 200 {
-		t.Fatalf("stop without a namespace, team-a key: %s", r.Raw)
-	}
-}
-
-// TestTarNamespaceDefaultsToKey: the tar route's "-" is the key's
-// namespace (TestNamespaceDefaultsToKey).
-func TestTarNamespaceDefaultsToKey(t *testing.T) {
-	e := newEnv(t, false, nil)
-	keyA, _, err := e.keys.Create(t.Context(), "team-a", time.Hour, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.must("sandbox.start", map[string]any{"sandbox": "na", "namespace": "team-a"}, nil)
-	req, _ := http.NewRequest("GET", e.url+"/api/v1/sandboxes/-/na/tar?path=/etc/hostname", nil)
+	// The tar route's "-" alike.
+	req, _ := http.NewRequest("GET", e.url+"/api/v1/sandboxes/-/na/tar?path=/etc", nil)
 	req.Header.Set("Authorization", "Bearer "+keyA)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -203,6 +173,9 @@ func TestTarNamespaceDefaultsToKey(t *testing.T) {
 	}
 	_ = resp.Body.Close()
 	if resp.StatusCode != 200 {
-		t.Fatalf("tar route with namespace -: %d", resp.StatusCode)
+		t.Fatalf("tar route with namespace -, team-a key: %d", resp.StatusCode)
+	}
+	if r := e.callAs(keyA, "sandbox.stop", map[string]any{"sandbox": "na"}); r.Status != 200 {
+		t.Fatalf("stop without a namespace, team-a key: %s", r.Raw)
 	}
 }

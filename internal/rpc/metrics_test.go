@@ -48,7 +48,7 @@ func (e *env) scrape(t *testing.T, key string) map[string]float64 {
 // namespace and state, the start and exec latency histograms (a start of a
 // sandbox that already runs is no start), requests by method and outcome,
 // errors by kind. A key scoped to a namespace sees only its series.
-// TestMetricsExecKinds has the shell and code kinds, on native.
+// TestMetricsExecKinds has the shell and code kinds.
 func TestMetricsSeries(t *testing.T) {
 	e := newFakeEnv(t, false, nil)
 	if r, err := http.Get(e.url + "/metrics"); err != nil || r.StatusCode != 401 {
@@ -126,7 +126,7 @@ func TestMetricsSeries(t *testing.T) {
 // TestMetricsExecKinds: a shell script and a code run each count in the
 // exec histogram under their own kind (TestMetricsSeries has the rest).
 func TestMetricsExecKinds(t *testing.T) {
-	e := newEnv(t, false, nil)
+	e := newFakeEnv(t, false, nil)
 	const (
 		shellCount = `warren_exec_seconds_count{namespace="met",kind="shell"}`
 		replCount  = `warren_exec_seconds_count{namespace="met",kind="repl"}`

@@ -377,7 +377,7 @@ func TestAuthMatrix(t *testing.T) {
 // TestConcurrentClients: 50 clients mixing methods at once
 // (TestRacingStarts: starts of one name).
 func TestConcurrentClients(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "shared"}, nil)
 	var wg sync.WaitGroup
 	errs := make(chan string, 1000)

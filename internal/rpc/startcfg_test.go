@@ -12,10 +12,13 @@ import (
 )
 
 // TestStartConfig: sandbox.start honours microsandbox's depends_on, shell,
-// scripts and exec (TestStartConfigRefused: and rejects what it cannot
-// honour with clear errors).
+// scripts and exec: a stopped dependency is started first, the start
+// command runs as a background process once per start of a stopped
+// sandbox, exec wins over the start script (TestStartConfigRefused: and
+// rejects what it cannot honour with clear errors; TestStartConfigShell:
+// in real shells).
 func TestStartConfig(t *testing.T) {
-	e := newEnv(t, true, nil)
+	e := newFakeEnv(t, true, nil)
 	state := func(name string) string {
 		var info struct {
 			State string `json:"state"`
@@ -23,6 +26,87 @@ func TestStartConfig(t *testing.T) {
 		e.must("sandbox.get", map[string]any{"sandbox": name}, &info)
 		return info.State
 	}
+	// processes lists the argv of name's background processes: a start
+	// command is one of them, and a new agent has none of an old one's.
+	processes := func(name string) string {
+		var procs struct {
+			Processes []struct {
+				Argv []string `json:"argv"`
+			} `json:"processes"`
+		}
+		e.must("sandbox.process.list", map[string]any{"sandbox": name}, &procs)
+		var out []string
+		for _, p := range procs.Processes {
+			out = append(out, strings.Join(p.Argv, " "))
+		}
+		return strings.Join(out, ", ")
+	}
+
+	e.must("sandbox.start", map[string]any{"sandbox": "db", "config": map[string]any{"envs": []string{"ROLE=db"}}}, nil)
+	e.must("sandbox.stop", map[string]any{"sandbox": "db"}, nil)
+	cfg := map[string]any{
+		"depends_on": []string{"db", "db"},
+		"shell":      "/bin/sh",
+		"scripts":    map[string]string{"start": "sleep 600", "test": "exit 3"},
+	}
+	e.must("sandbox.start", map[string]any{"sandbox": "app", "config": cfg}, nil)
+	if got := state("db"); got != "running" {
+		t.Fatalf("dependency is %s, want running", got)
+	}
+	const script = "/bin/sh -c sleep 600"
+	if got := processes("app"); got != script {
+		t.Fatalf("processes after the start: %q, want the start script %q", got, script)
+	}
+	// Starting the running sandbox again does not run it again, nor when
+	// that start starts a stopped dependency, which the log records.
+	e.must("sandbox.start", map[string]any{"sandbox": "app", "config": cfg}, nil)
+	e.must("sandbox.stop", map[string]any{"sandbox": "db"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "app", "config": cfg}, nil)
+	if got := processes("app"); got != script {
+		t.Fatalf("start script ran again on a start of a running sandbox: %q", got)
+	}
+	var logs struct {
+		Lines []string `json:"lines"`
+	}
+	e.must("sandbox.logs", map[string]any{"sandbox": "app"}, &logs)
+	if all := strings.Join(logs.Lines, "\n"); strings.Count(all, `started "db", which it depends on`) != 2 {
+		t.Fatalf("app's log does not record both starts of its dependency:\n%s", all)
+	}
+	// A restart after a stop runs it again.
+	e.must("sandbox.stop", map[string]any{"sandbox": "app"}, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "app", "config": cfg}, nil)
+	if got := processes("app"); got != script {
+		t.Fatalf("start script did not run on restart: %q", got)
+	}
+
+	// exec wins over the start script.
+	e.must("sandbox.start", map[string]any{"sandbox": "ex", "config": map[string]any{
+		"exec": "sleep 601", "scripts": map[string]string{"start": "sleep 602"},
+	}}, nil)
+	if got := processes("ex"); got != "/bin/sh -c sleep 601" {
+		t.Fatalf("exec vs start script: %q", got)
+	}
+
+	// A start command whose shell the sandbox lacks is exec_failed, the
+	// sandbox started before its command failed (TestStartConfigRefused
+	// has the configs refused before anything starts).
+	r := e.call("sandbox.start", map[string]any{"sandbox": "bad", "config": map[string]any{"shell": "/no/such/shell", "exec": "true"}})
+	if r.Error == nil || r.kind() != "exec_failed" || !strings.Contains(r.Error.Message, "/no/such/shell") {
+		t.Errorf("shell not in the sandbox: want kind exec_failed mentioning %q, got %d %s", "/no/such/shell", r.Status, r.Raw)
+	}
+	var list struct {
+		Sandboxes []json.RawMessage `json:"sandboxes"`
+	}
+	e.must("sandbox.list", map[string]any{}, &list)
+	if len(list.Sandboxes) != 4 {
+		t.Errorf("want 4 sandboxes (db, app, ex, bad), got %d", len(list.Sandboxes))
+	}
+}
+
+// TestStartConfigShell: the start script runs in the sandbox's real shell,
+// once, and a dependency started again gets its own config (its env).
+func TestStartConfigShell(t *testing.T) {
+	e := newEnv(t, true, nil)
 	// stdout runs a shell script in sandbox name until it prints something
 	// (the start command runs in the background) or 10s have passed.
 	stdout := func(name, script string) string {
@@ -44,24 +128,17 @@ func TestStartConfig(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-
-	// A stopped dependency is started again first, with its own config.
 	e.must("sandbox.start", map[string]any{"sandbox": "db", "config": map[string]any{"envs": []string{"ROLE=db"}}}, nil)
 	e.must("sandbox.stop", map[string]any{"sandbox": "db"}, nil)
 	cfg := map[string]any{
-		"depends_on": []string{"db", "db"},
+		"depends_on": []string{"db"},
 		"shell":      "/bin/sh",
-		"scripts":    map[string]string{"start": "echo started-$$ >> /tmp/marks", "test": "exit 3"},
+		"scripts":    map[string]string{"start": "echo started-$$ >> /tmp/marks"},
 	}
 	e.must("sandbox.start", map[string]any{"sandbox": "app", "config": cfg}, nil)
-	if got := state("db"); got != "running" {
-		t.Fatalf("dependency is %s, want running", got)
-	}
 	if got := stdout("db", "echo $ROLE"); got != "db" {
 		t.Errorf("dependency restarted without its config: %q", got)
 	}
-	// The "start" script ran, once; starting the running sandbox again
-	// does not run it again.
 	if got := stdout("app", "cat /tmp/marks 2>/dev/null"); !strings.HasPrefix(got, "started-") {
 		t.Fatalf("start script output %q", got)
 	}
@@ -70,22 +147,6 @@ func TestStartConfig(t *testing.T) {
 	if got := stdout("app", "cat /tmp/marks 2>/dev/null"); strings.Count(got, "started-") != 1 {
 		t.Fatalf("start script ran again on a start of a running sandbox: %q", got)
 	}
-	// Nor when that start starts a stopped dependency, which the
-	// sandbox's log records.
-	e.must("sandbox.stop", map[string]any{"sandbox": "db"}, nil)
-	e.must("sandbox.start", map[string]any{"sandbox": "app", "config": cfg}, nil)
-	time.Sleep(300 * time.Millisecond)
-	if got := stdout("app", "cat /tmp/marks 2>/dev/null"); strings.Count(got, "started-") != 1 {
-		t.Fatalf("start script ran again on a start of a running sandbox that started a dependency: %q", got)
-	}
-	var logs struct {
-		Lines []string `json:"lines"`
-	}
-	e.must("sandbox.logs", map[string]any{"sandbox": "app"}, &logs)
-	if all := strings.Join(logs.Lines, "\n"); strings.Count(all, `started "db", which it depends on`) != 2 {
-		t.Fatalf("app's log does not record both starts of its dependency:\n%s", all)
-	}
-	// A restart after a stop runs it again.
 	e.must("sandbox.stop", map[string]any{"sandbox": "app"}, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "app", "config": cfg}, nil)
 	deadline := time.Now().Add(10 * time.Second)
@@ -94,29 +155,6 @@ func TestStartConfig(t *testing.T) {
 	}
 	if got := stdout("app", "cat /tmp/marks 2>/dev/null"); strings.Count(got, "started-") != 2 {
 		t.Fatalf("start script did not run on restart: %q", got)
-	}
-
-	// exec wins over the start script.
-	e.must("sandbox.start", map[string]any{"sandbox": "ex", "config": map[string]any{
-		"exec": "echo from-exec > /tmp/m", "scripts": map[string]string{"start": "echo from-script > /tmp/m"},
-	}}, nil)
-	if got := stdout("ex", "cat /tmp/m 2>/dev/null"); got != "from-exec" {
-		t.Fatalf("exec vs start script: %q", got)
-	}
-
-	// A start command whose shell the sandbox lacks is exec_failed, the
-	// sandbox started before its command failed (TestStartConfigRefused
-	// has the configs refused before anything starts).
-	r := e.call("sandbox.start", map[string]any{"sandbox": "bad", "config": map[string]any{"shell": "/no/such/shell", "exec": "true"}})
-	if r.Error == nil || r.kind() != "exec_failed" || !strings.Contains(r.Error.Message, "/no/such/shell") {
-		t.Errorf("shell not in the sandbox: want kind exec_failed mentioning %q, got %d %s", "/no/such/shell", r.Status, r.Raw)
-	}
-	var list struct {
-		Sandboxes []json.RawMessage `json:"sandboxes"`
-	}
-	e.must("sandbox.list", map[string]any{}, &list)
-	if len(list.Sandboxes) != 4 {
-		t.Errorf("want 4 sandboxes (db, app, ex, bad), got %d", len(list.Sandboxes))
 	}
 }
 

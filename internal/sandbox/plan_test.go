@@ -59,11 +59,11 @@ func TestStartPlanned(t *testing.T) {
 	logHas(t, m, "app", `started "db", which it depends on`)
 
 	// Running already: nothing is started, so the command is not run.
-	cmd := sandbox.Plan{Command: []string{"/bin/sh", "-c", "true"}}
+	cmd := sandbox.Plan{Command: []string{"/no/such/shell", "-c", "true"}}
 	if _, started, err := m.StartPlanned(t.Context(), "ns", "app", spec, cmd); err != nil || started {
 		t.Errorf("start of a running sandbox: started %v, %v; want nothing done", started, err)
 	}
-	// Started now: the command runs, and cannot start on the fake.
+	// Started now: the command runs, and its shell is not there.
 	if err := m.Stop(t.Context(), "ns", "app"); err != nil {
 		t.Fatal(err)
 	}

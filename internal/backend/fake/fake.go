@@ -128,7 +128,7 @@ func (b *Backend) Create(_ context.Context, cfg backend.Config) (backend.Sandbox
 	if b.sandboxes[cfg.ID] != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrExist)
 	}
-	s := &Sandbox{b: b, cfg: cfg, done: closed(), files: map[string][]byte{}}
+	s := &Sandbox{b: b, cfg: cfg, done: closed(), fs: newFS()}
 	b.sandboxes[cfg.ID] = s
 	return s, nil
 }
@@ -181,7 +181,7 @@ type Sandbox struct {
 	client  *agent.Client
 	stats   backend.Stats
 	disk    int64
-	files   map[string][]byte // kept across stops, as a writable layer is
+	fs      *fsys // kept across stops, as a writable layer is
 }
 
 func closed() chan struct{} {
@@ -236,7 +236,7 @@ func (s *Sandbox) Start(ctx context.Context) error {
 		return nil // already running
 	}
 	s.done = make(chan struct{})
-	s.agent = serveAgent(s, s.done)
+	s.agent = serveAgent(s, s.fs, s.done)
 	s.client = agent.NewClientDial(s.agent.dial)
 	return nil
 }
@@ -292,7 +292,7 @@ func (s *Sandbox) Remove(context.Context) error {
 	s.kill()
 	s.mu.Lock()
 	s.removed = true
-	s.files = nil
+	s.fs = newFS()
 	s.mu.Unlock()
 	s.b.mu.Lock()
 	if s.b.sandboxes[id] == s {
