@@ -205,7 +205,9 @@ func (o *OnDemand) run(ctx context.Context, st *Store, ref string, logf func(str
 	log.Info("pulling image on demand", "ref", ref)
 	var tr http.RoundTripper
 	if !o.Private {
-		tr = publicTransport()
+		pt := publicTransport()
+		defer pt.CloseIdleConnections() // a transport per pull: no idle connections outlive it
+		tr = pt
 	}
 	rec, err := st.Pull(ctx, ref, ref, PullOptions{
 		Keychain: authn.NewMultiKeychain(), MaxBytes: maxBytes, Transport: tr,
@@ -243,7 +245,7 @@ var ErrNotPublic = errdefs.Errorf(errdefs.ErrForbidden, "registry address is not
 // metadata address. An HTTP proxy from the environment is the operator's
 // choice and is dialed whatever its address; what it fetches is its
 // policy's business.
-func publicTransport() http.RoundTripper {
+func publicTransport() *http.Transport {
 	t := remote.DefaultTransport.(*http.Transport).Clone()
 	var proxies sync.Map // "host:port" of the proxies used
 	t.Proxy = func(req *http.Request) (*url.URL, error) {
