@@ -172,7 +172,7 @@ func (o *OnDemand) pull(ctx context.Context, st *Store, ns, ref string, logf fun
 			return ctx.Err()
 		}
 	}
-	f.err = o.run(ctx, st, ref, logf)
+	f.err = o.run(ctx, st, ns, ref, logf)
 	o.mu.Lock()
 	delete(o.flights, ref)
 	o.mu.Unlock()
@@ -183,7 +183,7 @@ func (o *OnDemand) pull(ctx context.Context, st *Store, ns, ref string, logf fun
 // run pulls ref once, unless the store got it meanwhile (a flight that
 // ended between the caller's lookup and its own). The pull runs to its own
 // deadline: a client that gives up does not fail the starts waiting on it.
-func (o *OnDemand) run(ctx context.Context, st *Store, ref string, logf func(string, ...any)) error {
+func (o *OnDemand) run(ctx context.Context, st *Store, ns, ref string, logf func(string, ...any)) error {
 	if _, err := st.Get(ref); err == nil {
 		return nil
 	}
@@ -191,6 +191,7 @@ func (o *OnDemand) run(ctx context.Context, st *Store, ref string, logf func(str
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	log = log.With("ref", ref, "namespace", ns)
 	timeout, maxBytes := o.Timeout, o.MaxBytes
 	if timeout <= 0 {
 		timeout = DefaultPullTimeout
@@ -202,7 +203,7 @@ func (o *OnDemand) run(ctx context.Context, st *Store, ref string, logf func(str
 	defer cancel()
 	t0 := time.Now()
 	logf("pulling image %s (not in the store)", ref)
-	log.Info("pulling image on demand", "ref", ref)
+	log.Info("pulling image on demand")
 	var tr http.RoundTripper
 	if !o.Private {
 		pt := publicTransport()
@@ -226,11 +227,11 @@ func (o *OnDemand) run(ctx context.Context, st *Store, ref string, logf func(str
 			// The registry unreachable or misbehaving, mostly.
 			err = errdefs.Errorf(errdefs.ErrUnavailable, "image %s could not be pulled: %w", ref, err)
 		}
-		log.Warn("on-demand pull failed", "ref", ref, "err", err)
+		log.Warn("on-demand pull failed", "err", err)
 		return err
 	}
 	logf("pulled image %s (%s, %d layers, %.1f MiB) in %.1fs", ref, rec.ID, len(rec.Layers), float64(rec.Size)/(1<<20), time.Since(t0).Seconds())
-	log.Info("pulled image on demand", "ref", ref, "id", rec.ID, "bytes", rec.Size, "seconds", time.Since(t0).Seconds())
+	log.Info("pulled image on demand", "id", rec.ID, "bytes", rec.Size, "seconds", time.Since(t0).Seconds())
 	return nil
 }
 

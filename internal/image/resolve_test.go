@@ -1,8 +1,10 @@
 package image
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"os"
@@ -151,9 +153,13 @@ func TestOnDemand(t *testing.T) {
 	}
 	r.mu.Unlock()
 
-	o = &OnDemand{Private: true}
+	var serverLog bytes.Buffer
+	o = &OnDemand{Private: true, Logger: slog.New(slog.NewTextHandler(&serverLog, nil))}
 	if err := o.pull(ctx, s, "default", ref, logf); err != nil {
 		t.Fatal(err)
+	}
+	if l := serverLog.String(); !strings.Contains(l, "pulled image on demand") || !strings.Contains(l, "namespace=default") {
+		t.Errorf("server log: %s", l)
 	}
 	if _, err := s.Get(ref); err != nil {
 		t.Fatal(err)
