@@ -8,10 +8,12 @@ GO_VERSION=1.26.8
 # keys, which Ubuntu's apt does not trust by itself).
 # (The cgroup v2 test lane, scripts/v2vm.sh, installs QEMU and what else it
 # needs itself, so that `make run` does not.)
-APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 nodejs iproute2 procps util-linux bubblewrap crun mmdebstrap debian-archive-keyring)
-# npm: the MCP test drives /mcp with the official npm client. NodeSource's
-# nodejs ships npm (and conflicts with Debian's npm package); Debian's
-# nodejs does not.
+# python3-pip: pip in the python language view of the host image (what the
+# language names run on by default, like microsandbox's python image).
+APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 python3-pip nodejs iproute2 procps util-linux bubblewrap crun mmdebstrap debian-archive-keyring)
+# npm: in the node language view of the host image, and the MCP test drives
+# /mcp with the official npm client. NodeSource's nodejs ships npm (and
+# conflicts with Debian's npm package); Debian's nodejs does not.
 command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(npm)
 
 log() { printf 'setup: %s\n' "$*" >&2; }

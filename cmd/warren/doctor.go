@@ -76,7 +76,9 @@ func doctorCmd(ctx context.Context, args []string) error {
 			checks = append(checks, c)
 		}
 	}
-	for _, p := range []string{"/usr/bin/python3", "/usr/bin/node"} {
+	// What the language names run on the host image (scripts/setup.sh
+	// installs them).
+	for _, p := range []string{"/usr/bin/python3", "/usr/bin/pip3", "/usr/bin/node", "/usr/bin/npm"} {
 		_, err := os.Stat(p)
 		add(p+" (host image)", false, err, "")
 	}

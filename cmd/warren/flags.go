@@ -73,6 +73,20 @@ func envOr(k, def string) string {
 	return def
 }
 
+// envBool reads a boolean default from the environment: def when k is
+// unset or empty, an error naming k when it is not a boolean.
+func envBool(k string, def bool) (bool, error) {
+	v := os.Getenv(k)
+	if v == "" {
+		return def, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want true or false", k, v)
+	}
+	return b, nil
+}
+
 // newFlagSet returns a flag set whose --help prints usage text first.
 func newFlagSet(name, synopsis, about string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)

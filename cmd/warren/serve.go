@@ -28,6 +28,9 @@ Every request needs an API key ('warren key create') unless --dev is given.
 The key-signing secret is created on first start in the data directory
 (secret.key, mode 0600).
 
+An image a sandbox starts with that the store lacks is pulled from its
+registry (--pull, on by default), from public addresses only, anonymously.
+
 Sandboxes keep running when the server stops; the next 'warren serve' on
 the same data directory reattaches to them and removes what it does not
 know. Logs are JSON lines on stderr.
@@ -52,6 +55,9 @@ type serveConfig struct {
 	logText          bool
 	volumeRoots      stringList
 	maxTarDownload   string
+	pull             bool
+	pullMaxSize      string
+	pullTimeout      time.Duration
 }
 
 func serveCmd(ctx context.Context, args []string) error {
@@ -66,11 +72,18 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.DurationVar(&c.stoppedRetention, "stopped-retention", sandbox.DefaultStoppedRetention, "remove stopped sandboxes (and their files) after this long; negative = keep")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "sandboxes this server holds at most, stopped ones included")
 	fs.IntVar(&c.maxRunning, "max-running", sandbox.DefaultMaxRunning, "sandboxes running at once at most")
-	fs.StringVar(&c.pythonImage, "python-image", envOr("WARREN_PYTHON_IMAGE", image.HostName), "image for the language name python (and microsandbox/python)")
-	fs.StringVar(&c.nodeImage, "node-image", envOr("WARREN_NODE_IMAGE", image.HostName), "image for the language name node (and microsandbox/node)")
+	fs.StringVar(&c.pythonImage, "python-image", envOr("WARREN_PYTHON_IMAGE", image.HostName), "image for the language names python, python3, microsandbox/python;\nhost = the host image with python, python3 and pip")
+	fs.StringVar(&c.nodeImage, "node-image", envOr("WARREN_NODE_IMAGE", image.HostName), "image for the language names node, nodejs, javascript, microsandbox/node;\nhost = the host image with node and npm")
 	fs.BoolVar(&c.logText, "log-text", false, "log human-readable text instead of JSON")
 	fs.Var(&c.volumeRoots, "volume-root", "allow sandbox.start volumes from beneath this host directory (repeatable; env WARREN_VOLUME_ROOTS,\ncolon-separated); without it volumes are refused. Sandbox root writes there as host uid 1610612736")
 	fs.StringVar(&c.maxTarDownload, "max-tar-download", "1G", "largest tar stream one download sends: a size like 512M or 2G (plain numbers are MiB)")
+	pull, err := envBool("WARREN_PULL", true)
+	if err != nil {
+		return err
+	}
+	fs.BoolVar(&c.pull, "pull", pull, "pull an image the store lacks when a sandbox starts with it, as microsandbox does (env WARREN_PULL);\nanonymously, bounded by --pull-max-size and --pull-timeout. --pull=false refuses such starts")
+	fs.StringVar(&c.pullMaxSize, "pull-max-size", "8G", "largest image (unpacked bytes) one such pull may fetch: a size like 512M or 8G")
+	fs.DurationVar(&c.pullTimeout, "pull-timeout", image.DefaultPullTimeout, "longest one such pull may take")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -92,28 +105,18 @@ func (c *serveConfig) logger() *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 }
 
-// imageResolver maps language names to the configured images, "host" to
-// the host image, and anything else to the image store.
-func imageResolver(host func() (*image.Image, error), st *image.Store, python, node string) sandbox.ImageResolver {
-	return func(_ context.Context, name string) (*image.Image, error) {
-		switch name {
-		case "python", "python3", "microsandbox/python":
-			name = python
-		case "node", "nodejs", "javascript", "microsandbox/node":
-			name = node
-		}
-		if name == image.HostName {
-			return host()
-		}
-		return st.Get(name)
-	}
-}
-
 func serve(ctx context.Context, c *serveConfig) error {
 	log := c.logger()
 	maxTar, err := parseSize(c.maxTarDownload)
 	if err != nil || maxTar <= 0 {
 		return fmt.Errorf("--max-tar-download %q: want a positive size like 512M or 2G (plain numbers are MiB)", c.maxTarDownload)
+	}
+	pullMax, err := parseSize(c.pullMaxSize)
+	if err != nil || pullMax <= 0 {
+		return fmt.Errorf("--pull-max-size %q: want a positive size like 512M or 8G (plain numbers are MiB)", c.pullMaxSize)
+	}
+	if c.pullTimeout <= 0 {
+		return fmt.Errorf("--pull-timeout %s: want a positive duration", c.pullTimeout)
 	}
 	roots, err := volumeRoots(append(filepath.SplitList(os.Getenv("WARREN_VOLUME_ROOTS")), c.volumeRoots...))
 	if err != nil {
@@ -148,8 +151,12 @@ func serve(ctx context.Context, c *serveConfig) error {
 		keys = auth.NewKeys(signer, db.DB())
 	}
 	reg := metrics.NewRegistry()
+	res := &image.Resolver{Host: be.HostImage, Store: imgs, Python: c.pythonImage, Node: c.nodeImage}
+	if c.pull {
+		res.OnDemand = &image.OnDemand{MaxBytes: pullMax, Timeout: c.pullTimeout, Logger: log}
+	}
 	mgr, err := sandbox.New(ctx, sandbox.Options{
-		Backend: be, DB: db.DB(), Images: imageResolver(be.HostImage, imgs, c.pythonImage, c.nodeImage),
+		Backend: be, DB: db.DB(), Images: res.Resolve, Pull: res.Pull,
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
 		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
@@ -176,7 +183,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "dev", c.dev, "data_dir", c.hf.dataDir,
-		"python_image", c.pythonImage, "node_image", c.nodeImage)
+		"python_image", c.pythonImage, "node_image", c.nodeImage, "pull_on_demand", c.pull)
 	if c.dev {
 		log.Warn("dev mode: no API key is needed; anyone who can reach " + ln.Addr().String() + " can run code")
 	}

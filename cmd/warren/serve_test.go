@@ -297,3 +297,65 @@ func TestServeOwnsItsDataDir(t *testing.T) {
 		t.Fatalf("warren run failed after a server started on its data directory: %v %q\n%s", err, runOut.String(), runErr.String())
 	}
 }
+
+// TestServeImageNames: as warren serve resolves image names by default, the
+// language names run microsandbox's commands on the host image, an image
+// the store lacks is pulled only from public registries, and --pull=false
+// refuses it with a clear answer.
+func TestServeImageNames(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireFile(t, "/usr/bin/pip3")
+	// Nothing listens here: the address is refused before any connection.
+	const loopImage = "127.0.0.1:9/test/app:1"
+	rpcCall := func(url, method string, params map[string]any) (int, string) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": 1})
+		resp, err := http.Post(url+"/api/v1/rpc", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+
+	dir := stateDir(t)
+	url, srv, stderr := startServe(t, dir, "--dev")
+	if st, body := rpcCall(url, "sandbox.start", map[string]any{"sandbox": "py", "config": map[string]any{"image": "microsandbox/python"}}); st != 200 {
+		t.Fatalf("start microsandbox/python: %d %s\n%s", st, body, stderr)
+	}
+	for _, argv := range [][]string{{"python", "-c", "print(6*7)"}, {"pip", "--version"}} {
+		st, body := rpcCall(url, "sandbox.command.run", map[string]any{"sandbox": "py", "command": argv[0], "args": argv[1:]})
+		if st != 200 || !strings.Contains(body, `"exit_code":0`) {
+			t.Errorf("%v: %d %s", argv, st, body)
+		}
+	}
+	rpcCall(url, "sandbox.remove", map[string]any{"sandbox": "py"})
+	st, body := rpcCall(url, "sandbox.start", map[string]any{"sandbox": "loop", "config": map[string]any{"image": loopImage}})
+	if st != 403 || !strings.Contains(body, "not public") {
+		t.Errorf("start with an image on a loopback registry: %d %s; want 403, not public", st, body)
+	}
+	stopServe(t, srv)
+
+	url, srv, stderr = startServe(t, dir, "--dev", "--pull=false")
+	defer stopServe(t, srv)
+	st, body = rpcCall(url, "sandbox.start", map[string]any{"sandbox": "off", "config": map[string]any{"image": loopImage}})
+	if st != 400 || !strings.Contains(body, "does not pull images") {
+		t.Errorf("start with a missing image, --pull=false: %d %s\n%s", st, body, stderr)
+	}
+}
+
+func TestEnvBool(t *testing.T) {
+	for _, tc := range []struct {
+		v         string
+		def, want bool
+		err       bool
+	}{{"", true, true, false}, {"", false, false, false}, {"false", true, false, false}, {"1", false, true, false}, {"maybe", true, false, true}} {
+		t.Setenv("WARREN_TEST_BOOL", tc.v)
+		got, err := envBool("WARREN_TEST_BOOL", tc.def)
+		if got != tc.want || (err != nil) != tc.err {
+			t.Errorf("%q (default %v): %v, %v", tc.v, tc.def, got, err)
+		}
+	}
+}

@@ -222,7 +222,7 @@ func (s *Store) BuildBase(ctx context.Context, lang string, opt BaseOptions) (*R
 	}
 	var pinned []string
 	defer func() { s.unpin(pinned) }()
-	return s.storeSource(ctx, src, opt.Name, &pinned, 1, nil)
+	return s.storeSource(ctx, src, opt.Name, &pinned, 1, 0, nil)
 }
 
 // mmdebstrapArgs is mmdebstrap's command line. Every value that came from

@@ -4,7 +4,8 @@
 //
 // The "host" image needs no download: the host's /usr (and /bin, /lib* where
 // they are real directories) bound read-only, over a small skeleton with a
-// sanitized copy of /etc.
+// sanitized copy of /etc. Its language views (Language) are what the
+// language names get by default.
 package image
 
 import (
@@ -39,7 +40,7 @@ const HostName = "host"
 
 // hostVersion changes whenever the skeleton's layout changes, so an old
 // skeleton on disk is never reused with a new binary.
-const hostVersion = "1"
+const hostVersion = "2"
 
 // etcAllow lists what of the host's /etc a sandbox gets. Everything else
 // (shadow, gshadow, ssh host keys, machine-id, sudoers, credentials of
@@ -178,6 +179,14 @@ func buildSkeleton(dir, skel string, uid, gid int) error {
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(tmp, name), []byte(content), 0o644); err != nil { //nolint:gosec // 0644: the skeleton's /etc files (hosts, resolv.conf, ...) are world-readable by convention
+			return err
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(tmp, LangBin), 0o755); err != nil { //nolint:gosec // 0755: on the sandbox's PATH, read by its processes
+		return err
+	}
+	for name, target := range langLinks {
+		if err := os.Symlink(target, filepath.Join(tmp, LangBin, name)); err != nil {
 			return err
 		}
 	}

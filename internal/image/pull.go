@@ -28,6 +28,10 @@ type PullOptions struct {
 	Keychain authn.Keychain // default authn.DefaultKeychain (Docker config + credential helpers)
 	Progress func(Progress) // optional; called from any goroutine, serialised by Pull
 	Parallel int            // layers fetched at once (default 4)
+	MaxBytes int64          // uncompressed bytes unpacked at most (default and cap: the store's bound)
+	// Transport, when set, carries the registry requests (default
+	// go-containerregistry's).
+	Transport http.RoundTripper
 }
 
 // Progress reports a pull's layer transfers. Layer is the compressed
@@ -108,10 +112,15 @@ func (s *Store) Pull(ctx context.Context, ref string, name string, opt PullOptio
 		close(c.done)
 	}()
 	var pinned []string
-	defer func() { s.unpin(pinned) }()
 	c.rec, c.err = s.pull(ctx, ref, name, opt, &pinned)
+	s.unpin(pinned)
 	if c.err != nil {
 		c.err = fmt.Errorf("pull %s: %w", ref, c.err)
+		// A failed pull leaves no image, and none of the layers it
+		// unpacked that nothing else uses.
+		if err := s.dropUnused(pinned); err != nil {
+			c.err = fmt.Errorf("%w (and removing its layers: %w)", c.err, err)
+		}
 	}
 	return c.rec, c.err
 }
@@ -157,7 +166,10 @@ func (s *Store) pull(ctx context.Context, refStr, imgName string, opt PullOption
 	if kc == nil {
 		kc = authn.DefaultKeychain
 	}
-	base := s.transport
+	base := opt.Transport
+	if base == nil {
+		base = s.transport
+	}
 	if base == nil {
 		base = remote.DefaultTransport
 	}
@@ -196,6 +208,17 @@ func (s *Store) pull(ctx context.Context, refStr, imgName string, opt PullOption
 	if n := len(m.Layers); n == 0 || n > s.maxLayers {
 		return nil, fmt.Errorf("%w: %d layers (1 to %d allowed)", ErrLimit, n, s.maxLayers)
 	}
+	if opt.MaxBytes > 0 {
+		// Refused before any layer is fetched: compressed layers are
+		// rarely larger than what they unpack to.
+		var sum int64
+		for _, l := range m.Layers {
+			if l.Size < 0 || l.Size > opt.MaxBytes-sum { // no overflow
+				return nil, fmt.Errorf("%w: the layers are more than the %d bytes allowed", ErrLimit, opt.MaxBytes)
+			}
+			sum += l.Size
+		}
+	}
 	src, err := s.knownSource(ctx, m.Config.Digest.String())
 	if err != nil {
 		return nil, err
@@ -227,7 +250,7 @@ func (s *Store) pull(ctx context.Context, refStr, imgName string, opt PullOption
 	if parallel <= 0 {
 		parallel = 4
 	}
-	rec, err := s.storeSource(ctx, src, imgName, pinned, parallel, prog.finished)
+	rec, err := s.storeSource(ctx, src, imgName, pinned, parallel, opt.MaxBytes, prog.finished)
 	if err != nil {
 		var pe *fs.PathError
 		var le *os.LinkError

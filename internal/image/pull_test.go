@@ -620,3 +620,37 @@ func TestPullParallelLayers(t *testing.T) {
 		mu.Unlock()
 	}
 }
+
+// A failed pull leaves neither an image nor the layers it unpacked before
+// it failed.
+func TestPullFailureDropsLayers(t *testing.T) {
+	img := twoLayerImage(t)
+	bad := layerDigests(t, img)[1]
+	r := newTestRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, bad) {
+				time.Sleep(300 * time.Millisecond) // the good layer is in place by then
+				w = flipWriter{w}
+			}
+			h.ServeHTTP(w, req)
+		})
+	})
+	ref := r.push(t, "test/half:v1", img)
+	s := newStore(t)
+	var finished int
+	_, err := s.Pull(context.Background(), ref, "half", PullOptions{Keychain: anonymous{}, Progress: func(p Progress) {
+		if p.Finished {
+			finished++
+		}
+	}})
+	if err == nil {
+		t.Fatal("pulled an image with a corrupt layer")
+	}
+	if finished != 1 {
+		t.Fatalf("%d layers were unpacked before the failure, want 1 (the test needs one)", finished)
+	}
+	assertNoRecords(t, s)
+	if d := layerDirs(t, s); len(d) != 0 {
+		t.Errorf("layers of the failed pull left: %v", d)
+	}
+}

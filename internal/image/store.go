@@ -342,14 +342,16 @@ func (s *Store) importSource(ctx context.Context, src, name string, pinned *[]st
 	if err != nil {
 		return nil, err
 	}
-	return s.storeSource(ctx, srcImg, name, pinned, 1, nil)
+	return s.storeSource(ctx, srcImg, name, pinned, 1, 0, nil)
 }
 
 // storeSource unpacks the layers of src that are not in the store yet, at
 // most parallel at once, then records src under name. It pins every layer
-// in *pinned (the caller unpins once done). layerDone, when set, is called
-// (from any goroutine) after each distinct layer is in place.
-func (s *Store) storeSource(ctx context.Context, src *source, name string, pinned *[]string, parallel int, layerDone func(diffID string)) (*Record, error) {
+// in *pinned (the caller unpins once done). maxBytes, when positive and
+// below the store's bound, bounds the uncompressed bytes unpacked.
+// layerDone, when set, is called (from any goroutine) after each distinct
+// layer is in place.
+func (s *Store) storeSource(ctx context.Context, src *source, name string, pinned *[]string, parallel int, maxBytes int64, layerDone func(diffID string)) (*Record, error) {
 	if n := len(src.layers); n == 0 || n > s.maxLayers {
 		return nil, fmt.Errorf("%w: %d layers (1 to %d allowed)", ErrLimit, n, s.maxLayers)
 	}
@@ -369,6 +371,9 @@ func (s *Store) storeSource(ctx context.Context, src *source, name string, pinne
 		}
 	}
 	b := &budget{left: s.maxTotalBytes}
+	if maxBytes > 0 && maxBytes < b.left {
+		b.left = maxBytes
+	}
 	sizes := make([]int64, len(src.layers))
 	before := s.unpacked.Load()
 	ctx, cancel := context.WithCancel(ctx)
@@ -749,31 +754,70 @@ func (s *Store) Prune() (freed int64, err error) {
 		if keep[d] {
 			continue
 		}
-		p := filepath.Join(s.layersDir(), e.Name())
-		size, err := diskUsage(p)
-		if err != nil {
-			return freed, err
-		}
-		// Rename out of the store first: a crash mid-delete leaves
-		// debris in tmp (cleaned at open), never a partial layer
-		// under a valid name.
-		trash, err := os.MkdirTemp(s.tmpDir(), "prune-")
-		if err != nil {
-			return freed, err
-		}
-		if err := os.Rename(p, filepath.Join(trash, "layer")); err != nil {
-			return freed, err
-		}
-		if err := os.RemoveAll(trash); err != nil {
-			return freed, err
-		}
+		size, err := s.deleteLayer(d)
 		freed += size
+		if err != nil {
+			return freed, err
+		}
 	}
 	// Records of unreferenced layers (on disk or already gone).
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM layers WHERE diff_id NOT IN (SELECT diff_id FROM image_layers)`); err != nil {
 		return freed, err
 	}
 	return freed, nil
+}
+
+// deleteLayer deletes the directory of layer d and returns the bytes it
+// took. Holds s.mu.
+func (s *Store) deleteLayer(d string) (int64, error) {
+	p := s.layerPath(d)
+	size, err := diskUsage(p)
+	if err != nil {
+		return 0, err
+	}
+	// Rename out of the store first: a crash mid-delete leaves debris in
+	// tmp (cleaned at open), never a partial layer under a valid name.
+	trash, err := os.MkdirTemp(s.tmpDir(), "prune-")
+	if err != nil {
+		return 0, err
+	}
+	if err := os.Rename(p, filepath.Join(trash, "layer")); err != nil {
+		return 0, err
+	}
+	return size, os.RemoveAll(trash)
+}
+
+// dropUnused deletes those of the layers ds that no image, import or hold
+// uses: what a failed pull unpacked before it failed.
+func (s *Store) dropUnused(ds []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	held, err := s.holds()
+	if err != nil {
+		return err
+	}
+	keep := map[string]bool{}
+	for _, layers := range held {
+		for _, d := range layers {
+			keep[d] = true
+		}
+	}
+	for _, d := range ds {
+		if keep[d] || s.pinned[d] > 0 || !validDigest(d) {
+			continue
+		}
+		var used bool
+		if err := s.db.QueryRow(`SELECT EXISTS (SELECT 1 FROM image_layers WHERE diff_id = ?)`, d).Scan(&used); err != nil {
+			return err
+		}
+		if fi, err := os.Lstat(s.layerPath(d)); used || err != nil || !fi.IsDir() {
+			continue
+		}
+		if _, err := s.deleteLayer(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // hashWriter is a sha256 that reports its digest in OCI form.

@@ -150,16 +150,14 @@ func (e *env) open(shift layer.IDMap, hostImage func() (*image.Image, error), tw
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Language names and "host" are the host image; anything else is
-	// looked up in the store, as warren serve does by default.
-	resolve := func(_ context.Context, name string) (*image.Image, error) {
-		switch name {
-		case image.HostName, "python", "node", "microsandbox/python", "microsandbox/node":
-			return hostImage()
-		case brokenImage:
+	// As warren serve resolves by default: language names get the host
+	// image's language views, anything else is looked up in the store.
+	names := &image.Resolver{Host: hostImage, Store: e.images, Python: image.HostName, Node: image.HostName}
+	resolve := func(ctx context.Context, name string) (*image.Image, error) {
+		if name == brokenImage {
 			return nil, errors.New("read the image store: input/output error")
 		}
-		return e.images.Get(name)
+		return names.Resolve(ctx, name)
 	}
 	e.options = sandbox.Options{Backend: e.backend, DB: e.db.DB(), LogDir: filepath.Join(e.dir, "data", "logs"),
 		Images: resolve, Tick: 100 * time.Millisecond}

@@ -208,11 +208,20 @@ type Info struct {
 // ImageResolver turns an image name from a request into an image.
 type ImageResolver func(ctx context.Context, name string) (*image.Image, error)
 
+// ImagePuller fetches the image a name from a request stands for, which
+// the ImageResolver did not find, for a new sandbox in namespace ns; logf
+// writes the pull's progress to the sandbox's log. Its error is the
+// client's answer.
+type ImagePuller func(ctx context.Context, ns, name string, logf func(format string, args ...any)) error
+
 // Options configure a Manager.
 type Options struct {
 	Backend backend.Backend
 	DB      *sql.DB
 	Images  ImageResolver
+	// Pull, when set, fetches an image Images does not find at a
+	// sandbox's first start; without it such a start is refused.
+	Pull ImagePuller
 	// LogDir holds each sandbox's log file.
 	LogDir string
 	Logger *slog.Logger
@@ -505,10 +514,11 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	defer e.life.Unlock()
 	t0 := time.Now()
 	err := m.startLocked(ctx, e)
-	if err != nil && fresh && errdefs.Kind(err) == errdefs.ErrInvalid.Error() {
-		// The request was refused (an image the store lacks, a volume the
-		// policy forbids): it leaves no record, no name taken and nothing
-		// counted against the server's limits, as if it never came.
+	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError))) {
+		// The request was refused (an image the store lacks or could not
+		// pull, a volume the policy forbids): it leaves no record, no
+		// name taken and nothing counted against the server's limits, as
+		// if it never came.
 		m.discard(ctx, e)
 		return Info{}, err
 	}
@@ -575,6 +585,12 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	m.mu.Lock()
 	spec := e.spec
 	m.mu.Unlock()
+	if e.log == nil {
+		l := openLog(m.opts.LogDir, e.id)
+		m.mu.Lock()
+		e.log = l
+		m.mu.Unlock()
+	}
 	img, err := m.image(ctx, e, spec.Image)
 	if err != nil {
 		return err
@@ -593,12 +609,6 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 		m.mu.Unlock()
 	} else if s, ok := e.sb.(backend.Reconfigurer); ok {
 		s.SetConfig(cfg)
-	}
-	if e.log == nil {
-		l := openLog(m.opts.LogDir, e.id)
-		m.mu.Lock()
-		e.log = l
-		m.mu.Unlock()
 	}
 	// The request's cancellation must not leave a half-started sandbox:
 	// the start runs to its own deadline.
@@ -623,7 +633,13 @@ func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Imag
 	}
 	img, err := m.opts.Images(ctx, name)
 	if errors.Is(err, image.ErrNotFound) {
-		return nil, errdefs.Errorf(errdefs.ErrInvalid, "image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", name)
+		if m.opts.Pull == nil {
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", name)
+		}
+		if err := m.opts.Pull(ctx, e.ns, name, e.logf); err != nil {
+			return nil, pullError{err}
+		}
+		img, err = m.opts.Images(ctx, name)
 	}
 	if err != nil || img.ID == "" {
 		return img, err
@@ -646,6 +662,12 @@ func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Imag
 	}
 	return img, nil
 }
+
+// pullError is a failed pull of a start's image: like a refusal, it
+// leaves nothing of a new sandbox behind.
+type pullError struct{ error }
+
+func (e pullError) Unwrap() error { return e.error }
 
 // watch marks the sandbox errored if its init ends without a stop. It
 // ends with the manager: once closed, the manager records nothing more, and
