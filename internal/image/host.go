@@ -38,6 +38,18 @@ type Image struct {
 // HostName is the name of the host image.
 const HostName = "host"
 
+// Pin is what a sandbox records to start from img again on every later
+// start, whatever the name it was first started by points to by then (a
+// language name an operator remapped, a tag re-pulled): a stored image's
+// id, or the host image's (or its language view's) own name, which
+// Resolver.Resolve takes back.
+func (img *Image) Pin() string {
+	if img.ID != "" {
+		return img.ID
+	}
+	return img.Name
+}
+
 // hostVersion changes whenever the skeleton's layout changes, so an old
 // skeleton on disk is never reused with a new binary.
 const hostVersion = "2"

@@ -59,9 +59,22 @@ func (r *Resolver) target(name string) (target, lang string) {
 	return strings.ReplaceAll(name, "@", ":"), lang
 }
 
+// viewSep joins the host image's name and a language in the name (and pin,
+// Image.Pin) of a language view: "host+python".
+const viewSep = "+"
+
 // Resolve returns the image name stands for. An image the store lacks is
-// ErrNotFound.
+// ErrNotFound. Besides the names above it takes the pins of host images
+// (Image.Pin): "host+python" is the host image's python view, whatever the
+// language name python is configured to.
 func (r *Resolver) Resolve(_ context.Context, name string) (*Image, error) {
+	if base, lang, ok := strings.Cut(name, viewSep); ok && base == HostName {
+		img, err := r.Host()
+		if err != nil {
+			return nil, err
+		}
+		return Language(img, lang)
+	}
 	t, lang := r.target(name)
 	if t != HostName {
 		return r.Store.Get(t)

@@ -113,6 +113,40 @@ func TestResolverNames(t *testing.T) {
 	}
 }
 
+// TestResolverPins: what a sandbox records of its image (Image.Pin) takes it
+// back to the same image when the language names point elsewhere.
+func TestResolverPins(t *testing.T) {
+	host := &Image{Name: HostName, Layers: []string{"/skel"}}
+	r := &Resolver{Host: func() (*Image, error) { return host, nil }, Store: newStore(t), Python: HostName, Node: HostName}
+	ctx := context.Background()
+	if p := host.Pin(); p != HostName {
+		t.Errorf("host image's pin %q", p)
+	}
+	if p := (&Image{Name: "app:1", ID: "sha256:x"}).Pin(); p != "sha256:x" {
+		t.Errorf("stored image's pin %q, want its id", p)
+	}
+	for _, lang := range Languages {
+		view, err := r.Resolve(ctx, lang)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if view.Pin() != HostName+"+"+lang {
+			t.Errorf("%s view's pin %q", lang, view.Pin())
+		}
+		// The operator maps the language elsewhere: the pin still
+		// resolves to the host's view.
+		r2 := *r
+		r2.Python, r2.Node = "warren/python:bookworm", "warren/node:bookworm"
+		again, err := r2.Resolve(ctx, view.Pin())
+		if err != nil || again.Pin() != view.Pin() || !slices.Equal(again.Env, view.Env) || !slices.Equal(again.Layers, host.Layers) {
+			t.Errorf("%s pin resolved to %+v, %v; want the host's %s view", lang, again, err, lang)
+		}
+	}
+	if _, err := r.Resolve(ctx, HostName+"+cobol"); err == nil {
+		t.Error("a view of an unknown language resolved")
+	}
+}
+
 // On-demand pulls: bounded in size before any layer is fetched, refused by
 // the policy seam with its kind, and the store's image once done.
 func TestOnDemand(t *testing.T) {

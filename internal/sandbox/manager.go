@@ -270,7 +270,7 @@ type entry struct {
 	state        State
 	err          string
 	spec         Spec
-	imageID      string // the image it was first started from; "" = host or not yet
+	imageID      string // the image it was first started from (image.Image.Pin); "" = not yet
 	created      time.Time
 	started      time.Time
 	stopped      time.Time
@@ -616,10 +616,12 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 }
 
 // image resolves the image e starts from. The first start resolves the
-// requested name and records the image's id, which from then on pins the
-// image in the store (it cannot be removed or pruned while e exists) and
-// is what every later start and restart uses, whatever the name points
-// to by then.
+// requested name and records the image's pin (its id, or the host image's
+// own name), which from then on holds a stored image in the store (it
+// cannot be removed or pruned while e exists) and is what every later
+// start and restart uses, whatever the name points to by then: a language
+// name an operator maps to another image on the next server start does
+// not move an existing sandbox's upper layer onto it.
 func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Image, error) {
 	m.mu.Lock()
 	id := e.imageID
@@ -641,22 +643,23 @@ func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Imag
 		}
 		img, err = m.opts.Images(ctx, name)
 	}
-	if err != nil || img.ID == "" {
+	if err != nil || img.Pin() == "" {
 		return img, err
 	}
+	pin := img.Pin()
 	m.mu.Lock()
-	e.imageID = img.ID
+	e.imageID = pin
 	removed := e.removed
 	m.mu.Unlock()
 	if removed {
 		return nil, notFound(e.ns, e.name)
 	}
-	if _, err := m.stmts.Exec(context.WithoutCancel(ctx), `UPDATE sandboxes SET image_id = ? WHERE id = ?`, img.ID, e.id); err != nil {
+	if _, err := m.stmts.Exec(context.WithoutCancel(ctx), `UPDATE sandboxes SET image_id = ? WHERE id = ?`, pin, e.id); err != nil {
 		return nil, fmt.Errorf("record sandbox image: %w", err)
 	}
 	// The name may have been removed (and the image with it) between the
 	// lookup and the write; by id, now pinned, it is there or it is not.
-	img, err = m.opts.Images(ctx, img.ID)
+	img, err = m.opts.Images(ctx, pin)
 	if err != nil {
 		return nil, fmt.Errorf("image %q was removed while the sandbox started: %w", name, err)
 	}

@@ -672,3 +672,45 @@ func TestReadsDuringFirstStart(t *testing.T) {
 		<-done
 	}
 }
+
+// TestImagePinnedAcrossRestart: a sandbox keeps the image it first started
+// from when the server restarts with its image name mapped elsewhere, the
+// host image's language view included (its pin is the view's name, there
+// being no id). The resolver maps "python" as the server's flag says.
+func TestImagePinnedAcrossRestart(t *testing.T) {
+	python := image.HostName
+	e := newEnv(t, sandbox.Options{})
+	e.opts.Images = func(ctx context.Context, name string) (*image.Image, error) {
+		switch name {
+		case "python":
+			if python == image.HostName {
+				return &image.Image{Name: "host+python", Layers: []string{"/"}}, nil
+			}
+			name = python
+		case "host+python":
+			return &image.Image{Name: "host+python", Layers: []string{"/"}}, nil
+		}
+		return resolve(ctx, name)
+	}
+	m1, err := sandbox.New(t.Context(), e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := mustStart(t, m1, "py", sandbox.Spec{Image: "python", MemoryMiB: 512, CPUs: 1})
+	if err := m1.Stop(t.Context(), "ns", "py"); err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+
+	python = "base" // warren serve --python-image base
+	m2 := e.manager(t)
+	mustStart(t, m2, "py", sandbox.Spec{})
+	if got := e.be.Sandbox(info.ID).Config().Image; got.Name != "host+python" || slices.Equal(got.Layers, baseImage.Layers) {
+		t.Errorf("after the restart the sandbox starts from %+v, want the host's python view it first started from", got)
+	}
+	// A new sandbox takes the new mapping.
+	fresh := mustStart(t, m2, "py2", sandbox.Spec{Image: "python", MemoryMiB: 512, CPUs: 1})
+	if got := e.be.Sandbox(fresh.ID).Config().Image; got.ID != baseImage.ID {
+		t.Errorf("a new python sandbox starts from %+v, want base", got)
+	}
+}
