@@ -41,7 +41,7 @@ func Language(host *Image, lang string) (*Image, error) {
 		return nil, fmt.Errorf("no language view %q of the host image (want one of %v)", lang, Languages)
 	}
 	img := *host
-	img.Name = host.Name + viewSep + lang
+	img.Name = HostName + viewSep + lang
 	img.Mounts = slices.Clone(host.Mounts)
 	img.Layers = slices.Clone(host.Layers)
 	img.Env = append([]string{

@@ -200,6 +200,7 @@ func TestStartPullsMissingImage(t *testing.T) {
 // that leave nothing, the bounds and the policy seam.
 func TestOnDemandPulls(t *testing.T) {
 	t.Run("concurrent starts share one pull", func(t *testing.T) {
+		testenv.RequireRoot(t) // unpacking a layer gives its files their owners
 		var manifests atomic.Int32
 		release := make(chan struct{})
 		ref := greetingImage(t, func(h http.Handler) http.Handler {
