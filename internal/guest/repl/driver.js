@@ -182,8 +182,7 @@
   const INTERRUPT = Symbol('interrupt');
   let running = null; // {id, reject} while awaiting a promise
 
-  function inspect(v) {
-    let r = util.inspect(v);
+  function bounded(r) {
     let trunc = false;
     if (r.length > MAX_REPR || Buffer.byteLength(r) > MAX_REPR) {
       r = Buffer.from(r.slice(0, MAX_REPR)).subarray(0, MAX_REPR).toString();
@@ -238,7 +237,11 @@
         });
       }
       if (v !== undefined) {
-        [result, rtrunc] = inspect(v);
+        // Printed as node's REPL prints a completion value (undefined is
+        // not), in order with the run's output; and kept as the result.
+        const shown = util.inspect(v, { showProxy: true });
+        emit(TAG_OUT, shown + '\n');
+        [result, rtrunc] = bounded(shown);
       }
     } catch (e) {
       if (e === INTERRUPT || (e instanceof Error && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED')) {
