@@ -52,6 +52,7 @@ type serveConfig struct {
 	logText          bool
 	volumeRoots      stringList
 	maxTarDownload   string
+	maxOutput        string
 }
 
 func serveCmd(ctx context.Context, args []string) error {
@@ -71,6 +72,7 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.BoolVar(&c.logText, "log-text", false, "log human-readable text instead of JSON")
 	fs.Var(&c.volumeRoots, "volume-root", "allow sandbox.start volumes from beneath this host directory (repeatable; env WARREN_VOLUME_ROOTS,\ncolon-separated); without it volumes are refused. Sandbox root writes there as host uid 1610612736")
 	fs.StringVar(&c.maxTarDownload, "max-tar-download", "1G", "largest tar stream one download sends: a size like 512M or 2G (plain numbers are MiB)")
+	fs.StringVar(&c.maxOutput, "max-output", envOr("WARREN_MAX_OUTPUT", "64M"), "output one sandbox.command.run or sandbox.repl.run returns at most, 1M to 1G (REPL runs: at most 64M;\nplain numbers are MiB; env WARREN_MAX_OUTPUT); beyond it the output is cut, saying so")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -115,6 +117,10 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil || maxTar <= 0 {
 		return fmt.Errorf("--max-tar-download %q: want a positive size like 512M or 2G (plain numbers are MiB)", c.maxTarDownload)
 	}
+	maxOut, err := parseSize(c.maxOutput)
+	if err != nil || maxOut < rpc.MinMaxOutput || maxOut > rpc.MaxMaxOutput {
+		return fmt.Errorf("--max-output %q: want a size from 1M to 1G (plain numbers are MiB)", c.maxOutput)
+	}
 	roots, err := volumeRoots(append(filepath.SplitList(os.Getenv("WARREN_VOLUME_ROOTS")), c.volumeRoots...))
 	if err != nil {
 		return err
@@ -153,7 +159,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	defer mgr.Close()
-	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar})
+	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar, MaxOutput: maxOut})
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,8 @@
   const rfd = reopen(3, 'r');
   const wfd = reopen(4, 'w');
 
-  const st = { limit: 1 << 20, fwd: 0, trunc: false };
+  // limit is the default; a run may set its own (cur).
+  const st = { limit: 1 << 20, cur: 1 << 20, fwd: 0, trunc: false };
 
   function writeAll(fd, buf) {
     let off = 0;
@@ -64,7 +65,7 @@
       b = Buffer.from(String(chunk), 'utf8');
     }
     if (b.length === 0) return;
-    const room = st.limit - st.fwd;
+    const room = st.cur - st.fwd;
     if (room <= 0) {
       st.trunc = true;
       return;
@@ -214,6 +215,7 @@
   async function run(cmd) {
     const id = cmd.id;
     const filename = 'cell-' + id;
+    st.cur = Number.isInteger(cmd.limit) && cmd.limit > 0 ? cmd.limit : st.limit;
     st.fwd = 0;
     st.trunc = false;
     let status = 'ok';

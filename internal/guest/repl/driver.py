@@ -38,7 +38,8 @@ def _warren_main():
         critical = False  # the main thread is writing a frame
         pending = False  # a SIGINT arrived while critical
         fired = False  # the driver raised KeyboardInterrupt for this run
-        limit = 1 << 20
+        limit = 1 << 20  # the default; a run may set its own
+        cur = 1 << 20  # the running run's
         fwd = 0
         trunc = False
 
@@ -84,7 +85,7 @@ def _warren_main():
     def emit(tag, b):
         if not b:
             return
-        room = st.limit - st.fwd
+        room = st.cur - st.fwd
         if room <= 0:
             st.trunc = True
             return
@@ -220,6 +221,7 @@ def _warren_main():
     def run(cmd):
         rid = cmd["id"]
         code = cmd["code"]
+        st.cur = int(cmd.get("limit") or st.limit)
         st.fwd = 0
         st.trunc = False
         st.fired = False

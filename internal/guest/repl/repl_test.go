@@ -866,3 +866,45 @@ func benchmarkOnePlusOne(b *testing.B, lang string) {
 func BenchmarkPythonOnePlusOne(b *testing.B) { benchmarkOnePlusOne(b, Python) }
 
 func BenchmarkNodeOnePlusOne(b *testing.B) { benchmarkOnePlusOne(b, Node) }
+
+// TestRunLimit: a run may keep more (or less) output than the Manager's
+// default.
+func TestRunLimit(t *testing.T) {
+	for _, lang := range langs {
+		t.Run(lang, func(t *testing.T) {
+			requireLang(t, lang)
+			m := newTestManager(t, Options{OutputLimit: 64 << 10})
+			code := "import sys\nn = sys.stdout.write('x' * 300000)"
+			if lang == Node {
+				code = "void process.stdout.write('x'.repeat(300000))"
+			}
+			for _, limit := range []int{0, 16 << 10, 256 << 10, 1 << 20} {
+				res, err := m.RunLimit(context.Background(), lang, code, 0, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := limit
+				if limit == 0 {
+					want = 64 << 10
+				}
+				if limit == 1<<20 {
+					want = 300000
+				}
+				if got := keptBytes(res); got < want-1 || got > want+1 || res.Truncated != (want < 300000) {
+					t.Errorf("limit %d: kept %d bytes, truncated %v; want %d", limit, got, res.Truncated, want)
+				}
+			}
+		})
+	}
+}
+
+// TestCollectorLineCap: a run keeps at most wire.MaxReplLines lines,
+// whatever their bytes.
+func TestCollectorLineCap(t *testing.T) {
+	c := newCollector(1, wire.MaxOutputLimit)
+	c.write(srcFrame, 0, bytes.Repeat([]byte("\n"), wire.MaxReplLines+10))
+	lines, truncated := c.finish()
+	if len(lines) != wire.MaxReplLines || !truncated {
+		t.Fatalf("kept %d lines, truncated %v; want %d and truncated", len(lines), truncated, wire.MaxReplLines)
+	}
+}

@@ -329,7 +329,8 @@ func (s *Server) replRun(w httpd.ResponseWriter, r *httpd.Request) {
 		writeError(w, invalidf("%v", err))
 		return
 	}
-	res, err := s.repl.Run(r.Context(), lang, req.Code, time.Duration(req.TimeoutMs)*time.Millisecond)
+	limit := int(min(max(req.OutputLimit, 0), wire.MaxOutputLimit))
+	res, err := s.repl.RunLimit(r.Context(), lang, req.Code, time.Duration(req.TimeoutMs)*time.Millisecond, limit)
 	if err != nil {
 		writeError(w, err)
 		return
