@@ -83,13 +83,15 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call, p *replParams) (any, 
 		out.Status = "error"
 		out.HasError = true
 	}
-	for _, l := range res.Output {
+	full := res.Truncated && outputFull(res.Output, limit)
+	for i, l := range res.Output {
 		out.Output.line(l.Stream, l.Text)
 		if l.Stream == wire.Stderr {
 			out.HasError = true
 		}
+		res.Output[i] = wire.OutputLine{} // spooled: let it go
 	}
-	if res.Truncated && outputFull(res.Output, limit) {
+	if full {
 		out.Output.line(wire.Stderr, s.outputCut(ctx, ns, name, "sandbox.repl.run", limit))
 		out.HasError = true
 	}
