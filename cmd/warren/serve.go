@@ -58,6 +58,7 @@ type serveConfig struct {
 	pull             bool
 	pullMaxSize      string
 	pullTimeout      time.Duration
+	maxOutput        string
 }
 
 func serveCmd(ctx context.Context, args []string) error {
@@ -84,6 +85,7 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.BoolVar(&c.pull, "pull", pull, "pull an image the store lacks when a sandbox starts with it, as microsandbox does (env WARREN_PULL);\nanonymously, bounded by --pull-max-size and --pull-timeout. --pull=false refuses such starts")
 	fs.StringVar(&c.pullMaxSize, "pull-max-size", "8G", "largest image (unpacked bytes) one such pull may fetch: a size like 512M or 8G")
 	fs.DurationVar(&c.pullTimeout, "pull-timeout", image.DefaultPullTimeout, "longest one such pull may take")
+	fs.StringVar(&c.maxOutput, "max-output", envOr("WARREN_MAX_OUTPUT", "64M"), "output one sandbox.command.run or sandbox.repl.run returns at most, 1M to 1G (REPL runs: at most 64M;\nplain numbers are MiB; env WARREN_MAX_OUTPUT); beyond it the output is cut, saying so")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,6 +119,10 @@ func serve(ctx context.Context, c *serveConfig) error {
 	}
 	if c.pullTimeout <= 0 {
 		return fmt.Errorf("--pull-timeout %s: want a positive duration", c.pullTimeout)
+	}
+	maxOut, err := parseSize(c.maxOutput)
+	if err != nil || maxOut < rpc.MinMaxOutput || maxOut > rpc.MaxMaxOutput {
+		return fmt.Errorf("--max-output %q: want a size from 1M to 1G (plain numbers are MiB)", c.maxOutput)
 	}
 	roots, err := volumeRoots(append(filepath.SplitList(os.Getenv("WARREN_VOLUME_ROOTS")), c.volumeRoots...))
 	if err != nil {
@@ -165,7 +171,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	defer mgr.Close()
-	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar})
+	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar, MaxOutput: maxOut})
 	if err != nil {
 		return err
 	}

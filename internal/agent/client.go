@@ -341,7 +341,84 @@ func (c *Client) UploadTar(ctx context.Context, path string, r io.Reader) error 
 
 // Repl runs code in the sandbox's persistent interpreter for the language.
 func (c *Client) Repl(ctx context.Context, req wire.ReplRequest) (wire.ReplResult, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return wire.ReplResult{}, err
+	}
+	resp, err := c.do(ctx, http.MethodPost, "/v1/repl/run", nil, bytes.NewReader(b), "application/json")
+	if err != nil {
+		return wire.ReplResult{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	res, err := readReplResult(resp.Body)
+	if err != nil {
+		return wire.ReplResult{}, fmt.Errorf("agent repl: %w", err)
+	}
+	return res, nil
+}
+
+// maxReplLines bounds the lines of a REPL answer: what a run keeps, and
+// the few the engine adds (a timeout, a restart).
+const maxReplLines = wire.MaxReplLines + 16
+
+// readReplResult decodes a REPL answer a line of output at a time: a
+// run's output may be tens of MiB, which a decoder reading the answer
+// whole would buffer (and grow to twice) before decoding a line of it. The
+// agent is not trusted: it may send at most wire.MaxReplLines lines.
+func readReplResult(r io.Reader) (wire.ReplResult, error) {
 	var res wire.ReplResult
-	err := c.call(ctx, http.MethodPost, "/v1/repl/run", nil, req, &res)
-	return res, err
+	dec := json.NewDecoder(r)
+	if tok, err := dec.Token(); err != nil {
+		return res, err
+	} else if tok != json.Delim('{') {
+		return res, errors.New("the answer is not a JSON object")
+	}
+	rest := map[string]json.RawMessage{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return res, err
+		}
+		key, _ := tok.(string)
+		if key != "output" {
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return res, err
+			}
+			rest[key] = v
+			continue
+		}
+		if tok, err := dec.Token(); err != nil {
+			return res, err
+		} else if tok != json.Delim('[') {
+			return res, errors.New("output is not an array")
+		}
+		res.Output = []wire.OutputLine{}
+		for dec.More() {
+			if len(res.Output) >= maxReplLines {
+				return res, fmt.Errorf("more than %d lines of output", maxReplLines)
+			}
+			var l wire.OutputLine
+			if err := dec.Decode(&l); err != nil {
+				return res, err
+			}
+			res.Output = append(res.Output, l)
+		}
+		if _, err := dec.Token(); err != nil {
+			return res, err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return res, err
+	}
+	b, err := json.Marshal(rest)
+	if err != nil {
+		return res, err
+	}
+	output := res.Output
+	if err := json.Unmarshal(b, &res); err != nil {
+		return res, err
+	}
+	res.Output = output
+	return res, nil
 }

@@ -69,7 +69,9 @@ func (h *Harness) agentRepl(t *testing.T) {
 			})
 			t.Run("output lines and result", func(t *testing.T) {
 				r := run(t, lc.lang, lc.outCode, 30*time.Second)
-				want := []wire.OutputLine{{Stream: wire.Stdout, Text: "out1"}, {Stream: wire.Stderr, Text: "err1"}}
+				// The last value is printed, as the interactive
+				// interpreter prints it, after the run's other output.
+				want := []wire.OutputLine{{Stream: wire.Stdout, Text: "out1"}, {Stream: wire.Stderr, Text: "err1"}, {Stream: wire.Stdout, Text: "'last'"}}
 				if !slices.Equal(r.Output, want) {
 					t.Errorf("output %q; want %q", r.Output, want)
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -13,6 +14,31 @@ import (
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
+// The output limit of the microsandbox methods, sandbox.command.run and
+// sandbox.repl.run (Options.MaxOutput, warren serve --max-output). Their
+// clients read every line and know no "truncated", so the default is one
+// they do not run into in practice. A command's output streams from the
+// agent and is spooled (spool.go), so the server's memory does not grow
+// with it; a REPL run's lines are held whole (by the sandbox's agent,
+// then here) until the run ends, so a REPL run keeps at most
+// wire.MaxOutputLimit.
+const (
+	DefaultMaxOutput = 64 << 20
+	MinMaxOutput     = 1 << 20
+	MaxMaxOutput     = wire.MaxStreamedOutput
+)
+
+// maxOutput checks Options.MaxOutput and applies its default.
+func maxOutput(n int64) (int64, error) {
+	switch {
+	case n == 0:
+		return DefaultMaxOutput, nil
+	case n < MinMaxOutput || n > MaxMaxOutput:
+		return 0, fmt.Errorf("rpc: output limit %d: want %d MiB to %d MiB (0 = %d MiB)", n, MinMaxOutput>>20, MaxMaxOutput>>20, DefaultMaxOutput>>20)
+	}
+	return n, nil
+}
+
 type commandParams struct {
 	sandboxRef
 	Command string       `json:"command"`
@@ -21,13 +47,13 @@ type commandParams struct {
 }
 
 type commandResult struct {
-	Command    string       `json:"command"`
-	Args       []string     `json:"args"`
-	ExitCode   int          `json:"exit_code"`
-	Success    bool         `json:"success"`
-	Output     []outputLine `json:"output"`
-	Truncated  bool         `json:"truncated,omitempty"`
-	DurationMs float64      `json:"duration_ms"`
+	Command    string     `json:"command"`
+	Args       []string   `json:"args"`
+	ExitCode   int        `json:"exit_code"`
+	Success    bool       `json:"success"`
+	Output     *lineSpool `json:"output"`
+	Truncated  bool       `json:"truncated,omitempty"`
+	DurationMs float64    `json:"duration_ms"`
 }
 
 func (s *Server) sandboxCommand(ctx context.Context, c *call, p *commandParams) (any, error) {
@@ -46,23 +72,40 @@ func (s *Server) sandboxCommand(ctx context.Context, c *call, p *commandParams) 
 		p.Args = []string{}
 	}
 	argv := append([]string{p.Command}, p.Args...)
-	var lines lineSplitter
-	res, err := s.exec(ctx, ns, name, "command", &wire.ExecRequest{Argv: argv, TimeoutMs: timeout.Milliseconds()}, lines.add)
+	out := &lineSpool{}
+	res, err := s.exec(ctx, ns, name, "command", &wire.ExecRequest{Argv: argv, TimeoutMs: timeout.Milliseconds(), OutputLimit: s.opts.MaxOutput}, out.add)
 	if err != nil {
+		out.Close()
 		return nil, err
 	}
 	switch {
 	case res.Error != "":
+		out.Close()
 		return nil, errdefs.Errorf(errdefs.ErrExecFailed, "command %.100q could not be started: %s", p.Command, res.Error)
 	case res.TimedOut:
+		out.Close()
 		return nil, errdefs.Errorf(errdefs.ErrTimeout, "command %.100q did not finish within its %v timeout and was killed", p.Command, timeout)
 	}
-	out := lines.done()
+	out.flush()
 	if res.OOMKilled {
-		out = append(out, outputLine{Stream: wire.Stderr, Text: "warren: the command was killed: the sandbox ran out of memory"})
+		out.line(wire.Stderr, "warren: the command was killed: the sandbox ran out of memory")
+	}
+	if res.Truncated {
+		out.line(wire.Stderr, s.outputCut(ctx, ns, name, "sandbox.command.run", s.opts.MaxOutput))
+	}
+	if err := out.done(); err != nil {
+		return nil, err
 	}
 	return commandResult{Command: p.Command, Args: p.Args, ExitCode: res.Code, Success: res.Code == 0,
 		Output: out, Truncated: res.Truncated, DurationMs: res.DurationMs}, nil
+}
+
+// outputCut logs that a run's output went over limit and returns the
+// line that says so at the end of the output, where microsandbox's
+// clients, which know no "truncated", show it.
+func (s *Server) outputCut(ctx context.Context, ns, name, method string, limit int64) string {
+	s.log.Warn("output cut", "request_id", requestID(ctx), "method", method, "namespace", ns, "sandbox", name, "limit_bytes", limit)
+	return fmt.Sprintf("warren: the output was cut at its limit of %d MiB (warren serve --max-output)", limit>>20)
 }
 
 // exec runs one command in a running sandbox, timed for the metrics.
@@ -76,51 +119,6 @@ func (s *Server) exec(ctx context.Context, ns, name, kind string, req *wire.Exec
 	res, err := l.Exec(ctx, kind, req, onOutput)
 	s.m.execLatency(ns, kind, time.Since(t0))
 	return res, err
-}
-
-// lineSplitter turns output chunks into lines per stream, in the order
-// lines were completed.
-type lineSplitter struct {
-	lines   []outputLine
-	partial [2][]byte
-}
-
-const maxLines = 100000
-
-func (l *lineSplitter) add(stream string, data []byte) {
-	i := 0
-	if stream == wire.Stderr {
-		i = 1
-	}
-	buf := append(l.partial[i], data...)
-	for {
-		j := bytes.IndexByte(buf, '\n')
-		if j < 0 {
-			break
-		}
-		l.emit(stream, buf[:j])
-		buf = buf[j+1:]
-	}
-	l.partial[i] = append([]byte(nil), buf...)
-}
-
-func (l *lineSplitter) emit(stream string, b []byte) {
-	if len(l.lines) >= maxLines {
-		return
-	}
-	l.lines = append(l.lines, outputLine{Stream: stream, Text: text(b)})
-}
-
-func (l *lineSplitter) done() []outputLine {
-	for i, stream := range []string{wire.Stdout, wire.Stderr} {
-		if len(l.partial[i]) > 0 {
-			l.emit(stream, l.partial[i])
-		}
-	}
-	if l.lines == nil {
-		return []outputLine{}
-	}
-	return l.lines
 }
 
 // text makes output valid UTF-8 for JSON (invalid bytes become U+FFFD).

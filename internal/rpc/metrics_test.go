@@ -147,3 +147,30 @@ func TestMetricsExecKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsFirstCPUSample: right after a start, an idle 1-CPU sandbox's
+// cpu_usage is a share of its one CPU. The sampler once started from a
+// counter of 0, so the first sample counted all the CPU the cgroup had
+// used before it (the start itself) over a few milliseconds: hundreds of
+// percent.
+func TestMetricsFirstCPUSample(t *testing.T) {
+	e := newEnv(t, false, nil)
+	for i := range 3 {
+		name := "cpu" + strconv.Itoa(i)
+		e.must("sandbox.start", map[string]any{"sandbox": name, "config": map[string]any{"image": "microsandbox/python", "cpus": 1}}, nil)
+		var res struct {
+			Sandboxes []struct {
+				CPUUsage *float64 `json:"cpu_usage"`
+			} `json:"sandboxes"`
+		}
+		e.must("sandbox.metrics.get", map[string]any{"sandbox": name}, &res)
+		if len(res.Sandboxes) != 1 || res.Sandboxes[0].CPUUsage == nil {
+			t.Fatalf("metrics of %s: %+v", name, res)
+		}
+		cpu := *res.Sandboxes[0].CPUUsage
+		t.Logf("%s: first cpu_usage %.1f%%", name, cpu)
+		if cpu < 0 || cpu > 100 {
+			t.Errorf("first sample of idle 1-CPU sandbox %s: cpu_usage %.1f%%, want 0..100", name, cpu)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"time"
+	"unicode/utf8"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/wire"
@@ -18,14 +19,25 @@ type replParams struct {
 // replResult is sandbox.repl.run's answer: microsandbox's shape plus
 // Warren's fields.
 type replResult struct {
-	Status     string       `json:"status"`
-	Language   string       `json:"language"`
-	Output     []outputLine `json:"output"`
-	HasError   bool         `json:"has_error"`
-	Result     *string      `json:"result,omitempty"`
-	Error      string       `json:"error,omitempty"`
-	Truncated  bool         `json:"truncated,omitempty"`
-	DurationMs float64      `json:"duration_ms"`
+	Status     string     `json:"status"`
+	Language   string     `json:"language"`
+	Output     *lineSpool `json:"output"`
+	HasError   bool       `json:"has_error"`
+	Result     *string    `json:"result,omitempty"`
+	Error      string     `json:"error,omitempty"`
+	Truncated  bool       `json:"truncated,omitempty"`
+	DurationMs float64    `json:"duration_ms"`
+}
+
+// outputFull tells a run whose output was cut from one whose result alone
+// was (Truncated says either): the agent keeps output up to the limit's
+// last bytes (a cut line ends on a whole character) or wire.MaxReplLines.
+func outputFull(ls []wire.OutputLine, limit int64) bool {
+	n := int64(0)
+	for _, l := range ls {
+		n += int64(len(l.Text)) + 1
+	}
+	return n >= limit-utf8.UTFMax || len(ls) >= wire.MaxReplLines
 }
 
 // maxCode bounds the code of one REPL run.
@@ -59,21 +71,32 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call, p *replParams) (any, 
 	}
 	defer l.Release()
 	t0 := time.Now()
-	res, err := l.Repl(ctx, wire.ReplRequest{Language: p.Language, Code: *p.Code, TimeoutMs: timeout.Milliseconds()})
+	limit := min(s.opts.MaxOutput, wire.MaxOutputLimit)
+	res, err := l.Repl(ctx, wire.ReplRequest{Language: p.Language, Code: *p.Code, TimeoutMs: timeout.Milliseconds(), OutputLimit: limit})
 	s.m.execLatency(ns, "repl", time.Since(t0))
 	if err != nil {
 		return nil, err
 	}
-	out := replResult{Status: "success", Language: p.Language, Output: toOutputLines(res.Output), Result: res.Result,
+	out := replResult{Status: "success", Language: p.Language, Output: &lineSpool{}, Result: res.Result,
 		Error: res.Error, Truncated: res.Truncated, DurationMs: res.DurationMs}
 	if res.Status != wire.ReplSuccess {
 		out.Status = "error"
 		out.HasError = true
 	}
-	for _, l := range out.Output {
+	full := res.Truncated && outputFull(res.Output, limit)
+	for i, l := range res.Output {
+		out.Output.line(l.Stream, l.Text)
 		if l.Stream == wire.Stderr {
 			out.HasError = true
 		}
+		res.Output[i] = wire.OutputLine{} // spooled: let it go
+	}
+	if full {
+		out.Output.line(wire.Stderr, s.outputCut(ctx, ns, name, "sandbox.repl.run", limit))
+		out.HasError = true
+	}
+	if err := out.Output.done(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -17,14 +17,6 @@ type outputLine struct {
 	Text   string `json:"text"`
 }
 
-func toOutputLines(ls []wire.OutputLine) []outputLine {
-	out := make([]outputLine, len(ls))
-	for i, l := range ls {
-		out[i] = outputLine{Stream: l.Stream, Text: l.Text}
-	}
-	return out
-}
-
 // exitStatus is how a background process ended.
 type exitStatus struct {
 	Code       int     `json:"code"`

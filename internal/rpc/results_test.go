@@ -93,8 +93,12 @@ func resultSchema(t *testing.T) string {
 		fmt.Fprintf(&b, "\n%s\n", rt.Name())
 		for i := range rt.NumField() {
 			f := rt.Field(i)
-			fmt.Fprintf(&b, "  %-22s %s\n", f.Tag.Get("json"), strings.ReplaceAll(f.Type.String(), short, ""))
-			queue = append(queue, f.Type)
+			ft := f.Type
+			if ft == reflect.TypeFor[*lineSpool]() {
+				ft = reflect.TypeFor[[]outputLine]() // what it marshals as
+			}
+			fmt.Fprintf(&b, "  %-22s %s\n", f.Tag.Get("json"), strings.ReplaceAll(ft.String(), short, ""))
+			queue = append(queue, ft)
 		}
 	}
 	return b.String()

@@ -61,6 +61,9 @@ type Options struct {
 	// MaxTarDownload bounds the tar stream of one download, in bytes
 	// (0: DefaultMaxTarDownload).
 	MaxTarDownload int64
+	// MaxOutput bounds the output of one sandbox.command.run or
+	// sandbox.repl.run, in bytes (0: DefaultMaxOutput; see exec.go).
+	MaxOutput int64
 }
 
 // DefaultMaxTarDownload is the tar download limit when Options sets none:
@@ -96,6 +99,10 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxTarDownload == 0 {
 		opts.MaxTarDownload = DefaultMaxTarDownload
+	}
+	var err error
+	if opts.MaxOutput, err = maxOutput(opts.MaxOutput); err != nil {
+		return nil, err
 	}
 	s := &Server{opts: opts, mgr: opts.Manager, log: opts.Logger}
 	s.methods = s.methodTable()
@@ -373,6 +380,12 @@ func truncate(s string, n int) string {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	if r, ok := v.(response); ok {
+		if sp := spoolOf(r.Result); sp != nil {
+			writeSpooled(w, status, v, sp)
+			return
+		}
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError

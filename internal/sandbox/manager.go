@@ -514,6 +514,10 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	defer e.life.Unlock()
 	t0 := time.Now()
 	err := m.startLocked(ctx, e)
+	started := time.Now()
+	if err == nil {
+		e.usage.reset(e.sb, started)
+	}
 	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError))) {
 		// The request was refused (an image the store lacks or could not
 		// pull, a volume the policy forbids): it leaves no record, no
@@ -526,9 +530,8 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err != nil {
 		e.state, e.err = Error, err.Error()
 	} else {
-		e.state, e.started, e.stopped = Running, time.Now(), time.Time{}
+		e.state, e.started, e.stopped = Running, started, time.Time{}
 		e.touch()
-		e.usage.reset(e.started)
 	}
 	info := m.info(e)
 	m.mu.Unlock()

@@ -66,7 +66,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			e.err = "the sandbox's agent was not running when the daemon restarted (was " + string(was) + ")"
 		case was == Running:
 			e.sb = sb
-			e.usage.reset(time.Now())
+			e.usage.reset(sb, time.Now())
 			e.logf("reattached after a daemon restart")
 			m.watch(e, sb)
 		default:

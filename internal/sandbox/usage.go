@@ -21,10 +21,22 @@ type usage struct {
 	diskAt  time.Time
 }
 
-func (u *usage) reset(t time.Time) {
+// reset starts the sampling over at t from sb's CPU counter as it reads
+// now. The counter is the cgroup's: what it counted before t (the start
+// itself, or a whole earlier life before a daemon restart) is no use over
+// the first interval, and starting from 0 reported it as such (hundreds of
+// percent for an idle sandbox). Without a reading there is no first
+// interval: the first sample only seeds the next.
+func (u *usage) reset(sb backend.Sandbox, t time.Time) {
+	var cpu time.Duration
+	if st, err := sb.Stats(); err == nil {
+		cpu = st.CPUUsage
+	} else {
+		t = time.Time{}
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.lastT, u.lastCPU, u.pct, u.have = t, 0, 0, false
+	u.lastT, u.lastCPU, u.pct, u.have = t, cpu, 0, false
 }
 
 // sample records CPU time consumed since the last sample.
@@ -101,7 +113,7 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 	pct := e.usage.pct
 	if !e.usage.have {
 		// No full interval yet: the average since the sandbox started.
-		if dt := now.Sub(e.usage.lastT); dt > 0 {
+		if dt := now.Sub(e.usage.lastT); dt > 0 && !e.usage.lastT.IsZero() {
 			pct = 100 * float64(st.CPUUsage-e.usage.lastCPU) / float64(dt)
 		}
 	}

@@ -19,8 +19,18 @@ const Version = "1"
 const (
 	// DefaultOutputLimit caps captured stdout+stderr of one exec.
 	DefaultOutputLimit = 1 << 20
-	// MaxOutputLimit is the largest output cap a client may request.
+	// MaxOutputLimit is the largest output cap a client may request of
+	// output that is held whole: an exec's answer to sandbox.exec and
+	// sandbox.shell, and a REPL run's lines, which the agent keeps in the
+	// sandbox's memory until the run ends.
 	MaxOutputLimit = 64 << 20
+	// MaxReplLines bounds the lines a REPL run keeps, whatever their
+	// bytes: each costs its header in the agent's memory until the run
+	// ends (64 MiB of empty lines would cost 2 GiB).
+	MaxReplLines = 1 << 20
+	// MaxStreamedOutput is the largest output cap of an exec: its output
+	// streams through the agent, and the host may spool it.
+	MaxStreamedOutput = 1 << 30
 	// MaxStdin is the largest stdin a client may send with an exec.
 	MaxStdin = 16 << 20
 	// MaxFileRead is the largest file the read endpoint returns whole.
@@ -183,6 +193,9 @@ type ReplRequest struct {
 	Code     string `json:"code"`
 	// TimeoutMs interrupts the running code; the interpreter survives.
 	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// OutputLimit caps the output bytes the run keeps (up to
+	// MaxOutputLimit); 0 = the agent's default, DefaultOutputLimit.
+	OutputLimit int64 `json:"output_limit,omitempty"`
 }
 
 // Repl run statuses.

@@ -30,7 +30,8 @@
   const rfd = reopen(3, 'r');
   const wfd = reopen(4, 'w');
 
-  const st = { limit: 1 << 20, fwd: 0, trunc: false };
+  // limit is the default; a run may set its own (cur).
+  const st = { limit: 1 << 20, cur: 1 << 20, fwd: 0, trunc: false };
 
   function writeAll(fd, buf) {
     let off = 0;
@@ -64,7 +65,7 @@
       b = Buffer.from(String(chunk), 'utf8');
     }
     if (b.length === 0) return;
-    const room = st.limit - st.fwd;
+    const room = st.cur - st.fwd;
     if (room <= 0) {
       st.trunc = true;
       return;
@@ -182,8 +183,7 @@
   const INTERRUPT = Symbol('interrupt');
   let running = null; // {id, reject} while awaiting a promise
 
-  function inspect(v) {
-    let r = util.inspect(v);
+  function bounded(r) {
     let trunc = false;
     if (r.length > MAX_REPR || Buffer.byteLength(r) > MAX_REPR) {
       r = Buffer.from(r.slice(0, MAX_REPR)).subarray(0, MAX_REPR).toString();
@@ -215,6 +215,7 @@
   async function run(cmd) {
     const id = cmd.id;
     const filename = 'cell-' + id;
+    st.cur = Number.isInteger(cmd.limit) && cmd.limit > 0 ? cmd.limit : st.limit;
     st.fwd = 0;
     st.trunc = false;
     let status = 'ok';
@@ -238,7 +239,11 @@
         });
       }
       if (v !== undefined) {
-        [result, rtrunc] = inspect(v);
+        // Printed as node's REPL prints a completion value (undefined is
+        // not), in order with the run's output; and kept as the result.
+        const shown = util.inspect(v, { showProxy: true });
+        emit(TAG_OUT, shown + '\n');
+        [result, rtrunc] = bounded(shown);
       }
     } catch (e) {
       if (e === INTERRUPT || (e instanceof Error && e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED')) {

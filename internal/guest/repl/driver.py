@@ -9,6 +9,7 @@
 
 def _warren_main():
     import ast
+    import builtins
     import fcntl
     import io
     import json
@@ -37,7 +38,8 @@ def _warren_main():
         critical = False  # the main thread is writing a frame
         pending = False  # a SIGINT arrived while critical
         fired = False  # the driver raised KeyboardInterrupt for this run
-        limit = 1 << 20
+        limit = 1 << 20  # the default; a run may set its own
+        cur = 1 << 20  # the running run's
         fwd = 0
         trunc = False
 
@@ -83,7 +85,7 @@ def _warren_main():
     def emit(tag, b):
         if not b:
             return
-        room = st.limit - st.fwd
+        room = st.cur - st.fwd
         if room <= 0:
             st.trunc = True
             return
@@ -189,6 +191,18 @@ def _warren_main():
             text = summary(e) + "\n"
         emit(b"e", text.encode("utf-8", "surrogateescape"))
 
+    def display(value, r):
+        # What sys.__displayhook__ does, with the repr already made; a
+        # hook the user installed is called as the interpreter would.
+        if sys.displayhook is not sys.__displayhook__:
+            sys.displayhook(value)
+            return
+        if value is None:
+            return
+        builtins._ = None
+        sys.stdout.write(r + "\n")
+        builtins._ = value
+
     buf = bytearray()
 
     def read_frame():
@@ -207,6 +221,7 @@ def _warren_main():
     def run(cmd):
         rid = cmd["id"]
         code = cmd["code"]
+        st.cur = int(cmd.get("limit") or st.limit)
         st.fwd = 0
         st.trunc = False
         st.fired = False
@@ -222,7 +237,12 @@ def _warren_main():
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = ast.Expression(tree.body.pop().value)
-            body = compile(tree, fname, "exec", dont_inherit=True)
+            # Compiled as the interactive interpreter compiles what is typed
+            # at its prompt: every expression statement outside a function
+            # prints its value (not None) through sys.displayhook, in order
+            # with the rest of the output. The last one is evaluated apart
+            # so its value is also the run's result.
+            body = compile(ast.Interactive(tree.body), fname, "single", dont_inherit=True)
             expr = None
             if last is not None:
                 expr = compile(last, fname, "eval", dont_inherit=True)
@@ -242,8 +262,10 @@ def _warren_main():
                     if expr is not None:
                         value = eval(expr, main_ns)
                     st.armed = False
-                    if value is not None:
-                        r = repr(value)
+                    r = None if value is None else repr(value)
+                    if expr is not None:
+                        display(value, r)
+                    if r is not None:
                         rb = r.encode("utf-8", "surrogateescape")
                         if len(rb) > max_repr:
                             r = rb[:max_repr].decode("utf-8", "replace")

@@ -58,7 +58,7 @@ func newEngine(m *Manager, lang string) *engine {
 	return &engine{m: m, lang: lang, sem: make(chan struct{}, 1)}
 }
 
-func (e *engine) run(ctx context.Context, code string, timeout time.Duration) (wire.ReplResult, error) {
+func (e *engine) run(ctx context.Context, code string, timeout time.Duration, limit int) (wire.ReplResult, error) {
 	select {
 	case e.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -72,7 +72,11 @@ func (e *engine) run(ctx context.Context, code string, timeout time.Duration) (w
 	if err != nil {
 		return wire.ReplResult{}, err
 	}
-	res, alive := p.run(ctx, code, timeout, e.m.opts)
+	opts := e.m.opts
+	if limit > 0 {
+		opts.OutputLimit = limit
+	}
+	res, alive := p.run(ctx, code, timeout, opts)
 	if alive {
 		return res, nil
 	}
@@ -177,6 +181,8 @@ type runCommand struct {
 	Code          string `json:"code"`
 	Marker        string `json:"marker"`
 	Interruptible bool   `json:"interruptible"`
+	// Limit is the bytes of output the driver forwards in this run.
+	Limit int `json:"limit"`
 }
 
 // startProc starts an interpreter and waits for its driver's hello.
@@ -520,6 +526,7 @@ func (p *proc) run(ctx context.Context, code string, timeout time.Duration, opts
 		Code:          code,
 		Marker:        string(p.prefix) + strconv.FormatUint(seq, 10) + "\n",
 		Interruptible: timeout > 0 || ctx.Done() != nil,
+		Limit:         opts.OutputLimit,
 	})
 	if err != nil {
 		// Unreachable for a string; keep the interpreter.

@@ -13,7 +13,7 @@ package repl
 // Engine → driver:
 //
 //	'c' {"limit":N}                               configure; answered by 'h'
-//	'x' {"id":N,"code":S,"marker":S,"interruptible":B} run code
+//	'x' {"id":N,"code":S,"marker":S,"interruptible":B,"limit":N} run code
 //	'i' {"id":N}                                  interrupt run N (Node: awaits)
 //
 // Driver → engine:
@@ -138,9 +138,9 @@ func (c *collector) addLine(s int, raw []byte, newline bool) {
 	if newline {
 		cost++
 	}
-	if c.used+cost > c.limit {
+	if c.used+cost > c.limit || len(c.lines) >= wire.MaxReplLines {
 		room := c.limit - c.used
-		if room > 0 {
+		if room > 0 && len(c.lines) < wire.MaxReplLines {
 			text = cutUTF8(text, room)
 			if text != "" {
 				c.lines = append(c.lines, wire.OutputLine{Stream: streamNames[s], Text: text})

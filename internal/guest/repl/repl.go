@@ -200,6 +200,13 @@ func NormalizeLanguage(s string) (string, error) {
 // larger than MaxCode, an interpreter that fails to start, a closed Manager,
 // or ctx done before the run began.
 func (m *Manager) Run(ctx context.Context, language, code string, timeout time.Duration) (wire.ReplResult, error) {
+	return m.RunLimit(ctx, language, code, timeout, 0)
+}
+
+// RunLimit is Run keeping at most limit bytes of output (see
+// Options.OutputLimit; 0 = Options.OutputLimit, at most
+// wire.MaxOutputLimit).
+func (m *Manager) RunLimit(ctx context.Context, language, code string, timeout time.Duration, limit int) (wire.ReplResult, error) {
 	lang, err := NormalizeLanguage(language)
 	if err != nil {
 		return wire.ReplResult{}, err
@@ -210,7 +217,7 @@ func (m *Manager) Run(ctx context.Context, language, code string, timeout time.D
 	if timeout < 0 {
 		timeout = 0
 	}
-	return m.engines[lang].run(ctx, code, timeout)
+	return m.engines[lang].run(ctx, code, timeout, min(limit, wire.MaxOutputLimit))
 }
 
 // Close kills the interpreters (with their process groups) and waits for

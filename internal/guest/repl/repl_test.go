@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,6 +232,93 @@ func TestLastExpressionResult(t *testing.T) {
 	}
 }
 
+// TestExpressionsPrint: a run prints what the interactive interpreter
+// prints for what is typed at its prompt. Python: the value of every
+// expression statement outside a function that is not None, as
+// sys.displayhook writes it (repr; also into _). Node: the run's
+// completion value unless undefined, as the REPL inspects it. Both in
+// order with the run's other output; the last value is also the result.
+func TestExpressionsPrint(t *testing.T) {
+	out := func(s ...string) []wire.OutputLine {
+		ls := []wire.OutputLine{}
+		for _, x := range s {
+			ls = append(ls, wire.OutputLine{Stream: wire.Stdout, Text: x})
+		}
+		return ls
+	}
+	for _, tc := range []struct {
+		lang, code string
+		want       []wire.OutputLine
+		result     string
+	}{
+		{Python, "6*7", out("42"), "42"},
+		{Python, "print('a')\n6*7\nprint('b')", out("a", "42", "b"), "<none>"},
+		{Python, "x = 5\nx\nx + 1", out("5", "6"), "6"},
+		{Python, "None", out(), "<none>"},
+		{Python, "print('a')", out("a"), "<none>"},
+		{Python, "'s'", out("'s'"), "'s'"},
+		{Python, "'two\\nlines'", out("'two\\nlines'"), "'two\\nlines'"},
+		{Python, "[\n  1,\n  'a',\n]", out("[1, 'a']"), "[1, 'a']"},
+		{Python, "for i in range(3):\n    i", out("0", "1", "2"), "<none>"},
+		{Python, "if True:\n    'x'\n    print('y')", out("'x'", "y"), "<none>"},
+		{Python, "def f():\n    5\n    return 6\nf()\nf() and None", out("6"), "<none>"},
+		{Python, "7\n_ * 2", out("7", "14"), "14"},
+		{Python, "import sys\nsys.displayhook = lambda v: print('hook', v)\n3\nNone", out("hook 3", "hook None"), "<none>"},
+		{Node, "6*7", out("42"), "42"},
+		{Node, "console.log('a'); 6*7", out("a", "42"), "42"},
+		{Node, "console.log('a')", out("a"), "<none>"},
+		{Node, "undefined", out(), "<none>"},
+		{Node, "let z = 9", out(), "<none>"},
+		{Node, "'s'", out("'s'"), "'s'"},
+		{Node, "const o = {\n  a: [1, 2],\n};\no", out("{ a: [ 1, 2 ] }"), "{ a: [ 1, 2 ] }"},
+		{Node, "console.log('before');\nawait new Promise((r) => setTimeout(r, 10));\nconsole.log('after');\n40 + 2",
+			out("before", "after", "42"), "42"},
+	} {
+		t.Run(tc.lang+"/"+tc.code, func(t *testing.T) {
+			requireLang(t, tc.lang)
+			m := newTestManager(t, Options{})
+			res := mustRun(t, m, tc.lang, tc.code, 5*time.Second)
+			wantSuccess(t, res, tc.result)
+			if fmt.Sprint(res.Output) != fmt.Sprint(tc.want) {
+				t.Fatalf("output\n%q\nwant\n%q", res.Output, tc.want)
+			}
+		})
+	}
+}
+
+// TestExpressionsPrintUntilError: the values printed before an exception
+// stay in the output, before its traceback; nothing after it runs.
+func TestExpressionsPrintUntilError(t *testing.T) {
+	for _, tc := range []struct{ lang, code, wantErr string }{
+		{Python, "print('a')\n40 + 2\n1/0\n'never'", "ZeroDivisionError: division by zero"},
+		{Python, "print('a')\n40 + 2\n[][1]", "IndexError: list index out of range"},
+		{Node, "console.log('a');\nnull.x;\n'never'", "TypeError: Cannot read properties of null (reading 'x')"},
+	} {
+		t.Run(tc.lang+"/"+tc.code, func(t *testing.T) {
+			requireLang(t, tc.lang)
+			m := newTestManager(t, Options{})
+			res := mustRun(t, m, tc.lang, tc.code, 5*time.Second)
+			if res.Status != wire.ReplError || res.Error != tc.wantErr || res.Result != nil {
+				t.Fatalf("status %q error %q result %q; want error %q", res.Status, res.Error, resultOf(res), tc.wantErr)
+			}
+			want := []string{"a"}
+			if tc.lang == Python {
+				want = append(want, "42")
+			}
+			if got := lines(res, wire.Stdout); !slices.Equal(got, want) {
+				t.Fatalf("stdout %q, want %q", got, want)
+			}
+			if stderr := joined(res, wire.Stderr); !strings.Contains(stderr, tc.wantErr) || strings.Contains(stderr, "never") {
+				t.Fatalf("stderr %q, want the traceback of %q", stderr, tc.wantErr)
+			}
+			// The traceback comes after the printed values.
+			if i := slices.IndexFunc(res.Output, func(l wire.OutputLine) bool { return l.Stream == wire.Stderr }); i != len(want) {
+				t.Fatalf("output %q: the traceback does not follow the values", res.Output)
+			}
+		})
+	}
+}
+
 func TestOutputOrder(t *testing.T) {
 	want := []wire.OutputLine{}
 	for i := range 5 {
@@ -243,9 +331,9 @@ func TestOutputOrder(t *testing.T) {
 		wire.OutputLine{Stream: wire.Stderr, Text: "tail"})
 	for _, tc := range []struct{ lang, code string }{
 		{Python, "import sys\nfor i in range(5):\n    print('out', i)\n    print('err', i, file=sys.stderr)\n" +
-			"print('a', end='')\nsys.stdout.write('b\\n')\nsys.stderr.write('tail')"},
+			"print('a', end='')\nn = sys.stdout.write('b\\n')\nn = sys.stderr.write('tail')"},
 		{Node, "for (let i = 0; i < 5; i++) { console.log('out', i); console.error('err', i) }\n" +
-			"process.stdout.write('a'); process.stdout.write('b\\n'); process.stderr.write('tail')"},
+			"process.stdout.write('a'); process.stdout.write('b\\n'); void process.stderr.write('tail')"},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
 			requireLang(t, tc.lang)
@@ -256,8 +344,8 @@ func TestOutputOrder(t *testing.T) {
 			}
 			// The next run sees only its own output.
 			res = mustRun(t, m, tc.lang, "1", 0)
-			if len(res.Output) != 0 {
-				t.Fatalf("next run output %q, want none", res.Output)
+			if fmt.Sprint(res.Output) != fmt.Sprint([]wire.OutputLine{{Stream: wire.Stdout, Text: "1"}}) {
+				t.Fatalf("next run output %q, want its value only", res.Output)
 			}
 		})
 	}
@@ -421,10 +509,10 @@ func TestSubprocessOutput(t *testing.T) {
 		lang, code          string
 		frames, raw, stderr []string
 	}{
-		{Python, "import os, subprocess\nprint('a')\nos.system('echo b; echo c >&2')\nsubprocess.run(['sh', '-c', 'echo d'])\nos.system('printf tail')",
+		{Python, "import os, subprocess\nprint('a')\nr = os.system('echo b; echo c >&2')\nr = subprocess.run(['sh', '-c', 'echo d'])\nr = os.system('printf tail')",
 			[]string{"a"}, []string{"b", "d", "tail"}, []string{"c"}},
-		{Python, "import os\nos.write(1, b'raw1\\n'); os.write(2, b'raw2\\n')", nil, []string{"raw1"}, []string{"raw2"}},
-		{Node, "console.log('a')\nrequire('child_process').execSync('echo b; echo c >&2', {stdio: 'inherit'})\nrequire('fs').writeSync(1, 'raw\\n')",
+		{Python, "import os\nn = os.write(1, b'raw1\\n'); n = os.write(2, b'raw2\\n')", nil, []string{"raw1"}, []string{"raw2"}},
+		{Node, "console.log('a')\nrequire('child_process').execSync('echo b; echo c >&2', {stdio: 'inherit'})\nvoid require('fs').writeSync(1, 'raw\\n')",
 			[]string{"a"}, []string{"b", "raw"}, []string{"c"}},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
@@ -445,8 +533,8 @@ func TestSubprocessOutput(t *testing.T) {
 // the end of a run: all of it belongs to that run, none to the next.
 func TestSubprocessOutputStaysInRun(t *testing.T) {
 	for _, tc := range []struct{ lang, code, next string }{
-		{Python, "import os\nos.system('seq 1 20000')", "print('next')"},
-		{Node, "require('child_process').execSync('seq 1 20000', {stdio: 'inherit'})", "console.log('next')"},
+		{Python, "import os\nr = os.system('seq 1 20000')", "print('next')"},
+		{Node, "void require('child_process').execSync('seq 1 20000', {stdio: 'inherit'})", "console.log('next')"},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
 			requireLang(t, tc.lang)
@@ -471,7 +559,7 @@ func TestSubprocessOutputStaysInRun(t *testing.T) {
 func TestNodeSubprocessBigWrite(t *testing.T) {
 	requireLang(t, Node)
 	m := newTestManager(t, Options{OutputLimit: 2 << 20})
-	res := mustRun(t, m, Node, `require('child_process').execSync("head -c 1000000 /dev/zero | tr '\\0' a", {stdio: 'inherit'})`, 10*time.Second)
+	res := mustRun(t, m, Node, `void require('child_process').execSync("head -c 1000000 /dev/zero | tr '\\0' a", {stdio: 'inherit'})`, 10*time.Second)
 	out := lines(res, wire.Stdout)
 	if res.Status != wire.ReplSuccess || len(out) != 1 || len(out[0]) != 1000000 {
 		t.Fatalf("status %q error %q, %d lines", res.Status, res.Error, len(out))
@@ -484,12 +572,12 @@ func TestInvalidUTF8(t *testing.T) {
 		lang, code  string
 		frames, raw []string
 	}{
-		{Python, "import sys, os\nsys.stdout.buffer.write(b'\\xff\\xfe\\n')\nprint('ok')\n" +
-			"sys.stdout.buffer.write(b'\\xe2\\x82'); sys.stdout.buffer.write(b'\\xac\\n')\nos.write(1, b'\\xff\\xfe\\n')\nprint('\\udcff\\udcfe')",
+		{Python, "import sys, os\nn = sys.stdout.buffer.write(b'\\xff\\xfe\\n')\nprint('ok')\n" +
+			"n = sys.stdout.buffer.write(b'\\xe2\\x82'); n = sys.stdout.buffer.write(b'\\xac\\n')\nn = os.write(1, b'\\xff\\xfe\\n')\nprint('\\udcff\\udcfe')",
 			[]string{bad, "ok", "€", bad}, []string{bad}},
 		{Node, "process.stdout.write(Buffer.from([0xff, 0xfe, 0x0a])); console.log('ok')\n" +
 			"process.stdout.write(Buffer.from([0xe2, 0x82])); process.stdout.write(Buffer.from([0xac, 0x0a]))\n" +
-			"require('fs').writeSync(1, Buffer.from([0xff, 0xfe, 0x0a]))",
+			"void require('fs').writeSync(1, Buffer.from([0xff, 0xfe, 0x0a]))",
 			[]string{bad, "ok", "€"}, []string{bad}},
 	} {
 		t.Run(tc.lang, func(t *testing.T) {
@@ -542,8 +630,8 @@ func TestOutputLimit(t *testing.T) {
 				t.Fatalf("the engine allocated %d MiB for one run", alloc>>20)
 			}
 			res = mustRun(t, m, tc.lang, "1+1", 0)
-			if res.Truncated || len(res.Output) != 0 {
-				t.Fatalf("next run: truncated %v output %d lines", res.Truncated, len(res.Output))
+			if res.Truncated || fmt.Sprint(res.Output) != fmt.Sprint([]wire.OutputLine{{Stream: wire.Stdout, Text: "2"}}) {
+				t.Fatalf("next run: truncated %v output %q", res.Truncated, res.Output)
 			}
 		})
 	}
@@ -594,7 +682,8 @@ func TestConcurrentRuns(t *testing.T) {
 					code = fmt.Sprintf("console.log(%q); console.error(%q); %d", tag, tag+"e", g*100+j)
 				}
 				res, err := m.Run(context.Background(), lang, code, 10*time.Second)
-				want := []wire.OutputLine{{Stream: wire.Stdout, Text: tag}, {Stream: wire.Stderr, Text: tag + "e"}}
+				want := []wire.OutputLine{{Stream: wire.Stdout, Text: tag}, {Stream: wire.Stderr, Text: tag + "e"},
+					{Stream: wire.Stdout, Text: strconv.Itoa(g*100 + j)}}
 				switch {
 				case err != nil:
 					errs <- err
@@ -777,3 +866,45 @@ func benchmarkOnePlusOne(b *testing.B, lang string) {
 func BenchmarkPythonOnePlusOne(b *testing.B) { benchmarkOnePlusOne(b, Python) }
 
 func BenchmarkNodeOnePlusOne(b *testing.B) { benchmarkOnePlusOne(b, Node) }
+
+// TestRunLimit: a run may keep more (or less) output than the Manager's
+// default.
+func TestRunLimit(t *testing.T) {
+	for _, lang := range langs {
+		t.Run(lang, func(t *testing.T) {
+			requireLang(t, lang)
+			m := newTestManager(t, Options{OutputLimit: 64 << 10})
+			code := "import sys\nn = sys.stdout.write('x' * 300000)"
+			if lang == Node {
+				code = "void process.stdout.write('x'.repeat(300000))"
+			}
+			for _, limit := range []int{0, 16 << 10, 256 << 10, 1 << 20} {
+				res, err := m.RunLimit(context.Background(), lang, code, 0, limit)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := limit
+				if limit == 0 {
+					want = 64 << 10
+				}
+				if limit == 1<<20 {
+					want = 300000
+				}
+				if got := keptBytes(res); got < want-1 || got > want+1 || res.Truncated != (want < 300000) {
+					t.Errorf("limit %d: kept %d bytes, truncated %v; want %d", limit, got, res.Truncated, want)
+				}
+			}
+		})
+	}
+}
+
+// TestCollectorLineCap: a run keeps at most wire.MaxReplLines lines,
+// whatever their bytes.
+func TestCollectorLineCap(t *testing.T) {
+	c := newCollector(1, wire.MaxOutputLimit)
+	c.write(srcFrame, 0, bytes.Repeat([]byte("\n"), wire.MaxReplLines+10))
+	lines, truncated := c.finish()
+	if len(lines) != wire.MaxReplLines || !truncated {
+		t.Fatalf("kept %d lines, truncated %v; want %d and truncated", len(lines), truncated, wire.MaxReplLines)
+	}
+}

@@ -204,7 +204,7 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 	if limit <= 0 {
 		limit = wire.DefaultOutputLimit
 	}
-	limit = min(limit, wire.MaxOutputLimit)
+	limit = min(limit, wire.MaxStreamedOutput)
 	if req.NoOutputLimit {
 		limit = math.MaxInt64
 	}

@@ -1,6 +1,8 @@
 package service
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -329,12 +331,47 @@ func (s *Server) replRun(w httpd.ResponseWriter, r *httpd.Request) {
 		writeError(w, invalidf("%v", err))
 		return
 	}
-	res, err := s.repl.Run(r.Context(), lang, req.Code, time.Duration(req.TimeoutMs)*time.Millisecond)
+	limit := int(min(max(req.OutputLimit, 0), wire.MaxOutputLimit))
+	res, err := s.repl.RunLimit(r.Context(), lang, req.Code, time.Duration(req.TimeoutMs)*time.Millisecond, limit)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, res)
+	writeReplResult(w, res)
+}
+
+// writeReplResult writes res as writeJSON does, but its output line by
+// line, letting each go once written: a run's output may be tens of MiB,
+// and encoding it whole would hold it twice more in the sandbox's memory.
+func writeReplResult(w httpd.ResponseWriter, res wire.ReplResult) {
+	lines := res.Output
+	res.Output = nil
+	b, err := json.Marshal(res)
+	const null = `"output":null`
+	i := bytes.Index(b, []byte(null)) // after "status", a fixed word
+	if err == nil && i < 0 {
+		err = errors.New("no output member")
+	}
+	if err != nil {
+		writeError(w, fmt.Errorf("encode the result: %w", err))
+		return
+	}
+	w.Header()["Content-Type"] = "application/json"
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	_, _ = bw.Write(b[:i])
+	_, _ = bw.WriteString(`"output":[`)
+	for k := range lines {
+		if k > 0 {
+			_ = bw.WriteByte(',')
+		}
+		_ = enc.Encode(lines[k])
+		lines[k] = wire.OutputLine{}
+	}
+	_ = bw.WriteByte(']')
+	_, _ = bw.Write(b[i+len(null):])
+	_ = bw.WriteByte('\n')
+	_ = bw.Flush()
 }
 
 func intParam(s string, def int64) (int64, error) {
