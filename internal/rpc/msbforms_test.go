@@ -265,3 +265,22 @@ func TestStartWithoutConfig(t *testing.T) {
 		t.Errorf("restart with a new config: %+v", in)
 	}
 }
+
+// TestReplLanguageAnyCase: microsandbox takes a REPL language in any case.
+func TestReplLanguageAnyCase(t *testing.T) {
+	e := newFakeEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "lc"}, nil)
+	for _, lang := range []string{"Python", "PYTHON", "NodeJS", "JavaScript"} {
+		var res struct {
+			Language string `json:"language"`
+			Status   string `json:"status"`
+		}
+		e.must("sandbox.repl.run", map[string]any{"sandbox": "lc", "language": lang, "code": "print('x')"}, &res)
+		if res.Language != lang || res.Status != "success" {
+			t.Errorf("%s: %+v", lang, res)
+		}
+	}
+	if r := e.call("sandbox.repl.run", map[string]any{"sandbox": "lc", "language": "Cobol", "code": "1"}); r.kind() != "invalid_params" {
+		t.Errorf("an unknown language: %s", r.Raw)
+	}
+}

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -48,7 +49,10 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call, p *replParams) (any, 
 	if err != nil {
 		return nil, err
 	}
-	switch p.Language {
+	// Any case, as microsandbox takes it ("Python"); the answer names it
+	// as the request did.
+	lang := strings.ToLower(p.Language)
+	switch lang {
 	case "python", "nodejs", "node", "javascript":
 	case "":
 		return nil, errdefs.Errorf(errInvalidParams, "\"language\" is missing: want python, nodejs, node or javascript")
@@ -72,7 +76,7 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call, p *replParams) (any, 
 	defer l.Release()
 	t0 := time.Now()
 	limit := min(s.opts.MaxOutput, wire.MaxOutputLimit)
-	res, err := l.Repl(ctx, wire.ReplRequest{Language: p.Language, Code: *p.Code, TimeoutMs: timeout.Milliseconds(), OutputLimit: limit})
+	res, err := l.Repl(ctx, wire.ReplRequest{Language: lang, Code: *p.Code, TimeoutMs: timeout.Milliseconds(), OutputLimit: limit})
 	s.m.execLatency(ns, "repl", time.Since(t0))
 	if err != nil {
 		return nil, err

@@ -31,15 +31,16 @@ type action struct {
 func (m *Manager) sweep(now time.Time) {
 	var todo []action
 	type pair struct {
-		e  *entry
-		sb backend.Sandbox
+		e    *entry
+		sb   backend.Sandbox
+		cpus float64
 	}
 	var sample []pair
 	m.mu.Lock()
 	for k, e := range m.entries {
 		switch e.state {
 		case Running:
-			sample = append(sample, pair{e, e.sb})
+			sample = append(sample, pair{e, e.sb, e.spec.CPUs})
 			idle := e.spec.IdleTimeout
 			if idle == 0 {
 				idle = m.opts.IdleTimeout
@@ -67,7 +68,7 @@ func (m *Manager) sweep(now time.Time) {
 	}
 	m.mu.Unlock()
 	for _, p := range sample {
-		p.e.usage.sample(p.sb, now)
+		p.e.usage.sample(p.sb, now, p.cpus)
 	}
 	for _, a := range todo {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -714,3 +714,35 @@ func TestImagePinnedAcrossRestart(t *testing.T) {
 		t.Errorf("a new python sandbox starts from %+v, want base", got)
 	}
 }
+
+// TestUsageCPUHeldToLimit: the CPU percentage is the counter's growth over
+// the sampling interval, held to the sandbox's CPU limit (an interval not
+// aligned with the quota's periods can count up to a period more).
+func TestUsageCPUHeldToLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, sandbox.Options{Tick: time.Second})
+		m := e.manager(t)
+		for _, tc := range []struct {
+			name string
+			cpus float64
+			want float64
+		}{{"one", 1, 100}, {"two", 2, 110}} {
+			info := mustStart(t, m, tc.name, sandbox.Spec{Image: "base", MemoryMiB: 512, CPUs: tc.cpus})
+			sb := e.be.Sandbox(info.ID)
+			// 1.1 s of CPU per second of wall time, from the start on.
+			t0 := time.Now()
+			for i := 1; i <= 3; i++ {
+				sb.SetStats(backend.Stats{CPUUsage: time.Duration(float64(time.Since(t0)+time.Second) * 1.1)})
+				time.Sleep(time.Second)
+				synctest.Wait()
+			}
+			u, err := m.Usage("ns", tc.name)
+			if err != nil || u.CPUPercent == nil {
+				t.Fatalf("%s: %+v %v", tc.name, u, err)
+			}
+			if got := *u.CPUPercent; math.Abs(got-tc.want) > 0.01 {
+				t.Errorf("%s (%g cpus): cpu %.2f%%, want %g%%", tc.name, tc.cpus, got, tc.want)
+			}
+		}
+	})
+}

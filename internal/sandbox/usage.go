@@ -39,8 +39,13 @@ func (u *usage) reset(sb backend.Sandbox, t time.Time) {
 	u.lastT, u.lastCPU, u.pct, u.have = t, cpu, 0, false
 }
 
-// sample records CPU time consumed since the last sample.
-func (u *usage) sample(sb backend.Sandbox, now time.Time) {
+// sample records CPU time consumed since the last sample, by a sandbox
+// limited to cpus (0: unlimited). Over an interval that does not line up
+// with the CPU quota's periods the counter can read up to a period more
+// than the quota allows (a sandbox that ran a whole period just before the
+// interval and was charged in it): the percentage is held to the limit,
+// which is what the sandbox could use over any longer span.
+func (u *usage) sample(sb backend.Sandbox, now time.Time, cpus float64) {
 	st, err := sb.Stats()
 	if err != nil {
 		return
@@ -49,6 +54,9 @@ func (u *usage) sample(sb backend.Sandbox, now time.Time) {
 	defer u.mu.Unlock()
 	if dt := now.Sub(u.lastT); dt > 0 && !u.lastT.IsZero() {
 		u.pct = 100 * float64(st.CPUUsage-u.lastCPU) / float64(dt)
+		if cpus > 0 {
+			u.pct = min(u.pct, 100*cpus)
+		}
 		u.have = true
 	}
 	u.lastT, u.lastCPU = now, st.CPUUsage
