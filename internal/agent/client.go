@@ -341,6 +341,19 @@ func (c *Client) UploadTar(ctx context.Context, path string, r io.Reader) error 
 
 // Repl runs code in the sandbox's persistent interpreter for the language.
 func (c *Client) Repl(ctx context.Context, req wire.ReplRequest) (wire.ReplResult, error) {
+	var out []wire.OutputLine
+	res, err := c.ReplStream(ctx, req, func(l wire.OutputLine) { out = append(out, l) })
+	if out == nil && err == nil {
+		out = []wire.OutputLine{}
+	}
+	res.Output = out
+	return res, err
+}
+
+// ReplStream is Repl handing each line of the run's output to onLine as it
+// is read, in order, instead of keeping them: the result's Output is nil.
+// A caller that spools the lines holds none of a large output in memory.
+func (c *Client) ReplStream(ctx context.Context, req wire.ReplRequest, onLine func(wire.OutputLine)) (wire.ReplResult, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return wire.ReplResult{}, err
@@ -350,7 +363,7 @@ func (c *Client) Repl(ctx context.Context, req wire.ReplRequest) (wire.ReplResul
 		return wire.ReplResult{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	res, err := readReplResult(resp.Body)
+	res, err := readReplResult(resp.Body, onLine)
 	if err != nil {
 		return wire.ReplResult{}, fmt.Errorf("agent repl: %w", err)
 	}
@@ -361,11 +374,12 @@ func (c *Client) Repl(ctx context.Context, req wire.ReplRequest) (wire.ReplResul
 // the few the engine adds (a timeout, a restart).
 const maxReplLines = wire.MaxReplLines + 16
 
-// readReplResult decodes a REPL answer a line of output at a time: a
-// run's output may be tens of MiB, which a decoder reading the answer
-// whole would buffer (and grow to twice) before decoding a line of it. The
-// agent is not trusted: it may send at most wire.MaxReplLines lines.
-func readReplResult(r io.Reader) (wire.ReplResult, error) {
+// readReplResult decodes a REPL answer a line of output at a time, handing
+// each to onLine: a run's output may be tens of MiB, which a decoder
+// reading the answer whole would buffer (and grow to twice) before
+// decoding a line of it. The agent is not trusted: it may send at most
+// wire.MaxReplLines lines. The result's Output is left nil.
+func readReplResult(r io.Reader, onLine func(wire.OutputLine)) (wire.ReplResult, error) {
 	var res wire.ReplResult
 	dec := json.NewDecoder(r)
 	if tok, err := dec.Token(); err != nil {
@@ -393,16 +407,15 @@ func readReplResult(r io.Reader) (wire.ReplResult, error) {
 		} else if tok != json.Delim('[') {
 			return res, errors.New("output is not an array")
 		}
-		res.Output = []wire.OutputLine{}
-		for dec.More() {
-			if len(res.Output) >= maxReplLines {
+		for n := 0; dec.More(); n++ {
+			if n >= maxReplLines {
 				return res, fmt.Errorf("more than %d lines of output", maxReplLines)
 			}
 			var l wire.OutputLine
 			if err := dec.Decode(&l); err != nil {
 				return res, err
 			}
-			res.Output = append(res.Output, l)
+			onLine(l)
 		}
 		if _, err := dec.Token(); err != nil {
 			return res, err
@@ -415,10 +428,8 @@ func readReplResult(r io.Reader) (wire.ReplResult, error) {
 	if err != nil {
 		return res, err
 	}
-	output := res.Output
 	if err := json.Unmarshal(b, &res); err != nil {
 		return res, err
 	}
-	res.Output = output
 	return res, nil
 }

@@ -10,6 +10,14 @@ import (
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
+// readAll decodes a REPL answer keeping its lines, as Client.Repl does.
+func readAll(body string) (wire.ReplResult, error) {
+	out := []wire.OutputLine{}
+	res, err := readReplResult(strings.NewReader(body), func(l wire.OutputLine) { out = append(out, l) })
+	res.Output = out
+	return res, err
+}
+
 // TestReadReplResult: a REPL answer decodes line by line to what a whole
 // decode gives, in any member order; a hostile or broken one is an error.
 func TestReadReplResult(t *testing.T) {
@@ -22,12 +30,12 @@ func TestReadReplResult(t *testing.T) {
 		`{"duration_ms":1.5,"truncated":true,"error":"E","result":"x \"q\" é","output":[{"stream":"stdout","text":"x \"q\" é"},
 		 {"stream":"stderr","text":""}],"status":"error","future":{"a":[1]}}`,
 	} {
-		got, err := readReplResult(strings.NewReader(body))
+		got, err := readAll(body)
 		if err != nil || !reflect.DeepEqual(got, res) {
 			t.Errorf("%s:\n got %+v, %v\nwant %+v", body, got, err, res)
 		}
 	}
-	if got, err := readReplResult(strings.NewReader(`{"status":"success","output":[]}`)); err != nil || got.Output == nil || len(got.Output) != 0 {
+	if got, err := readAll(`{"status":"success","output":[]}`); err != nil || got.Output == nil || len(got.Output) != 0 {
 		t.Errorf("no output: %+v, %v", got, err)
 	}
 	var many bytes.Buffer
@@ -41,7 +49,7 @@ func TestReadReplResult(t *testing.T) {
 	many.WriteString(`]}`)
 	for _, body := range []string{many.String(), ``, `[]`, `{"status":"success","output":{}}`, `{"status":"success","output":[1]}`,
 		`{"status":"success","output":[`, `{"status":1}`, `{"status":"success"`} {
-		if _, err := readReplResult(strings.NewReader(body)); err == nil {
+		if _, err := readAll(body); err == nil {
 			t.Errorf("%.60q: no error", body)
 		}
 	}

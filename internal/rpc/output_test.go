@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"runtime/metrics"
 	"strconv"
 	"strings"
@@ -93,7 +94,7 @@ func TestMsbOutputCut(t *testing.T) {
 	}
 }
 
-// TestMsbOutputMemory: a command's output is spooled on its way to the
+// TestMsbOutputMemory: a command's or a REPL run's output is spooled on its way to the
 // client, so the server's heap does not grow with it. 36 MB of output is
 // a 45 MB answer; held as lines and marshaled whole it took over 100 MB of
 // heap.
@@ -102,45 +103,55 @@ func TestMsbOutputMemory(t *testing.T) {
 	e.must("sandbox.start", map[string]any{"sandbox": "mem"}, nil)
 	line := strings.Repeat("0123456789", 9)
 	const n = 400000
-	var peak atomic.Uint64
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(sample)
-	base := sample[0].Value.Uint64()
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		for {
-			metrics.Read(s)
-			if v := s[0].Value.Uint64(); v > peak.Load() {
-				peak.Store(v)
+	for _, tc := range []struct {
+		method string
+		params map[string]any
+	}{
+		{"sandbox.command.run", map[string]any{"sandbox": "mem", "command": "/bin/sh", "args": []string{"-c", "yes " + line + " | head -n " + strconv.Itoa(n)}}},
+		{"sandbox.repl.run", map[string]any{"sandbox": "mem", "language": "python", "code": "for _ in range(" + strconv.Itoa(n) + "): print('" + line + "')"}},
+	} {
+		t.Run(tc.method, func(t *testing.T) {
+			runtime.GC()
+			var peak atomic.Uint64
+			sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+			metrics.Read(sample)
+			base := sample[0].Value.Uint64()
+			stop := make(chan struct{})
+			sampled := make(chan struct{})
+			go func() {
+				defer close(sampled)
+				s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+				for {
+					metrics.Read(s)
+					if v := s[0].Value.Uint64(); v > peak.Load() {
+						peak.Store(v)
+					}
+					select {
+					case <-stop:
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
+			}()
+			body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": tc.method, "params": tc.params})
+			resp, err := http.Post(e.url+"/api/v1/rpc", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
 			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
+			// Read the answer as a stream too, so the client holds little of it.
+			lines, size, err := countLines(resp.Body, line)
+			_ = resp.Body.Close()
+			close(stop)
+			<-sampled
+			if err != nil || lines != n || resp.ContentLength != size {
+				t.Fatalf("answer: %d lines of %d, %d bytes (Content-Length %d), %v", lines, n, size, resp.ContentLength, err)
 			}
-		}
-	}()
-	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "sandbox.command.run",
-		"params": map[string]any{"sandbox": "mem", "command": "/bin/sh", "args": []string{"-c", "yes " + line + " | head -n " + strconv.Itoa(n)}}})
-	resp, err := http.Post(e.url+"/api/v1/rpc", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Read the answer as a stream too, so the client holds little of it.
-	lines, size, err := countLines(resp.Body, line)
-	_ = resp.Body.Close()
-	close(stop)
-	<-sampled
-	if err != nil || lines != n || resp.ContentLength != size {
-		t.Fatalf("answer: %d lines of %d, %d bytes (Content-Length %d), %v", lines, n, size, resp.ContentLength, err)
-	}
-	grew := int64(peak.Load()) - int64(base)
-	t.Logf("heap: %d MiB before, peak %d MiB during a %d MB answer", base>>20, peak.Load()>>20, size/1e6)
-	if grew > 24<<20 {
-		t.Fatalf("the heap grew by %d MiB for a %d MB answer", grew>>20, size/1e6)
+			grew := int64(peak.Load()) - int64(base)
+			t.Logf("heap: %d MiB before, peak %d MiB during a %d MB answer", base>>20, peak.Load()>>20, size/1e6)
+			if grew > 24<<20 {
+				t.Fatalf("the heap grew by %d MiB for a %d MB answer", grew>>20, size/1e6)
+			}
+		})
 	}
 }
 

@@ -33,12 +33,9 @@ type replResult struct {
 // outputFull tells a run whose output was cut from one whose result alone
 // was (Truncated says either): the agent keeps output up to the limit's
 // last bytes (a cut line ends on a whole character) or wire.MaxReplLines.
-func outputFull(ls []wire.OutputLine, limit int64) bool {
-	n := int64(0)
-	for _, l := range ls {
-		n += int64(len(l.Text)) + 1
-	}
-	return n >= limit-utf8.UTFMax || len(ls) >= wire.MaxReplLines
+// bytes counts each line's text and its newline.
+func outputFull(bytes int64, lines int, limit int64) bool {
+	return bytes >= limit-utf8.UTFMax || lines >= wire.MaxReplLines
 }
 
 // maxCode bounds the code of one REPL run.
@@ -76,26 +73,30 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call, p *replParams) (any, 
 	defer l.Release()
 	t0 := time.Now()
 	limit := min(s.opts.MaxOutput, wire.MaxOutputLimit)
-	res, err := l.Repl(ctx, wire.ReplRequest{Language: lang, Code: *p.Code, TimeoutMs: timeout.Milliseconds(), OutputLimit: limit})
+	// The lines are spooled as they arrive: a large output is never held
+	// whole in the server's memory.
+	spool := &lineSpool{}
+	var nBytes int64
+	nLines, stderr := 0, false
+	res, err := l.Repl(ctx, wire.ReplRequest{Language: lang, Code: *p.Code, TimeoutMs: timeout.Milliseconds(), OutputLimit: limit},
+		func(l wire.OutputLine) {
+			spool.line(l.Stream, l.Text)
+			nBytes += int64(len(l.Text)) + 1
+			nLines++
+			stderr = stderr || l.Stream == wire.Stderr
+		})
 	s.m.execLatency(ns, "repl", time.Since(t0))
 	if err != nil {
+		spool.Close()
 		return nil, err
 	}
-	out := replResult{Status: "success", Language: p.Language, Output: &lineSpool{}, Result: res.Result,
-		Error: res.Error, Truncated: res.Truncated, DurationMs: res.DurationMs}
+	out := replResult{Status: "success", Language: p.Language, Output: spool, Result: res.Result,
+		Error: res.Error, Truncated: res.Truncated, DurationMs: res.DurationMs, HasError: stderr}
 	if res.Status != wire.ReplSuccess {
 		out.Status = "error"
 		out.HasError = true
 	}
-	full := res.Truncated && outputFull(res.Output, limit)
-	for i, l := range res.Output {
-		out.Output.line(l.Stream, l.Text)
-		if l.Stream == wire.Stderr {
-			out.HasError = true
-		}
-		res.Output[i] = wire.OutputLine{} // spooled: let it go
-	}
-	if full {
+	if res.Truncated && outputFull(nBytes, nLines, limit) {
 		out.Output.line(wire.Stderr, s.outputCut(ctx, ns, name, "sandbox.repl.run", limit))
 		out.HasError = true
 	}

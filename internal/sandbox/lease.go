@@ -103,14 +103,15 @@ func (l *Lease) Exec(ctx context.Context, kind string, req *wire.ExecRequest, on
 const replGrace = 30 * time.Second
 
 // Repl runs code in the sandbox's REPL, with the host's deadline on top
-// of the agent's, and logs it.
-func (l *Lease) Repl(ctx context.Context, req wire.ReplRequest) (wire.ReplResult, error) {
+// of the agent's, and logs it. The run's output lines go to onLine as they
+// arrive (the result's Output is nil).
+func (l *Lease) Repl(ctx context.Context, req wire.ReplRequest, onLine func(wire.OutputLine)) (wire.ReplResult, error) {
 	if req.TimeoutMs > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(req.TimeoutMs)*time.Millisecond+replGrace)
 		defer cancel()
 	}
-	res, err := l.sb.Agent().Repl(ctx, req)
+	res, err := l.sb.Agent().ReplStream(ctx, req, onLine)
 	if err != nil {
 		l.Logf("repl %s: %v", req.Language, err)
 		return res, l.Explain(ctx, "the code ran", err)
