@@ -1,25 +1,13 @@
 package rpc_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
-	"io"
-	"log"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/warren-sandbox/warren/internal/image"
 )
@@ -28,34 +16,7 @@ import (
 // image.pull, lists it, and starts a sandbox from it.
 func TestImagePullOverRPC(t *testing.T) {
 	e := newEnv(t, false, nil)
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	defer reg.Close()
-	var tb bytes.Buffer
-	tw := tar.NewWriter(&tb)
-	for _, d := range []string{"etc/", "tmp/"} {
-		_ = tw.WriteHeader(&tar.Header{Name: d, Mode: 0o755, Typeflag: tar.TypeDir})
-	}
-	_ = tw.WriteHeader(&tar.Header{Name: "etc/greeting", Mode: 0o644, Size: 6, Typeflag: tar.TypeReg})
-	_, _ = tw.Write([]byte("hello\n"))
-	_ = tw.Close()
-	layerBytes := tb.Bytes()
-	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerBytes)), nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := mutate.AppendLayers(empty.Image, l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := strings.TrimPrefix(reg.URL, "http://") + "/test/greeting:1"
-	parsed, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(parsed, img); err != nil {
-		t.Fatal(err)
-	}
-
+	ref := greetingImage(t, nil)
 	var pulled struct {
 		Name   string `json:"name"`
 		ID     string `json:"id"`
@@ -74,7 +35,7 @@ func TestImagePullOverRPC(t *testing.T) {
 	if len(list.Images) != 1 || list.Images[0].Name != "greeting" {
 		t.Fatalf("list: %+v", list)
 	}
-	if r := e.call("image.pull", map[string]any{"ref": strings.TrimPrefix(reg.URL, "http://") + "/test/missing:1"}); r.Status == 200 || r.Error == nil {
+	if r := e.call("image.pull", map[string]any{"ref": strings.TrimSuffix(ref, "/test/greeting:1") + "/test/missing:1"}); r.Status == 200 || r.Error == nil {
 		t.Fatalf("pull of a missing image: %s", r.Raw)
 	}
 	e.must("sandbox.create", map[string]any{"name": "fromimg", "image": "greeting"}, nil)
