@@ -156,14 +156,14 @@ type shellParams struct {
 }
 
 type execResult struct {
-	ExitCode   int     `json:"exit_code"`
-	Signal     string  `json:"signal,omitempty"`
-	TimedOut   bool    `json:"timed_out"`
-	OOMKilled  bool    `json:"oom_killed"`
-	Truncated  bool    `json:"truncated"`
-	Stdout     string  `json:"stdout"`
-	Stderr     string  `json:"stderr"`
-	DurationMs float64 `json:"duration_ms"`
+	ExitCode   int      `json:"exit_code"`
+	Signal     string   `json:"signal,omitempty"`
+	TimedOut   bool     `json:"timed_out"`
+	OOMKilled  bool     `json:"oom_killed"`
+	Truncated  bool     `json:"truncated"`
+	Stdout     *outText `json:"stdout"`
+	Stderr     *outText `json:"stderr"`
+	DurationMs float64  `json:"duration_ms"`
 }
 
 func (p *execParams) request() (*wire.ExecRequest, error) {
@@ -240,7 +240,7 @@ func (s *Server) execBuffered(ctx context.Context, ns, name, kind string, req *w
 	}
 	out := execResult{ExitCode: res.Code, Signal: res.Signal, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled,
 		Truncated: res.Truncated, DurationMs: res.DurationMs}
-	out.Stdout, out.Stderr = encode(stdout.Bytes(), binary), encode(stderr.Bytes(), binary)
+	out.Stdout, out.Stderr = newOutText(stdout.Bytes(), binary), newOutText(stderr.Bytes(), binary)
 	return out, nil
 }
 

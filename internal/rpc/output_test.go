@@ -198,3 +198,60 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.n += int64(n)
 	return n, err
 }
+
+// TestExecOutputMemory: sandbox.exec's answer is bounded by a small multiple
+// of the output it may carry, whatever the bytes: 24 MiB of control bytes
+// is a 144 MB answer (each escaped as \u0001), which is written in pieces,
+// not marshaled whole (issue 18: four such calls held 7.4 GB).
+func TestExecOutputMemory(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "ctl"}, nil)
+	const n = 24 << 20
+	runtime.GC()
+	var peak atomic.Uint64
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	base := sample[0].Value.Uint64()
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for {
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "sandbox.exec", "params": map[string]any{
+		"sandbox": "ctl", "argv": []string{"sh", "-c", "head -c " + strconv.Itoa(n) + " /dev/zero | tr '\\0' '\\1'"}, "output_limit": n}})
+	resp, err := http.Post(e.url+"/api/v1/rpc", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := make([]byte, 64<<10)
+	k, _ := io.ReadFull(resp.Body, head)
+	rest, err := io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	close(stop)
+	<-sampled
+	size := int64(k) + rest
+	if err != nil || resp.StatusCode != 200 || size != resp.ContentLength || size < 6*n ||
+		!bytes.Contains(head[:k], []byte(`"stdout":"\u0001\u0001`)) {
+		t.Fatalf("answer %d: %d bytes (Content-Length %d), %v: %.200s", resp.StatusCode, size, resp.ContentLength, err, head[:k])
+	}
+	grew := int64(peak.Load()) - int64(base)
+	t.Logf("heap: %d MiB before, peak %d MiB during a %d MB answer", base>>20, peak.Load()>>20, size/1e6)
+	// The output itself is held (the answer carries it whole), and the
+	// heap counts garbage not yet collected: 94 MiB here, where marshaling
+	// the answer whole took 577 MiB.
+	if grew > 6*n {
+		t.Fatalf("the heap grew by %d MiB for %d MiB of output (a %d MB answer)", grew>>20, n>>20, size/1e6)
+	}
+}

@@ -381,8 +381,8 @@ func truncate(s string, n int) string {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	if r, ok := v.(response); ok {
-		if sp := spoolOf(r.Result); sp != nil {
-			writeSpooled(w, status, v, sp)
+		if parts, markers, done := streamedParts(r.Result); parts != nil {
+			writeStreamed(w, status, v, parts, markers, done)
 			return
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -190,6 +191,41 @@ var spoolMarker = func() []byte {
 	return []byte(`"warren-spooled-output-` + hex.EncodeToString(b) + `"`)
 }()
 
+// textMarkers stand for the stdout and stderr of an exec answer, as
+// spoolMarker does for a spool.
+var textMarkers = [2][]byte{
+	append(spoolMarker[:len(spoolMarker)-1:len(spoolMarker)-1], `-stdout"`...),
+	append(spoolMarker[:len(spoolMarker)-1:len(spoolMarker)-1], `-stderr"`...),
+}
+
+// streamedPart is a part of an answer that is written in pieces rather
+// than marshaled with the rest: the length of its JSON, and its JSON.
+type streamedPart interface {
+	size() int64
+	writeTo(io.Writer) error
+}
+
+// streamedParts returns the parts of result that are streamed, with the
+// marker each marshals as until done is called; nil when there are none.
+func streamedParts(result any) (parts []streamedPart, markers [][]byte, done func()) {
+	switch r := result.(type) {
+	case commandResult, replResult:
+		sp := spoolOf(r)
+		if sp == nil {
+			return nil, nil, nil
+		}
+		sp.marker = true
+		return []streamedPart{sp}, [][]byte{spoolMarker}, func() { sp.marker = false }
+	case execResult:
+		if r.Stdout == nil || r.Stderr == nil {
+			return nil, nil, nil
+		}
+		r.Stdout.marker, r.Stderr.marker = textMarkers[0], textMarkers[1]
+		return []streamedPart{r.Stdout, r.Stderr}, textMarkers[:], func() { r.Stdout.marker, r.Stderr.marker = nil, nil }
+	}
+	return nil, nil, nil
+}
+
 // spoolOf is the spooled output of a method's result, if it has one.
 func spoolOf(result any) *lineSpool {
 	switch r := result.(type) {
@@ -201,28 +237,50 @@ func spoolOf(result any) *lineSpool {
 	return nil
 }
 
-// writeSpooled writes v, an answer that holds sp, with sp streamed from
-// its spool: the rest is marshaled with a marker in sp's place.
-func writeSpooled(w http.ResponseWriter, status int, v any, sp *lineSpool) {
-	defer sp.Close()
-	sp.marker = true
+// writeStreamed writes v, an answer holding parts, each streamed in its
+// place: the rest is marshaled with the parts' markers standing in for
+// them (until done), then cut at the markers. Parts that hold a file are
+// closed once written.
+func writeStreamed(w http.ResponseWriter, status int, v any, parts []streamedPart, markers [][]byte, done func()) {
+	defer func() {
+		for _, p := range parts {
+			if c, ok := p.(interface{ Close() }); ok {
+				c.Close()
+			}
+		}
+	}()
 	b, err := json.Marshal(v)
-	sp.marker = false
-	i := bytes.Index(b, spoolMarker)
-	if err != nil || i < 0 {
-		writeJSON(w, http.StatusInternalServerError, response{JSONRPC: "2.0", ID: nullID,
-			Error: &errorObject{Code: -32603, Message: fmt.Sprintf("encode response: %v (spooled output not found)", err), Data: map[string]any{"kind": errdefs.Internal}}})
-		return
+	done()
+	type at struct {
+		i    int
+		part streamedPart
+		mark int
 	}
-	head, tail := b[:i], b[i+len(spoolMarker):]
+	var cuts []at
+	length := int64(len(b))
+	for k, m := range markers {
+		i := bytes.Index(b, m)
+		if err != nil || i < 0 {
+			writeJSON(w, http.StatusInternalServerError, response{JSONRPC: "2.0", ID: nullID,
+				Error: &errorObject{Code: -32603, Message: fmt.Sprintf("encode response: %v (streamed output not found)", err), Data: map[string]any{"kind": errdefs.Internal}}})
+			return
+		}
+		cuts = append(cuts, at{i, parts[k], len(m)})
+		length += parts[k].size() - int64(len(m))
+	}
+	slices.SortFunc(cuts, func(a, b at) int { return a.i - b.i })
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.FormatInt(int64(len(head))+sp.size()+int64(len(tail)), 10))
+	w.Header().Set("Content-Length", strconv.FormatInt(length, 10))
 	w.WriteHeader(status)
-	if _, err := w.Write(head); err != nil {
-		return
+	from := 0
+	for _, c := range cuts {
+		if _, err := w.Write(b[from:c.i]); err != nil {
+			return
+		}
+		if err := c.part.writeTo(w); err != nil {
+			return // the client sees a short body
+		}
+		from = c.i + c.mark
 	}
-	if err := sp.writeTo(w); err != nil {
-		return // the client sees a short body
-	}
-	_, _ = w.Write(tail)
+	_, _ = w.Write(b[from:])
 }

@@ -1,0 +1,49 @@
+package rpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// TestOutTextPieces: the JSON an outText writes in pieces is byte for byte
+// what json.Marshal makes of the whole string, and size says its length,
+// whatever the bytes: control bytes, HTML characters, U+2028, multi-byte
+// characters across the pieces' boundaries, invalid UTF-8 (replaced, as
+// text does).
+func TestOutTextPieces(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := []string{"\x00", "\x01", "\x1f", "\n", "\t", "\"", "\\", "<", ">", "&", "\u2028", "é", "€", "😀", "\xff", "\xe2\x82", "a", "z"}
+	inputs := []string{"", "plain", strings.Repeat("\x01", 3*textChunk+7), strings.Repeat("é", textChunk)}
+	for range 40 {
+		var b strings.Builder
+		for range r.IntN(3 * textChunk) {
+			b.WriteString(alphabet[r.IntN(len(alphabet))])
+		}
+		inputs = append(inputs, b.String())
+	}
+	for _, in := range inputs {
+		for _, binary := range []bool{false, true} {
+			ot := newOutText([]byte(in), binary)
+			want, err := json.Marshal(encode([]byte(in), binary))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got bytes.Buffer
+			if err := ot.writeTo(&got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Fatalf("%d bytes (binary %v): pieces differ from the whole", len(in), binary)
+			}
+			if ot.size() != int64(len(want)) {
+				t.Fatalf("%d bytes: size %d, JSON %d", len(in), ot.size(), len(want))
+			}
+			if whole, _ := ot.MarshalJSON(); !bytes.Equal(whole, want) {
+				t.Fatalf("%d bytes: MarshalJSON differs", len(in))
+			}
+		}
+	}
+}
