@@ -51,7 +51,6 @@ func run(status *os.File) error {
 	// A small heap matters more here than GC throughput: one agent idles
 	// in every sandbox.
 	debug.SetGCPercent(50)
-	setup.DiscardSignals()
 	cfgFile := inherited(boot.FDConfig, "config")
 	lf := passed(boot.FDListener, "listener")
 	if cfgFile == nil || lf == nil || status == nil {
