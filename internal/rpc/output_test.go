@@ -111,28 +111,7 @@ func TestMsbOutputMemory(t *testing.T) {
 		{"sandbox.repl.run", map[string]any{"sandbox": "mem", "language": "python", "code": "for _ in range(" + strconv.Itoa(n) + "): print('" + line + "')"}},
 	} {
 		t.Run(tc.method, func(t *testing.T) {
-			runtime.GC()
-			var peak atomic.Uint64
-			sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-			metrics.Read(sample)
-			base := sample[0].Value.Uint64()
-			stop := make(chan struct{})
-			sampled := make(chan struct{})
-			go func() {
-				defer close(sampled)
-				s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-				for {
-					metrics.Read(s)
-					if v := s[0].Value.Uint64(); v > peak.Load() {
-						peak.Store(v)
-					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(5 * time.Millisecond):
-					}
-				}
-			}()
+			done := watchHeap()
 			body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": tc.method, "params": tc.params})
 			resp, err := http.Post(e.url+"/api/v1/rpc", "application/json", bytes.NewReader(body))
 			if err != nil {
@@ -141,13 +120,12 @@ func TestMsbOutputMemory(t *testing.T) {
 			// Read the answer as a stream too, so the client holds little of it.
 			lines, size, err := countLines(resp.Body, line)
 			_ = resp.Body.Close()
-			close(stop)
-			<-sampled
+			base, peak := done()
 			if err != nil || lines != n || resp.ContentLength != size {
 				t.Fatalf("answer: %d lines of %d, %d bytes (Content-Length %d), %v", lines, n, size, resp.ContentLength, err)
 			}
-			grew := int64(peak.Load()) - int64(base)
-			t.Logf("heap: %d MiB before, peak %d MiB during a %d MB answer", base>>20, peak.Load()>>20, size/1e6)
+			grew := int64(peak) - int64(base)
+			t.Logf("heap: %d MiB before, peak %d MiB during a %d MB answer", base>>20, peak>>20, size/1e6)
 			if grew > 24<<20 {
 				t.Fatalf("the heap grew by %d MiB for a %d MB answer", grew>>20, size/1e6)
 			}
@@ -207,28 +185,7 @@ func TestExecOutputMemory(t *testing.T) {
 	e := newEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "ctl"}, nil)
 	const n = 24 << 20
-	runtime.GC()
-	var peak atomic.Uint64
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	metrics.Read(sample)
-	base := sample[0].Value.Uint64()
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-		for {
-			metrics.Read(s)
-			if v := s[0].Value.Uint64(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
+	done := watchHeap()
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "sandbox.exec", "params": map[string]any{
 		"sandbox": "ctl", "argv": []string{"sh", "-c", "head -c " + strconv.Itoa(n) + " /dev/zero | tr '\\0' '\\1'"}, "output_limit": n}})
 	resp, err := http.Post(e.url+"/api/v1/rpc", "application/json", bytes.NewReader(body))
@@ -239,19 +196,50 @@ func TestExecOutputMemory(t *testing.T) {
 	k, _ := io.ReadFull(resp.Body, head)
 	rest, err := io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
-	close(stop)
-	<-sampled
+	base, peak := done()
 	size := int64(k) + rest
 	if err != nil || resp.StatusCode != 200 || size != resp.ContentLength || size < 6*n ||
 		!bytes.Contains(head[:k], []byte(`"stdout":"\u0001\u0001`)) {
 		t.Fatalf("answer %d: %d bytes (Content-Length %d), %v: %.200s", resp.StatusCode, size, resp.ContentLength, err, head[:k])
 	}
-	grew := int64(peak.Load()) - int64(base)
-	t.Logf("heap: %d MiB before, peak %d MiB during a %d MB answer", base>>20, peak.Load()>>20, size/1e6)
+	grew := int64(peak) - int64(base)
+	t.Logf("heap: %d MiB before, peak %d MiB during a %d MB answer", base>>20, peak>>20, size/1e6)
 	// The output itself is held (the answer carries it whole), and the
 	// heap counts garbage not yet collected: 94 MiB here, where marshaling
 	// the answer whole took 577 MiB.
 	if grew > 6*n {
 		t.Fatalf("the heap grew by %d MiB for %d MiB of output (a %d MB answer)", grew>>20, n>>20, size/1e6)
+	}
+}
+
+// watchHeap samples the heap's live and not yet collected objects every
+// 5 ms from a fresh collection on; done stops it and returns the heap at
+// the start and its peak.
+func watchHeap() (done func() (base, peak uint64)) {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(sample)
+	base := sample[0].Value.Uint64()
+	var top atomic.Uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		for {
+			metrics.Read(s)
+			if v := s[0].Value.Uint64(); v > top.Load() {
+				top.Store(v)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	return func() (uint64, uint64) {
+		close(stop)
+		<-sampled
+		return base, top.Load()
 	}
 }
