@@ -51,6 +51,9 @@ func run(status *os.File) error {
 	// A small heap matters more here than GC throughput: one agent idles
 	// in every sandbox.
 	debug.SetGCPercent(50)
+	if err := setup.DiscardSignals(); err != nil {
+		return err
+	}
 	cfgFile := inherited(boot.FDConfig, "config")
 	lf := passed(boot.FDListener, "listener")
 	if cfgFile == nil || lf == nil || status == nil {

@@ -129,6 +129,7 @@ func Run(t *testing.T, h *Harness) {
 	t.Run("RootIsNotHostRoot", h.rootIsNotHostRoot)
 	t.Run("AgentUnreachable", h.agentUnreachable)
 	t.Run("StopKillsWholeTree", h.stopKillsTree)
+	t.Run("AgentIgnoresSignalsFromSandbox", h.agentIgnoresSignals)
 	t.Run("NoInheritedDescriptors", h.noInheritedDescriptors)
 	t.Run("NoLeftoversAfterCycles", h.noLeftovers)
 }
@@ -489,6 +490,45 @@ except OSError as e:
 	// The cap is the sandbox's own: another sandbox still opens one.
 	if r := Python(t, h.Sandbox(t, backend.Config{}), 30*time.Second, "import os; os.openpty(); print('ok')"); strings.TrimSpace(r.Stdout) != "ok" {
 		t.Errorf("a second sandbox cannot open a terminal: %+v %q %s", r.ExitStatus, r.Stdout, r.Stderr)
+	}
+}
+
+// agentIgnoresSignals: sandbox code may signal its PID 1 (same uid), and the
+// kernel delivers to a namespace's init every signal it has a handler for.
+// The Go runtime has one for nearly all, and exits on most of them; the
+// agent must discard them (the host stops it with SIGKILL, from outside).
+func (h *Harness) agentIgnoresSignals(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	// Every signal but SIGKILL and SIGSTOP (which never reach init from
+	// inside), real-time ones and the C libraries' own (32-34) included:
+	// one exec each, so a failure names the signal.
+	for n := 1; n <= 64; n++ {
+		if n == int(syscall.SIGKILL) || n == int(syscall.SIGSTOP) {
+			continue
+		}
+		r := Exec(t, sb, 20*time.Second, "/bin/sh", "-c", fmt.Sprintf("kill -%d 1 && sleep 0.05 && echo alive", n))
+		if r.Code != 0 || r.Stdout != "alive\n" {
+			t.Fatalf("signal %d to PID 1: %+v %q %q", n, r.ExitStatus, r.Stdout, r.Stderr)
+		}
+	}
+	// Then all of them at once, several times over, pending together: on
+	// Linux 6.1 a signal left at its default action ended the agent when it
+	// arrived while the runtime had it blocked.
+	r := Exec(t, sb, 60*time.Second, "/bin/sh", "-c",
+		"for i in 1 2 3 4 5; do n=1; while [ $n -le 64 ]; do case $n in 9|19) ;; *) kill -$n 1;; esac; n=$((n+1)); done; done; sleep 0.2; echo alive")
+	if r.Code != 0 || r.Stdout != "alive\n" {
+		t.Fatalf("every signal to PID 1 at once: %+v %q %q", r.ExitStatus, r.Stdout, r.Stderr)
+	}
+	select {
+	case <-sb.Done():
+		t.Fatal("the sandbox ended after its code signalled PID 1")
+	default:
+	}
+	// The commands it starts keep every signal at its default but 32 and 34
+	// (ignored, as documented): SIGTERM still ends one.
+	r = Exec(t, sb, 20*time.Second, "/bin/sh", "-c", "grep SigIgn /proc/self/status; sleep 30 & kill -TERM $!; wait $!; echo $?")
+	if want := "SigIgn:\t0000000280000000\n143\n"; r.Code != 0 || r.Stdout != want {
+		t.Fatalf("a command's signals: %+v %q, want %q", r.ExitStatus, r.Stdout, want)
 	}
 }
 
