@@ -72,7 +72,7 @@ func readHost(proc, cgroupRoot string) (Host, error) {
 	}
 	// The cgroup's limits only lower the figures; one that cannot be read
 	// leaves them as the kernel's.
-	if groups, err := os.ReadFile(filepath.Join(proc, "self/cgroup")); err == nil {
+	if groups, err := os.ReadFile(filepath.Join(proc, "self/cgroup")); err == nil { //nolint:gosec // G304: /proc/self/cgroup
 		if l := cgroupMemoryLimit(cgroupRoot, string(groups)); l > 0 && l < h.MemoryBytes {
 			h.MemoryBytes = l
 		}
