@@ -26,7 +26,12 @@ func TestServeCaps(t *testing.T) {
 	}
 	key := strings.TrimSpace(create.stdout)
 	url, srv, stderr := startServe(t, dir, "--pids", "48", "--open-files", "100")
-	defer stopServe(t, srv)
+	running := true
+	defer func() {
+		if running {
+			stopServe(t, srv)
+		}
+	}()
 	type reply struct {
 		status int
 		Result json.RawMessage `json:"result"`
@@ -62,7 +67,12 @@ func TestServeCaps(t *testing.T) {
 	if r := call("sandbox.start", map[string]any{"sandbox": "box"}); r.status != 200 {
 		t.Fatalf("start: %d %+v\n%s", r.status, r.Error, stderr.String())
 	}
-	defer call("sandbox.remove", map[string]any{"sandbox": "box"})
+	removed := false
+	defer func() {
+		if !removed {
+			call("sandbox.remove", map[string]any{"sandbox": "box"})
+		}
+	}()
 	// Opens /dev/null and forks sleepers until the kernel says no; the
 	// sleepers close their output so the command ends with the script.
 	script := `
@@ -113,6 +123,22 @@ except OSError as e:
 	}
 	if lines[3] != "11" || forks >= 48 || forks < 20 {
 		t.Errorf("forked %d, then errno %s: want EAGAIN (11) below --pids 48", forks, lines[3])
+	}
+	if r := call("sandbox.remove", map[string]any{"sandbox": "box"}); r.status != 200 {
+		t.Fatalf("remove: %d %+v", r.status, r.Error)
+	}
+	removed = true
+	stopServe(t, srv)
+	running = false
+	// The server said (read once it has stopped writing) whether the
+	// host's fs.file-max is too low for the files its sandboxes' memory
+	// can hold mapped.
+	host, err := sandbox.ReadHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warned := strings.Contains(stderr.String(), "raise it with sysctl -w fs.file-max="); warned != (host.FileMax < host.FileMaxNeeded()) {
+		t.Errorf("fs.file-max %d, %d needed: warned %v", host.FileMax, host.FileMaxNeeded(), warned)
 	}
 }
 

@@ -217,6 +217,11 @@ func serve(ctx context.Context, c *serveConfig) error {
 	log.Info("sandbox limits", "max_memory_mib", limits.MaxMemoryMiB, "max_cpus", limits.MaxCPUs, "pids", limits.Pids, "open_files", limits.OpenFiles,
 		"capacity_memory_mib", capacity.MemoryBytes>>20, "capacity_cpus", capacity.CPUs, "capacity_pids", capacity.Pids,
 		"capacity_ptys", capacity.Ptys, "capacity_open_files", capacity.Files)
+	if need := host.FileMaxNeeded(); host.FileMax < need {
+		log.Warn("fs.file-max is below what sandboxes' memory can hold open as mapped files (RLIMIT_NOFILE does not bound those): "+
+			"a few sandboxes can take the open files of every other; raise it with sysctl -w fs.file-max="+strconv.FormatInt(need, 10),
+			"file_max", host.FileMax)
+	}
 	if c.dev {
 		log.Warn("dev mode: no API key is needed; anyone who can reach " + ln.Addr().String() + " can run code")
 	}

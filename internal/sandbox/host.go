@@ -97,6 +97,20 @@ func (h Host) Capacity(overcommit float64) Capacity {
 	}
 }
 
+// MappedFileBytes is about the least memory an open file costs the
+// sandbox that holds it without a descriptor: a file mapped and then
+// closed keeps its struct file (the kernel's filp slab object, 192 bytes
+// on the development kernel, /proc/slabinfo) and its mapping (a
+// vm_area_struct, 192 bytes), both charged to the sandbox's cgroup. Up to
+// vm.max_map_count such files per process escape RLIMIT_NOFILE.
+const MappedFileBytes = 384
+
+// FileMaxNeeded is the fs.file-max at which the host's memory, were it
+// all sandboxes' holding mapped files, could not exhaust the host's open
+// files; h.FileMax below it means a few sandboxes can, whatever their
+// descriptors' limit.
+func (h Host) FileMaxNeeded() int64 { return h.MemoryBytes / MappedFileBytes }
+
 // Limits are the default caps and settings on h:
 //   - a sandbox may ask for a quarter of the memory capacity (at least
 //     the default limit), so no one sandbox takes the host, and for

@@ -90,6 +90,9 @@ func TestHostCapacityAndLimits(t *testing.T) {
 	if wantL := (Limits{MaxMemoryMiB: 21 << 10 / 4, MaxCPUs: 2, Pids: 1024, OpenFiles: 128}); l != wantL {
 		t.Errorf("limits %+v, want %+v", l, wantL)
 	}
+	if n := h.FileMaxNeeded(); n != 24<<30/MappedFileBytes {
+		t.Errorf("file-max needed: %d", n)
+	}
 	h.FileMax = 1 << 40
 	if l := h.Limits(); l.OpenFiles != 1024 {
 		t.Errorf("open files on a host with files to spare: %d, want the ceiling 1024", l.OpenFiles)
