@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/mcp"
@@ -59,6 +62,13 @@ type serveConfig struct {
 	pullMaxSize      string
 	pullTimeout      time.Duration
 	maxOutput        string
+	// The caps per sandbox and the admission's CPU factor; "auto" =
+	// derived from the host (sandbox.Host.Limits).
+	maxMemory     string
+	maxCPUs       string
+	pids          string
+	openFiles     string
+	cpuOvercommit string
 }
 
 func serveCmd(ctx context.Context, args []string) error {
@@ -86,6 +96,11 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&c.pullMaxSize, "pull-max-size", "8G", "largest image (unpacked bytes) one such pull may fetch: a size like 512M or 8G")
 	fs.DurationVar(&c.pullTimeout, "pull-timeout", image.DefaultPullTimeout, "longest one such pull may take")
 	fs.StringVar(&c.maxOutput, "max-output", envOr("WARREN_MAX_OUTPUT", "64M"), "output one sandbox.command.run or sandbox.repl.run returns at most, 1M to 1G (REPL runs: at most 64M;\nplain numbers are MiB; env WARREN_MAX_OUTPUT); beyond it the output is cut, saying so")
+	fs.StringVar(&c.maxMemory, "max-memory", envOr("WARREN_MAX_MEMORY", "auto"), "memory one sandbox may ask for at most: a size like 4G (env WARREN_MAX_MEMORY);\nauto = a quarter of the host's memory less its reserve. A start asking for more is refused")
+	fs.StringVar(&c.maxCPUs, "max-cpus", envOr("WARREN_MAX_CPUS", "auto"), "CPUs one sandbox may ask for at most (env WARREN_MAX_CPUS); auto = the host's CPUs")
+	fs.StringVar(&c.pids, "pids", envOr("WARREN_PIDS", strconv.Itoa(backend.DefaultPids)), "processes and threads each sandbox may run (env WARREN_PIDS)")
+	fs.StringVar(&c.openFiles, "open-files", envOr("WARREN_OPEN_FILES", "auto"), "open files (RLIMIT_NOFILE) of each sandbox process (env WARREN_OPEN_FILES);\nauto = the host's fs.file-max per pid, 128 to 1024")
+	fs.StringVar(&c.cpuOvercommit, "cpu-overcommit", envOr("WARREN_CPU_OVERCOMMIT", strconv.Itoa(sandbox.DefaultCPUOvercommit)), "CPUs granted to running sandboxes together, as a multiple of the host's (env WARREN_CPU_OVERCOMMIT)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -123,6 +138,14 @@ func serve(ctx context.Context, c *serveConfig) error {
 	maxOut, err := parseSize(c.maxOutput)
 	if err != nil || maxOut < rpc.MinMaxOutput || maxOut > rpc.MaxMaxOutput {
 		return fmt.Errorf("--max-output %q: want a size from 1M to 1G (plain numbers are MiB)", c.maxOutput)
+	}
+	host, err := sandbox.ReadHost()
+	if err != nil {
+		return err
+	}
+	limits, capacity, err := c.admission(host)
+	if err != nil {
+		return err
 	}
 	roots, err := volumeRoots(append(filepath.SplitList(os.Getenv("WARREN_VOLUME_ROOTS")), c.volumeRoots...))
 	if err != nil {
@@ -166,6 +189,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
 		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
+		Limits: limits, Capacity: capacity,
 	})
 	if err != nil {
 		return err
@@ -190,6 +214,14 @@ func serve(ctx context.Context, c *serveConfig) error {
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "dev", c.dev, "data_dir", c.hf.dataDir,
 		"python_image", c.pythonImage, "node_image", c.nodeImage, "pull_on_demand", c.pull)
+	log.Info("sandbox limits", "max_memory_mib", limits.MaxMemoryMiB, "max_cpus", limits.MaxCPUs, "pids", limits.Pids, "open_files", limits.OpenFiles,
+		"capacity_memory_mib", capacity.MemoryBytes>>20, "capacity_cpus", capacity.CPUs, "capacity_pids", capacity.Pids,
+		"capacity_ptys", capacity.Ptys, "capacity_open_files", capacity.Files)
+	if need := host.FileMaxNeeded(); host.FileMax < need {
+		log.Warn("fs.file-max is below what sandboxes' memory can hold open as mapped files (RLIMIT_NOFILE does not bound those): "+
+			"a few sandboxes can take the open files of every other; raise it with sysctl -w fs.file-max="+strconv.FormatInt(need, 10),
+			"file_max", host.FileMax)
+	}
 	if c.dev {
 		log.Warn("dev mode: no API key is needed; anyone who can reach " + ln.Addr().String() + " can run code")
 	}
@@ -203,6 +235,44 @@ func serve(ctx context.Context, c *serveConfig) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// admission is the caps per sandbox and the capacity of all running
+// sandboxes, from the flags and the host's figures.
+func (c *serveConfig) admission(h sandbox.Host) (sandbox.Limits, sandbox.Capacity, error) {
+	l := h.Limits()
+	var errs []error
+	if c.maxMemory != "auto" {
+		n, err := parseSize(c.maxMemory)
+		if err != nil || n < backend.MinMemoryBytes || n>>20 > sandbox.MaxMemoryMiB {
+			errs = append(errs, fmt.Errorf("--max-memory %q: want auto or a size from %dM to %dG (plain numbers are MiB)", c.maxMemory, backend.MinMemoryBytes>>20, sandbox.MaxMemoryMiB>>10))
+		}
+		l.MaxMemoryMiB = n >> 20
+	}
+	if c.maxCPUs != "auto" {
+		n, err := strconv.ParseFloat(c.maxCPUs, 64)
+		if err != nil || !(n >= backend.MinCPUs && n <= sandbox.MaxCPUs) {
+			errs = append(errs, fmt.Errorf("--max-cpus %q: want auto or %v to %d", c.maxCPUs, backend.MinCPUs, sandbox.MaxCPUs))
+		}
+		l.MaxCPUs = n
+	}
+	pids, err := strconv.ParseInt(c.pids, 10, 64)
+	if err != nil || pids < backend.MinPids || pids > h.Pids {
+		errs = append(errs, fmt.Errorf("--pids %q: want %d up to the host's pid_max, %d", c.pids, backend.MinPids, h.Pids))
+	}
+	l.Pids = pids
+	if c.openFiles != "auto" {
+		n, err := strconv.ParseInt(c.openFiles, 10, 64)
+		if err != nil || n < 64 || n > h.NrOpen {
+			errs = append(errs, fmt.Errorf("--open-files %q: want auto or 64 up to the host's fs.nr_open, %d", c.openFiles, h.NrOpen))
+		}
+		l.OpenFiles = n
+	}
+	over, err := strconv.ParseFloat(c.cpuOvercommit, 64)
+	if err != nil || !(over >= 0.1 && over <= 1000) {
+		errs = append(errs, fmt.Errorf("--cpu-overcommit %q: want a factor from 0.1 to 1000", c.cpuOvercommit))
+	}
+	return l, h.Capacity(over), errors.Join(errs...)
 }
 
 // volumeRoots resolves --volume-root directories to symlink-free absolute

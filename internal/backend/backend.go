@@ -32,6 +32,9 @@ type Config struct {
 	MemoryBytes int64
 	CPUs        float64
 	PidsMax     int64
+	// NoFile is RLIMIT_NOFILE of the sandbox's processes; zero means the
+	// spec's default (oci.DefaultNoFile).
+	NoFile int64
 	// Network is "none" (loopback only), the only mode so far.
 	Network string
 	// Ports are published on the host. They need a network: with "none"

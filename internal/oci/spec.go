@@ -40,7 +40,7 @@ type Params struct {
 	MemoryBytes int64
 	CPUs        float64
 	PidsMax     int64
-	// NoFile is the open-files limit (default 65536).
+	// NoFile is the open-files limit (default DefaultNoFile).
 	NoFile uint64
 }
 
@@ -81,6 +81,9 @@ var DefaultEnv = []string{
 	"HOME=/root", "LANG=C.UTF-8", "TERM=xterm",
 }
 
+// DefaultNoFile is a sandbox process's RLIMIT_NOFILE unless one is given.
+const DefaultNoFile = 65536
+
 // CPUPeriod is the CFS period used for cpu quotas, in microseconds.
 const CPUPeriod = 100000
 
@@ -102,7 +105,7 @@ func Build(p Params) (*specs.Spec, error) {
 	}
 	nofile := p.NoFile
 	if nofile == 0 {
-		nofile = 65536
+		nofile = DefaultNoFile
 	}
 	s := &specs.Spec{
 		Version:  specs.Version,

@@ -32,6 +32,24 @@ func newServerMetrics(reg *metrics.Registry, mgr *sandbox.Manager, methods map[s
 				emit(float64(n), k[0], k[1])
 			}
 		})
+	// Admission: what running sandboxes are granted of each resource, and
+	// the server's capacity for it (0 = not limited). No namespace label:
+	// a namespace key's scrape leaves them out.
+	admission := func(capacity bool) func(emit func(float64, ...string)) {
+		return func(emit func(float64, ...string)) {
+			g, c := mgr.Admission()
+			if capacity {
+				g = sandbox.Grant(c)
+			}
+			emit(float64(g.MemoryBytes), "memory_bytes")
+			emit(g.CPUs, "cpus")
+			emit(float64(g.Pids), "pids")
+			emit(float64(g.Ptys), "ptys")
+			emit(float64(g.Files), "open_files")
+		}
+	}
+	reg.GaugeFunc("warren_resource_granted", "What running sandboxes are granted together, by resource (their limits, not their use).", []string{"resource"}, admission(false))
+	reg.GaugeFunc("warren_resource_capacity", "What the server grants running sandboxes at most, by resource (0 = not limited).", []string{"resource"}, admission(true))
 	m.start = reg.Histogram("warren_sandbox_start_seconds", "Time to start a sandbox, as the API saw it.", nil, "namespace")
 	m.execs = reg.Histogram("warren_exec_seconds", "Time to run a command or code in a sandbox (kind: command, exec, shell, repl).", nil, "namespace", "kind")
 	m.calls = reg.Counter("warren_rpc_requests_total", "JSON-RPC calls by method and outcome (ok or the error kind).", "method", "outcome")

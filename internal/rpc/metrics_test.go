@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/metrics"
 )
 
@@ -91,6 +92,12 @@ func TestMetricsSeries(t *testing.T) {
 		{running, 1}, {startCount, 1}, {startInf, 1}, {commandCount, 1}, {execCount, 1},
 		{notFound, 1}, {getNotFound, 1}, {commandOK, 1},
 		{`warren_sandboxes{namespace="other",state="running"}`, 1},
+		// Two running sandboxes of the default limits, on a server
+		// without a capacity.
+		{`warren_resource_granted{resource="pids"}`, 2 * backend.DefaultPids},
+		{`warren_resource_granted{resource="memory_bytes"}`, 2 * backend.DefaultMemoryBytes},
+		{`warren_resource_granted{resource="cpus"}`, 2 * backend.DefaultCPUs},
+		{`warren_resource_capacity{resource="pids"}`, 0},
 	} {
 		if got, ok := after[c.series]; !ok || got != c.want {
 			t.Errorf("%s = %v (present %v), want %v", c.series, got, ok, c.want)
@@ -106,6 +113,9 @@ func TestMetricsSeries(t *testing.T) {
 	after = e.scrape(t, e.admin)
 	if _, ok := after[running]; ok || after[stopped] != 1 {
 		t.Errorf("after the stop: running %v, stopped %v", after[running], after[stopped])
+	}
+	if g := after[`warren_resource_granted{resource="pids"}`]; g != backend.DefaultPids {
+		t.Errorf("pids granted after the stop: %v, want one sandbox's %d", g, backend.DefaultPids)
 	}
 	// A key for "met" sees met's series only.
 	keyMet, _, err := e.keys.Create(t.Context(), "met", time.Hour, "")

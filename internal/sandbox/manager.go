@@ -241,15 +241,23 @@ type Options struct {
 	// VolumeRoots are the host directories volumes may come from (paths
 	// without symlinks); none = no volumes.
 	VolumeRoots []string
+	// Limits are the operator's caps per sandbox and the pids and open
+	// files each gets.
+	Limits Limits
+	// Capacity bounds the sum of what running sandboxes are granted: a
+	// start beyond it is refused (ErrLimit). Sandboxes reattached at
+	// New are counted, never refused.
+	Capacity Capacity
 }
 
 // Manager owns the server's sandboxes.
 type Manager struct {
-	opts  Options
-	be    backend.Backend
-	db    *sql.DB
-	stmts *store.Stmts // the statements of every start and stop
-	log   *slog.Logger
+	opts   Options
+	limits Limits // opts.Limits with the defaults filled in
+	be     backend.Backend
+	db     *sql.DB
+	stmts  *store.Stmts // the statements of every start and stop
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	entries map[key]*entry
@@ -313,7 +321,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{opts: opts, be: opts.Backend, db: opts.DB, stmts: store.NewStmts(opts.DB), log: opts.Logger,
+	m := &Manager{opts: opts, limits: opts.Limits.withDefaults(), be: opts.Backend, db: opts.DB, stmts: store.NewStmts(opts.DB), log: opts.Logger,
 		entries: map[key]*entry{}, stop: make(chan struct{})}
 	if err := m.recover(ctx); err != nil {
 		return nil, err
@@ -443,6 +451,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err := spec.Validate(); err != nil {
 		return Info{}, err
 	}
+	if err := m.limits.checkCaps(spec); err != nil {
+		return Info{}, err
+	}
 	if err := m.checkVolumes(spec.Volumes); err != nil {
 		return Info{}, err
 	}
@@ -471,6 +482,12 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if n := m.runningLocked(); n >= m.opts.MaxRunning {
 		m.mu.Unlock()
 		return Info{}, errdefs.Errorf(errdefs.ErrLimit, "%d sandboxes are running, this server's maximum; stop some", n)
+	}
+	// Admitted and marked starting under one hold of m.mu: concurrent
+	// starts cannot both take the last of a resource.
+	if err := m.opts.Capacity.admit(m.grantedLocked(), m.limits.grant(spec)); err != nil {
+		m.mu.Unlock()
+		return Info{}, err
 	}
 	fresh := e == nil
 	if fresh {
@@ -599,6 +616,7 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 		return err
 	}
 	cfg := spec.config(e.id, img)
+	cfg.PidsMax, cfg.NoFile = m.limits.Pids, m.limits.OpenFiles
 	if e.sb == nil {
 		sb, err := m.be.Open(ctx, cfg)
 		if err != nil {

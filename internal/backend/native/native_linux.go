@@ -574,7 +574,7 @@ func (s *Sandbox) spec() (*specs.Spec, *boot.Config, error) {
 	sp, err := oci.Build(oci.Params{
 		RootPath: filepath.Join(s.dir, "rootfs"), Hostname: host, Env: env, Cwd: cwd,
 		ImageMounts: img.Mounts, Volumes: volumeMounts(s.cfg.Volumes), UserNS: s.b.userNS,
-		MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax,
+		MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax, NoFile: uint64(max(s.cfg.NoFile, 0)), //nolint:gosec // G115: not negative after max
 	})
 	if err != nil {
 		return nil, nil, err

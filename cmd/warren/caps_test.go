@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
+
+// TestServeCaps: issue 18's finding 5 through the API. A namespace key's
+// sandbox.start asking for 1 TiB and 256 CPUs is refused (400,
+// invalid_params) by the caps warren serve derives from the host, and
+// --pids and --open-files are what a real sandbox's processes get: the
+// kernel refuses the fork and the open beyond them.
+func TestServeCaps(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	create := run(t, warren(t, dir, "key", "create", "--namespace", "team", "--expire", "1d"), "")
+	if create.code != 0 {
+		t.Fatalf("key create: %+v", create)
+	}
+	key := strings.TrimSpace(create.stdout)
+	url, srv, stderr := startServe(t, dir, "--pids", "48", "--open-files", "100")
+	running := true
+	defer func() {
+		if running {
+			stopServe(t, srv)
+		}
+	}()
+	type reply struct {
+		status int
+		Result json.RawMessage `json:"result"`
+		Error  *struct {
+			Message string `json:"message"`
+			Data    struct {
+				Kind string `json:"kind"`
+			} `json:"data"`
+		} `json:"error"`
+	}
+	call := func(method string, params map[string]any) reply {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": 1})
+		req, _ := http.NewRequest("POST", url+"/api/v1/rpc", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		r := reply{status: resp.StatusCode}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := call("sandbox.start", map[string]any{"sandbox": "big", "config": map[string]any{"memory": 1 << 20, "cpus": 256}})
+	if r.status != 400 || r.Error == nil || r.Error.Data.Kind != "invalid_params" ||
+		!strings.Contains(r.Error.Message, "memory 1048576 MiB is above this server's cap of") ||
+		!strings.Contains(r.Error.Message, "cpus 256 is above this server's cap of") {
+		t.Fatalf("1 TiB and 256 cpus: %d %+v, want 400, invalid_params naming both caps", r.status, r.Error)
+	}
+	if r := call("sandbox.start", map[string]any{"sandbox": "box"}); r.status != 200 {
+		t.Fatalf("start: %d %+v\n%s", r.status, r.Error, stderr.String())
+	}
+	removed := false
+	defer func() {
+		if !removed {
+			call("sandbox.remove", map[string]any{"sandbox": "box"})
+		}
+	}()
+	// Opens /dev/null and forks sleepers until the kernel says no; the
+	// sleepers close their output so the command ends with the script.
+	script := `
+import os, time
+fds = []
+try:
+    while len(fds) < 1000:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError as e:
+    print(len(fds), e.errno)
+for fd in fds:
+    os.close(fd)
+n = 0
+try:
+    while n < 1000:
+        if os.fork() == 0:
+            os.close(1); os.close(2); time.sleep(1); os._exit(0)
+        n += 1
+except OSError as e:
+    print(n, e.errno)
+`
+	r = call("sandbox.command.run", map[string]any{"sandbox": "box", "command": "python3", "args": []string{"-c", script}, "timeout": 30})
+	var out struct {
+		Output []struct {
+			Text string `json:"text"`
+		} `json:"output"`
+	}
+	if r.status != 200 {
+		t.Fatalf("command: %d %+v", r.status, r.Error)
+	}
+	if err := json.Unmarshal(r.Result, &out); err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	for _, o := range out.Output {
+		text += o.Text + "\n"
+	}
+	lines := strings.Fields(text)
+	if len(lines) != 4 {
+		t.Fatalf("output %q, want two lines of count and errno", text)
+	}
+	files, _ := strconv.Atoi(lines[0])
+	forks, _ := strconv.Atoi(lines[2])
+	// EMFILE below 100 descriptors, less those python holds; EAGAIN below
+	// 48 tasks, less the agent's own and python's.
+	if lines[1] != "24" || files >= 100 || files < 80 {
+		t.Errorf("opened %d files, then errno %s: want EMFILE (24) a little below --open-files 100", files, lines[1])
+	}
+	if lines[3] != "11" || forks >= 48 || forks < 20 {
+		t.Errorf("forked %d, then errno %s: want EAGAIN (11) below --pids 48", forks, lines[3])
+	}
+	if r := call("sandbox.remove", map[string]any{"sandbox": "box"}); r.status != 200 {
+		t.Fatalf("remove: %d %+v", r.status, r.Error)
+	}
+	removed = true
+	stopServe(t, srv)
+	running = false
+	// The server said (read once it has stopped writing) whether the
+	// host's fs.file-max is too low for the files its sandboxes' memory
+	// can hold mapped.
+	host, err := sandbox.ReadHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warned := strings.Contains(stderr.String(), "raise it with sysctl -w fs.file-max="); warned != (host.FileMax < host.FileMaxNeeded()) {
+		t.Errorf("fs.file-max %d, %d needed: warned %v", host.FileMax, host.FileMaxNeeded(), warned)
+	}
+}
+
+// TestAdmissionFlags: the caps and the capacity follow the flags, "auto"
+// the host; a flag out of range is refused, naming it.
+func TestAdmissionFlags(t *testing.T) {
+	h := sandbox.Host{MemoryBytes: 8 << 30, CPUs: 4, Pids: 32768, Ptys: 3072, FileMax: 1 << 22, NrOpen: 1 << 20}
+	c := serveConfig{maxMemory: "auto", maxCPUs: "auto", pids: "1024", openFiles: "auto", cpuOvercommit: "8"}
+	l, capacity, err := c.admission(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l != h.Limits() || capacity != h.Capacity(8) {
+		t.Errorf("auto: %+v %+v, want the host's %+v %+v", l, capacity, h.Limits(), h.Capacity(8))
+	}
+	c = serveConfig{maxMemory: "2G", maxCPUs: "1.5", pids: "256", openFiles: "4096", cpuOvercommit: "2"}
+	l, capacity, err = c.admission(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (sandbox.Limits{MaxMemoryMiB: 2048, MaxCPUs: 1.5, Pids: 256, OpenFiles: 4096}); l != want || capacity.CPUs != 8 {
+		t.Errorf("set: %+v, cpus %v; want %+v, cpus 8", l, capacity.CPUs, want)
+	}
+	c = serveConfig{maxMemory: "1K", maxCPUs: "0", pids: "40000", openFiles: "2000000", cpuOvercommit: "0"}
+	_, _, err = c.admission(h)
+	for _, flag := range []string{"--max-memory", "--max-cpus", "--pids", "--open-files", "--cpu-overcommit"} {
+		if err == nil || !strings.Contains(err.Error(), flag+" ") {
+			t.Errorf("error %v does not name %s", err, flag)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+func writeFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for name, text := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// kernel is a /proc of a 24 GiB host with the kernel's default limits.
+var kernel = map[string]string{
+	"meminfo":                "MemTotal:       24683620 kB\nMemFree:  1 kB\n",
+	"sys/kernel/pid_max":     "32768\n",
+	"sys/kernel/threads-max": "192729\n",
+	"sys/kernel/pty/max":     "4096\n",
+	"sys/kernel/pty/reserve": "1024\n",
+	"sys/fs/file-max":        "2466160\n",
+	"sys/fs/nr_open":         "1048576\n",
+}
+
+// TestReadHost: the host's figures come from /proc, lowered by the
+// limits of the cgroup the server runs in or one above it, on cgroup v1
+// and v2.
+func TestReadHost(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		groups string
+		cg     map[string]string
+		mem    int64
+		cpus   float64
+	}{
+		{"no limits", "0::/\n", nil, 24683620 << 10, float64(runtime.NumCPU())},
+		{"v2, limits above", "0::/svc/warren\n", map[string]string{
+			"svc/warren/memory.max": "max\n", "svc/memory.max": "4294967296\n",
+			"svc/warren/cpu.max": "50000 100000\n", "cpu.max": "max 100000\n",
+		}, 4 << 30, min(0.5, float64(runtime.NumCPU()))},
+		{"v1", "4:memory:/warren\n1:cpu,cpuacct:/warren\n0::/\n", map[string]string{
+			"memory/warren/memory.limit_in_bytes": "2147483648\n", "memory/memory.limit_in_bytes": "9223372036854771712\n",
+			"cpu,cpuacct/warren/cpu.cfs_quota_us": "-1\n", "cpu,cpuacct/warren/cpu.cfs_period_us": "100000\n",
+		}, 2 << 30, float64(runtime.NumCPU())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			proc, cg := t.TempDir(), t.TempDir()
+			writeFiles(t, proc, kernel)
+			writeFiles(t, proc, map[string]string{"self/cgroup": tc.groups})
+			writeFiles(t, cg, tc.cg)
+			h, err := readHost(proc, cg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Host{MemoryBytes: tc.mem, CPUs: tc.cpus, Pids: 32768, Ptys: 3072, FileMax: 2466160, NrOpen: 1048576}
+			if h != want {
+				t.Errorf("host %+v, want %+v", h, want)
+			}
+		})
+	}
+	t.Run("missing figure", func(t *testing.T) {
+		proc := t.TempDir()
+		writeFiles(t, proc, map[string]string{"meminfo": kernel["meminfo"]})
+		if _, err := readHost(proc, t.TempDir()); err == nil {
+			t.Error("a /proc without the limits was read without an error")
+		}
+	})
+}
+
+// TestHostCapacityAndLimits: an eighth of each figure is kept for the
+// host; the default caps and settings follow from the rest.
+func TestHostCapacityAndLimits(t *testing.T) {
+	h := Host{MemoryBytes: 24 << 30, CPUs: 2, Pids: 32768, Ptys: 3072, FileMax: 2466160, NrOpen: 1048576}
+	c := h.Capacity(DefaultCPUOvercommit)
+	want := Capacity{MemoryBytes: 21 << 30, CPUs: 16, Pids: 28672, Ptys: 2688, Files: 2466160 - 2466160/8}
+	if c != want {
+		t.Errorf("capacity %+v, want %+v", c, want)
+	}
+	// 2157890 files over 28672 pids: 75 per pid, raised to the floor of 128.
+	l := h.Limits()
+	if wantL := (Limits{MaxMemoryMiB: 21 << 10 / 4, MaxCPUs: 2, Pids: 1024, OpenFiles: 128}); l != wantL {
+		t.Errorf("limits %+v, want %+v", l, wantL)
+	}
+	if n := h.FileMaxNeeded(); n != 24<<30/MappedFileBytes {
+		t.Errorf("file-max needed: %d", n)
+	}
+	h.FileMax = 1 << 40
+	if l := h.Limits(); l.OpenFiles != 1024 {
+		t.Errorf("open files on a host with files to spare: %d, want the ceiling 1024", l.OpenFiles)
+	}
+}
