@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/metrics"
@@ -32,6 +33,9 @@ func newServerMetrics(reg *metrics.Registry, mgr *sandbox.Manager, methods map[s
 				emit(float64(n), k[0], k[1])
 			}
 		})
+	// Without a namespace label: only a key for every namespace sees it.
+	reg.GaugeFunc("go_goroutines", "Goroutines in the server process (a leak shows here first).", nil,
+		func(emit func(float64, ...string)) { emit(float64(runtime.NumGoroutine())) })
 	m.start = reg.Histogram("warren_sandbox_start_seconds", "Time to start a sandbox, as the API saw it.", nil, "namespace")
 	m.execs = reg.Histogram("warren_exec_seconds", "Time to run a command or code in a sandbox (kind: command, exec, shell, repl).", nil, "namespace", "kind")
 	m.calls = reg.Counter("warren_rpc_requests_total", "JSON-RPC calls by method and outcome (ok or the error kind).", "method", "outcome")

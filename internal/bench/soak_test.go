@@ -1,0 +1,117 @@
+package bench_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/bench"
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
+
+// TestSoak: 64 clients over the whole API of a real `warren serve` for
+// 30 s (WARREN_SOAK_DURATION to change): no unexpected error, goroutines,
+// open files and memory flat under load and back after it, and no
+// sandbox directory, mount, cgroup or process left, neither after the
+// clients nor after the server stopped. `make soak` runs it for minutes.
+func TestSoak(t *testing.T) {
+	testenv.RequireRoot(t)
+	d := 30 * time.Second
+	if v := os.Getenv("WARREN_SOAK_DURATION"); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("WARREN_SOAK_DURATION: %v", err)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "warren")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/warren")
+	build.Dir = testenv.ModuleRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build warren: %v\n%s", err, out)
+	}
+	env := []string{"WARREN_AGENT=" + testenv.AgentBinary(t), "WARREN_SPAWNER=" + testenv.SpawnerBinary(t)}
+	srv, err := bench.StartSoakServer(t.Context(), bin, env, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	rep, err := bench.Soak(t.Context(), bench.SoakOptions{
+		URL: srv.URL, Key: srv.Key, AdminKey: srv.AdminKey, Sample: srv.Sample,
+		Clients: 64, Duration: d, Think: 250 * time.Millisecond,
+	})
+	if err != nil {
+		_ = srv.Stop()
+		t.Fatal(err)
+	}
+	rep.Left = append(rep.Left, srv.Leftovers(false)...)
+	if err := srv.Stop(); err != nil {
+		rep.Left = append(rep.Left, err.Error())
+	}
+	rep.Left = append(rep.Left, srv.Leftovers(true)...)
+	var out strings.Builder
+	rep.Write(&out)
+	t.Log("\n" + out.String())
+	if p := rep.Problems(); len(p) > 0 {
+		t.Errorf("the soak failed:\n%s", strings.Join(p, "\n"))
+	}
+}
+
+// TestSoakVerdicts: the report's checks fail on what they are meant to
+// catch, from series made up here: steady growth of each resource after
+// the warm-up, resources not back after the load, an unexpected error and
+// anything left behind; and pass a flat, noisy series.
+func TestSoakVerdicts(t *testing.T) {
+	series := func(f func(i int) bench.Reading) []bench.Reading {
+		var s []bench.Reading
+		for i := range 60 {
+			r := f(i)
+			r.At = time.Duration(i) * time.Second
+			s = append(s, r)
+		}
+		return s
+	}
+	flat := func(i int) bench.Reading {
+		return bench.Reading{RSS: 100<<20 + int64(i%7)<<20, FDs: 600 + i%5*10, Goroutines: 250 + i%3*40}
+	}
+	before := bench.Reading{RSS: 30 << 20, FDs: 31, Goroutines: 17}
+	for _, c := range []struct {
+		name   string
+		edit   func(*bench.SoakReport)
+		expect string // "" = passes
+	}{
+		{"flat", func(*bench.SoakReport) {}, ""},
+		{"goroutines grow", func(r *bench.SoakReport) {
+			r.Samples = series(func(i int) bench.Reading { x := flat(i); x.Goroutines += 5 * i; return x })
+		}, "goroutines grew"},
+		{"files grow", func(r *bench.SoakReport) {
+			r.Samples = series(func(i int) bench.Reading { x := flat(i); x.FDs += 3 * i; return x })
+		}, "open files grew"},
+		{"memory grows", func(r *bench.SoakReport) {
+			r.Samples = series(func(i int) bench.Reading { x := flat(i); x.RSS += int64(i) << 22; return x })
+		}, "RSS grew"},
+		{"growth only in the warm-up", func(r *bench.SoakReport) {
+			r.Samples = series(func(i int) bench.Reading { x := flat(i); x.Goroutines += 10 * min(i, 15); return x })
+		}, ""},
+		{"goroutines not back", func(r *bench.SoakReport) { r.After.Goroutines = before.Goroutines + 64 }, "not back after the load"},
+		{"files not back", func(r *bench.SoakReport) { r.After.FDs = before.FDs + 64 }, "not back after the load"},
+		{"unexpected error", func(r *bench.SoakReport) { r.Failures = []string{"sandbox.exec: boom"} }, "unexpected error: sandbox.exec: boom"},
+		{"left behind", func(r *bench.SoakReport) { r.Left = []string{"mount /x"} }, "left behind: mount /x"},
+		{"too short", func(r *bench.SoakReport) { r.Samples = r.Samples[:20] }, "too few samples"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &bench.SoakReport{Clients: 64, Warmup: 20 * time.Second, Samples: series(flat), Before: before, After: before,
+				Slack: bench.Slack{Goroutines: 128, FDs: 64, RSSFraction: 0.25, RSSBytes: 64 << 20, Settle: 20}}
+			c.edit(r)
+			p := strings.Join(r.Problems(), "\n")
+			if c.expect == "" && p != "" {
+				t.Errorf("problems: %s", p)
+			}
+			if c.expect != "" && !strings.Contains(p, c.expect) {
+				t.Errorf("problems %q, want one saying %q", p, c.expect)
+			}
+		})
+	}
+}
