@@ -85,11 +85,11 @@ func soakCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	if srv != nil {
-		rep.Left = append(rep.Left, srv.Leftovers(false)...)
+		rep.Left = append(rep.Left, srv.Leftovers(false, 30*time.Second)...)
 		if err := srv.Stop(); err != nil {
 			rep.Left = append(rep.Left, err.Error())
 		}
-		rep.Left = append(rep.Left, srv.Leftovers(true)...)
+		rep.Left = append(rep.Left, srv.Leftovers(true, 30*time.Second)...)
 	}
 	rep.Write(os.Stdout)
 	if len(rep.Problems()) > 0 {

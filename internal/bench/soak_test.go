@@ -10,6 +10,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/bench"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/sdk/warren"
 )
 
 // TestSoak: 64 clients over the whole API of a real `warren serve` for
@@ -38,6 +39,7 @@ func TestSoak(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
+	leftoversSeen(t, srv)
 	rep, err := bench.Soak(t.Context(), bench.SoakOptions{
 		URL: srv.URL, Key: srv.Key, AdminKey: srv.AdminKey, Sample: srv.Sample,
 		Clients: 64, Duration: d, Think: 250 * time.Millisecond,
@@ -46,16 +48,39 @@ func TestSoak(t *testing.T) {
 		_ = srv.Stop()
 		t.Fatal(err)
 	}
-	rep.Left = append(rep.Left, srv.Leftovers(false)...)
+	rep.Left = append(rep.Left, srv.Leftovers(false, 30*time.Second)...)
 	if err := srv.Stop(); err != nil {
 		rep.Left = append(rep.Left, err.Error())
 	}
-	rep.Left = append(rep.Left, srv.Leftovers(true)...)
+	rep.Left = append(rep.Left, srv.Leftovers(true, 30*time.Second)...)
 	var out strings.Builder
 	rep.Write(&out)
 	t.Log("\n" + out.String())
 	if p := rep.Problems(); len(p) > 0 {
 		t.Errorf("the soak failed:\n%s", strings.Join(p, "\n"))
+	}
+}
+
+// leftoversSeen: while a sandbox runs, the leftover check names its
+// directory, cgroup and processes (so that its silence after the soak
+// means something); once it is removed, nothing.
+func leftoversSeen(t *testing.T, srv *bench.SoakServer) {
+	t.Helper()
+	c := warren.New(warren.WithServerURL(srv.URL), warren.WithAPIKey(srv.Key), warren.WithNamespace("soak"))
+	if _, err := c.Create(t.Context(), warren.Spec{Name: "probe", MemoryMiB: 128, CPUs: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	left := strings.Join(srv.Leftovers(false, 0), "\n")
+	for _, want := range []string{"/data/sandboxes/", "/run/", "cgroup", "process "} {
+		if !strings.Contains(left, want) {
+			t.Errorf("with a sandbox running, the leftovers name nothing with %q:\n%s", want, left)
+		}
+	}
+	if err := c.Remove(t.Context(), "probe"); err != nil {
+		t.Fatal(err)
+	}
+	if left := srv.Leftovers(false, 30*time.Second); len(left) > 0 {
+		t.Errorf("after the probe's removal: %s", strings.Join(left, "\n"))
 	}
 }
 

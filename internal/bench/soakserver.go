@@ -172,11 +172,11 @@ func (s *SoakServer) Close() {
 // Leftovers lists what the server holds for sandboxes once every sandbox
 // is removed: their directories, mounts, cgroups and processes. With
 // pool, the warm pool's agents count as well (after Stop). Removed
-// sandboxes' files are deleted in the background, so it waits up to 30 s
+// sandboxes' files are deleted in the background, so it waits up to wait
 // for the list to empty.
-func (s *SoakServer) Leftovers(pool bool) []string {
+func (s *SoakServer) Leftovers(pool bool, wait time.Duration) []string {
 	var left []string
-	for deadline := time.Now().Add(30 * time.Second); ; {
+	for deadline := time.Now().Add(wait); ; {
 		left = s.leftovers(pool)
 		if len(left) == 0 || time.Now().After(deadline) {
 			return left
