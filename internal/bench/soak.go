@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -99,7 +100,9 @@ type SoakReport struct {
 	Duration time.Duration // of the load, as it ran
 	Warmup   time.Duration
 	Methods  map[string]*MethodStats
-	Failures []string // the first unexpected errors, "method: error"
+	// Failures are the unexpected errors, "method: error" (sandbox names
+	// masked, so one cause is one entry), with how often each came.
+	Failures map[string]int
 	Samples  []Reading
 	Before   Reading // before the load
 	After    Reading // once the clients were gone and the server settled
@@ -115,7 +118,12 @@ type MethodStats struct {
 	lat        []time.Duration
 }
 
+// maxFailures bounds the distinct failures kept; more are counted under
+// one entry.
 const maxFailures = 50
+
+// clientSandbox matches the names the clients give their sandboxes.
+var clientSandbox = regexp.MustCompile(`"c[0-9]+-[0-9]+"`)
 
 type recorder struct {
 	mu  sync.Mutex
@@ -135,9 +143,11 @@ func (r *recorder) add(method string, d time.Duration, expected bool, fail error
 	switch {
 	case fail != nil:
 		m.Unexpected++
-		if len(r.rep.Failures) < maxFailures {
-			r.rep.Failures = append(r.rep.Failures, method+": "+fail.Error())
+		key := method + ": " + clientSandbox.ReplaceAllString(fail.Error(), `"cN-N"`)
+		if _, ok := r.rep.Failures[key]; !ok && len(r.rep.Failures) >= maxFailures {
+			key = "(more distinct errors)"
 		}
+		r.rep.Failures[key]++
 	case expected:
 		m.Expected++
 	}
@@ -182,7 +192,7 @@ func Soak(ctx context.Context, o SoakOptions) (*SoakReport, error) {
 	if err := sdk.Health(ctx); err != nil {
 		return nil, err
 	}
-	rep := &SoakReport{Clients: o.Clients, Warmup: o.Warmup, Methods: map[string]*MethodStats{}, Slack: o.Slack}
+	rep := &SoakReport{Clients: o.Clients, Warmup: o.Warmup, Methods: map[string]*MethodStats{}, Failures: map[string]int{}, Slack: o.Slack}
 	rec := &recorder{rep: rep}
 	rep.Before = sample()
 	rep.Before.At = 0
@@ -697,13 +707,13 @@ func (c *soakClient) drop() {
 // Problems are the reasons the soak failed; none means it passed.
 func (r *SoakReport) Problems() []string {
 	var p []string
-	for _, f := range r.Failures {
-		p = append(p, "unexpected error: "+f)
+	keys := make([]string, 0, len(r.Failures))
+	for k := range r.Failures {
+		keys = append(keys, k)
 	}
-	for name, m := range r.Methods {
-		if m.Unexpected > len(r.Failures) && len(r.Failures) == maxFailures {
-			p = append(p, fmt.Sprintf("%s: %d unexpected errors in all", name, m.Unexpected))
-		}
+	sort.Slice(keys, func(i, j int) bool { return r.Failures[keys[i]] > r.Failures[keys[j]] })
+	for _, k := range keys {
+		p = append(p, fmt.Sprintf("unexpected error (%dx): %s", r.Failures[k], k))
 	}
 	for _, l := range r.Left {
 		p = append(p, "left behind: "+l)

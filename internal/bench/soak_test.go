@@ -122,7 +122,7 @@ func TestSoakVerdicts(t *testing.T) {
 		}, ""},
 		{"goroutines not back", func(r *bench.SoakReport) { r.After.Goroutines = before.Goroutines + 64 }, "not back after the load"},
 		{"files not back", func(r *bench.SoakReport) { r.After.FDs = before.FDs + 64 }, "not back after the load"},
-		{"unexpected error", func(r *bench.SoakReport) { r.Failures = []string{"sandbox.exec: boom"} }, "unexpected error: sandbox.exec: boom"},
+		{"unexpected error", func(r *bench.SoakReport) { r.Failures = map[string]int{"sandbox.exec: boom": 3} }, "unexpected error (3x): sandbox.exec: boom"},
 		{"left behind", func(r *bench.SoakReport) { r.Left = []string{"mount /x"} }, "left behind: mount /x"},
 		{"too short", func(r *bench.SoakReport) { r.Samples = r.Samples[:20] }, "too few samples"},
 	} {
