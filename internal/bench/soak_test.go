@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +15,11 @@ import (
 )
 
 // TestSoak: 64 clients over the whole API of a real `warren serve` for
-// 30 s (WARREN_SOAK_DURATION to change): no unexpected error, goroutines,
-// open files and memory flat under load and back after it, and no
-// sandbox directory, mount, cgroup or process left, neither after the
-// clients nor after the server stopped. `make soak` runs it for minutes.
+// 30 s (WARREN_SOAK_CLIENTS and WARREN_SOAK_DURATION to change): no
+// unexpected error, goroutines, open files and memory flat under load and
+// back after it, and no sandbox directory, mount, cgroup or process left,
+// neither after the clients nor after the server stopped. `make soak`
+// runs it for minutes.
 func TestSoak(t *testing.T) {
 	testenv.RequireRoot(t)
 	d := 30 * time.Second
@@ -25,6 +27,13 @@ func TestSoak(t *testing.T) {
 		var err error
 		if d, err = time.ParseDuration(v); err != nil {
 			t.Fatalf("WARREN_SOAK_DURATION: %v", err)
+		}
+	}
+	clients := 64
+	if v := os.Getenv("WARREN_SOAK_CLIENTS"); v != "" {
+		var err error
+		if clients, err = strconv.Atoi(v); err != nil || clients < 1 {
+			t.Fatalf("WARREN_SOAK_CLIENTS=%q: want a number of clients", v)
 		}
 	}
 	bin := filepath.Join(t.TempDir(), "warren")
@@ -42,7 +51,7 @@ func TestSoak(t *testing.T) {
 	leftoversSeen(t, srv)
 	rep, err := bench.Soak(t.Context(), bench.SoakOptions{
 		URL: srv.URL, Key: srv.Key, AdminKey: srv.AdminKey, Sample: srv.Sample,
-		Clients: 64, Duration: d, Think: 250 * time.Millisecond,
+		Clients: clients, Duration: d, Think: 250 * time.Millisecond,
 	})
 	if err != nil {
 		_ = srv.Stop()
