@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test test-sdk test-v2 vet fmt-check lint bench bench-server doctor clean
+.PHONY: all setup build run demo test test-sdk test-v2 vet fmt-check lint bench bench-server soak soak-ci doctor clean
 
 all: build
 
@@ -82,6 +82,18 @@ bench: build
 # The server over HTTP on loopback, with API keys (issue #4's targets).
 bench-server: build
 	WARREN_AGENT=$(CURDIR)/$(BIN)/warren-agent WARREN_SPAWNER=$(CURDIR)/$(BIN)/warren-spawner go test -count=1 -run XXX -bench HTTP -benchtime 400x ./internal/rpc
+
+# 64 clients over the whole API of a fresh `warren serve` for minutes:
+# fails on an unexpected error, on goroutines, open files or memory growing,
+# on anything left behind; prints latency percentiles per method.
+SOAK_DURATION ?= 3m
+SOAK_CLIENTS ?= 64
+soak: build
+	$(BIN)/warren bench soak -clients $(SOAK_CLIENTS) -duration $(SOAK_DURATION)
+
+# The same for 30 s as a Go test (TestSoak, also part of `make test`).
+soak-ci:
+	go test -count=1 -run 'TestSoak' -v ./internal/bench
 
 doctor: build
 	$(BIN)/warren doctor

@@ -29,10 +29,16 @@ to baselines run at the same time on the same machine:
   idle agent memory                    resident set of warren-agent
 
 Ratios are against the baseline of the same run; the machine may be noisy,
-so compare ratios, not absolute numbers, across runs.`
+so compare ratios, not absolute numbers, across runs.
+
+'warren bench soak' runs many clients over a server's API for minutes and
+checks that nothing fails, grows or is left behind (see its --help).`
 
 func benchCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren bench", "warren bench [flags]", benchAbout)
+	if len(args) > 0 && args[0] == "soak" {
+		return soakCmd(ctx, args[1:])
+	}
+	fs := newFlagSet("warren bench", "warren bench [flags] | warren bench soak [flags]", benchAbout)
 	var hf hostFlags
 	hf.register(fs)
 	n := fs.Int("n", 200, "iterations per measurement (python: n/4)")

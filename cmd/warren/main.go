@@ -29,7 +29,7 @@ func commands() []command {
 		{"exec", "run a command in a server's sandbox", execCmd},
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
 		{"image", "import, list and remove images in the local store", imageCmd},
-		{"bench", "measure sandbox start, exec and REPL latency against baselines", benchCmd},
+		{"bench", "measure sandbox start, exec and REPL latency against baselines; soak a server", benchCmd},
 	}
 }
 

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/metrics"
@@ -50,6 +51,9 @@ func newServerMetrics(reg *metrics.Registry, mgr *sandbox.Manager, methods map[s
 	}
 	reg.GaugeFunc("warren_resource_granted", "What running sandboxes are granted together, by resource (their limits, not their use).", []string{"resource"}, admission(false))
 	reg.GaugeFunc("warren_resource_capacity", "What the server grants running sandboxes at most, by resource (0 = not limited).", []string{"resource"}, admission(true))
+	// Without a namespace label: only a key for every namespace sees it.
+	reg.GaugeFunc("go_goroutines", "Goroutines in the server process (a leak shows here first).", nil,
+		func(emit func(float64, ...string)) { emit(float64(runtime.NumGoroutine())) })
 	m.start = reg.Histogram("warren_sandbox_start_seconds", "Time to start a sandbox, as the API saw it.", nil, "namespace")
 	m.execs = reg.Histogram("warren_exec_seconds", "Time to run a command or code in a sandbox (kind: command, exec, shell, repl).", nil, "namespace", "kind")
 	m.calls = reg.Counter("warren_rpc_requests_total", "JSON-RPC calls by method and outcome (ok or the error kind).", "method", "outcome")
