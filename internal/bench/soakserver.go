@@ -76,7 +76,12 @@ func StartSoakServer(ctx context.Context, binary string, env []string, prewarm i
 		return nil, err
 	}
 	defer func() { _ = log.Close() }()
-	s.cmd = warren("serve", "--listen", addr, "--prewarm", strconv.Itoa(prewarm))
+	// Dense on purpose, as an operator running many small sandboxes
+	// would set it: up to two sandboxes per client, each with 128 pids
+	// of 64 open files and half a CPU, must fit the admission sums of a
+	// 2-CPU host (pid_max 32768, fs.file-max ~2M).
+	s.cmd = warren("serve", "--listen", addr, "--prewarm", strconv.Itoa(prewarm),
+		"--pids", "128", "--open-files", "64", "--cpu-overcommit", "40")
 	s.cmd.Cancel = func() error { return s.cmd.Process.Signal(syscall.SIGTERM) }
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
