@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -123,6 +124,13 @@ except OSError as e:
 	}
 	if lines[3] != "11" || forks >= 48 || forks < 20 {
 		t.Errorf("forked %d, then errno %s: want EAGAIN (11) below --pids 48", forks, lines[3])
+	}
+	// The Python REPL keeps its pipes high, where a limit of 100 allows
+	// none at 100 or above. (After the script's sleepers have gone.)
+	time.Sleep(1500 * time.Millisecond)
+	r = call("sandbox.repl.run", map[string]any{"sandbox": "box", "language": "python", "code": "print(6*7)"})
+	if r.status != 200 || !strings.Contains(string(r.Result), "42") {
+		t.Errorf("repl under --open-files 100: %d %+v %s", r.status, r.Error, r.Result)
 	}
 	if r := call("sandbox.remove", map[string]any{"sandbox": "box"}); r.status != 200 {
 		t.Fatalf("remove: %d %+v", r.status, r.Error)

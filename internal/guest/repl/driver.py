@@ -24,8 +24,17 @@ def _warren_main():
     main_ns = sys.modules["__main__"].__dict__
     main_ns.pop("_warren_main", None)
 
-    rfd = fcntl.fcntl(3, fcntl.F_DUPFD_CLOEXEC, 100)
-    wfd = fcntl.fcntl(4, fcntl.F_DUPFD_CLOEXEC, 100)
+    # Out of the way of the low descriptors user code expects to be free;
+    # under a small RLIMIT_NOFILE (warren serve --open-files) as high as
+    # the limit allows.
+    def _high(fd):
+        try:
+            return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 100)
+        except OSError:
+            return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 5)
+
+    rfd = _high(3)
+    wfd = _high(4)
     os.close(3)
     os.close(4)
 
