@@ -1,13 +1,19 @@
 package native_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/conformance"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -54,4 +60,53 @@ func TestHostUserReachesNothing(t *testing.T) {
 			t.Errorf("a host user reaches %s: %q %v", p, out, err)
 		}
 	}
+}
+
+// TestUserNSOwnedBySandbox is issue #18's finding 8: the kernel charges a
+// user namespace's inotify instances (and message queues, queued signals,
+// ...) to its owner at the host's level. A sandbox's namespace is owned by
+// its own host uid, so a sandbox holding every inotify instance it may
+// leaves host root able to make more.
+func TestUserNSOwnedBySandbox(t *testing.T) {
+	h := harness(t)
+	if !h.UserNS {
+		t.Fatal("no user namespace: nothing to test")
+	}
+	b := h.Backend.(*native.Backend)
+	sb := h.Sandbox(t, backend.Config{})
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/user", sb.(*native.Sandbox).Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ns.Close() }()
+	owner, err := unix.IoctlGetInt(int(ns.Fd()), unix.NS_GET_OWNER_UID)
+	if uid, _ := b.RootIDs(); err != nil || owner != uid {
+		t.Errorf("the sandbox's user namespace is owned by uid %d (%v), want its root's host uid %d", owner, err, uid)
+	}
+	// The sandbox takes every inotify instance it can and holds them.
+	hold := `import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+n = 0
+while libc.inotify_init1(0) >= 0:
+    n += 1
+open("/tmp/held", "w").write("%d %d" % (n, ctypes.get_errno()))
+time.sleep(60)
+`
+	if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "ulimit -n 4096; setsid python3 -c '"+hold+"' </dev/null >/dev/null 2>&1 &"); r.Code != 0 {
+		t.Fatalf("start the holder: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	var held string
+	for i := 0; i < 100 && held == ""; i++ {
+		time.Sleep(50 * time.Millisecond)
+		held = conformance.Exec(t, sb, 0, "/bin/cat", "/tmp/held").Stdout
+	}
+	var n, errno int
+	if _, err := fmt.Sscanf(held, "%d %d", &n, &errno); err != nil || syscall.Errno(errno) != syscall.EMFILE {
+		t.Fatalf("the sandbox's holder reports %q, want a count and EMFILE", held)
+	}
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatalf("host root cannot make an inotify instance while a sandbox holds %d: %v", n, err)
+	}
+	_ = unix.Close(fd)
 }
