@@ -110,3 +110,62 @@ time.sleep(60)
 	}
 	_ = unix.Close(fd)
 }
+
+// TestMountinfoHidesDataDir is the last leak of issue #18's finding 12: a
+// sandbox's mountinfo named its layers and upper directory by their host
+// paths, the data directory's among them. Where the host mounts the root
+// (native.HostHoldsRoots), it names the layers by descriptors of detached
+// mounts, whose paths start at their own root.
+func TestMountinfoHidesDataDir(t *testing.T) {
+	h := harness(t)
+	sb := h.Sandbox(t, backend.Config{})
+	r := conformance.Exec(t, sb, 0, "/bin/cat", "/proc/self/mountinfo")
+	if r.Code != 0 || !strings.Contains(r.Stdout, " / / ") {
+		t.Fatalf("mountinfo: %+v %q %s", r.ExitStatus, r.Stdout, r.Stderr)
+	}
+	leaked := strings.Contains(r.Stdout, filepath.Base(filepath.Dir(sharedDirs.data)))
+	if !native.HostHoldsRoots() {
+		// The agent mounts the layers itself, by path (Linux 6.1, 6.12).
+		if !leaked {
+			t.Errorf("the agent mounted the root by path, yet mountinfo does not show it: %s", r.Stdout)
+		}
+		return
+	}
+	if leaked {
+		t.Errorf("the sandbox's mountinfo shows the data directory %s:\n%s", sharedDirs.data, r.Stdout)
+	}
+}
+
+// TestVolumeBehindGroupDir: a volume may sit in a directory only root and
+// the sandboxes' root group can pass (0710, as docs/isolation.md advises,
+// so host users cannot reach what a sandbox writes there); sandbox root
+// writes to it.
+func TestVolumeBehindGroupDir(t *testing.T) {
+	h := harness(t)
+	uid, gid := h.Backend.(*native.Backend).RootIDs()
+	if uid == 0 {
+		t.Fatal("no user namespace: nothing to test")
+	}
+	host := testenv.SearchableDir(t, "warren-volume-test-")
+	closed := filepath.Join(host, "closed")
+	vol := filepath.Join(closed, "vol")
+	if err := os.MkdirAll(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(vol, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(closed, 0, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(closed, 0o710); err != nil {
+		t.Fatal(err)
+	}
+	sb := h.Sandbox(t, backend.Config{Volumes: []backend.Volume{{Source: vol, Target: "/data"}}})
+	if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo out > /data/out"); r.Code != 0 {
+		t.Fatalf("write to the volume: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	if out, err := asNobody(t, "/bin/cat", filepath.Join(vol, "out")); err == nil {
+		t.Errorf("a host user read the volume: %q", out)
+	}
+}

@@ -111,6 +111,10 @@ type Backend struct {
 	// deleted (removeDir).
 	removing sync.WaitGroup
 
+	// agentMountsRoots has every agent mount its root itself, as on a
+	// kernel where the host cannot hold roots (tests).
+	agentMountsRoots bool
+
 	// poolMigrates moves a pooled agent into a new cgroup at start instead
 	// of renaming its pool cgroup: cgroup v2 cannot rename.
 	poolMigrates bool
@@ -182,10 +186,10 @@ func New(opts Options) (*Backend, error) {
 		// The directories above the data and run directories: their
 		// own modes are set below.
 		if err == nil {
-			err = checkTraversable(parentDir(opts.DataDir), dirRemedy)
+			err = checkTraversable(parentDir(opts.DataDir), int(opts.UIDBase), dirRemedy)
 		}
 		if err == nil {
-			err = checkTraversable(parentDir(opts.RunDir), dirRemedy) // the agent is exec'd from there
+			err = checkTraversable(parentDir(opts.RunDir), int(opts.UIDBase), dirRemedy) // the agent is exec'd from there
 		}
 		if err != nil && opts.UserNS == UserNSOn {
 			return nil, fmt.Errorf("native backend: user namespaces required but unusable: %w", err)
@@ -469,8 +473,9 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 		return nil, fmt.Errorf("invalid sandbox config: %w", err)
 	}
 	if b.userNS != nil {
+		_, gid := b.RootIDs()
 		for _, v := range cfg.Volumes {
-			if err := checkTraversable(filepath.Dir(v.Source), "chmod o+x it, or mount from a reachable directory"); err != nil {
+			if err := checkTraversable(filepath.Dir(v.Source), gid, fmt.Sprintf("chmod o+x it, or chgrp %d and chmod g+x, or mount from a reachable directory", gid)); err != nil {
 				return nil, fmt.Errorf("volume %s: %w: %w", v.Source, backend.ErrVolumeNotAllowed, err)
 			}
 		}
