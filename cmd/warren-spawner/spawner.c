@@ -31,6 +31,7 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/sched.h>
+#include <linux/securebits.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -175,6 +176,46 @@ static int write_proc_file(long pid, const char *name, const char *data) {
 		return 0;
 	errno = n < 0 ? saved : EIO;
 	return -1;
+}
+
+// The kernel charges what a user namespace's processes hold against
+// per-user limits (inotify instances, POSIX message queue bytes, queued
+// signals, user namespaces, ...) at every level up to the host, at each
+// level to the namespace's owner: the effective uid that created it. Made
+// by the spawner as root, every sandbox's namespace was charged to host
+// root, so a sandbox holding all its inotify instances left host root's
+// daemons without any (issue #18, finding 8). So the spawner creates the
+// namespace as the sandbox's own host uid (uid_host, what its root maps to):
+// effective ids switched around the clone, with SECBIT_NO_SETUID_FIXUP so
+// that the switch keeps the capabilities the clone needs (CLONE_INTO_CGROUP
+// checks write access to the cgroup; the namespaces beside the user one).
+// The real and saved ids stay root, and both are put back right after the
+// clone, in the parent; the child's credentials in its new namespace start
+// afresh (full capabilities there, default securebits).
+
+// own_as makes the next user namespace this process creates owned by uid
+// (and gid); 0 or an errno.
+static void own_back(void);
+
+static int own_as(uint32_t uid) {
+	if (prctl(PR_SET_SECUREBITS, SECBIT_NO_SETUID_FIXUP, 0, 0, 0) < 0)
+		return errno;
+	if (syscall(SYS_setresgid, -1, uid, -1) < 0 || syscall(SYS_setresuid, -1, uid, -1) < 0) {
+		int err = errno;
+		own_back();
+		return err;
+	}
+	return 0;
+}
+
+// own_back undoes own_as. Root's effective ids come back through the saved
+// ones; failing that the spawner cannot go on safely.
+static void own_back(void) {
+	if (syscall(SYS_setresuid, -1, 0, -1) < 0 || syscall(SYS_setresgid, -1, 0, -1) < 0 ||
+	    prctl(PR_SET_SECUREBITS, 0, 0, 0, 0) < 0) {
+		logmsg("restore root's effective ids: %s", strerror(errno));
+		abort();
+	}
 }
 
 // child runs between the clone and the exec, in a copy of the spawner's
@@ -385,6 +426,18 @@ static void serve(char *msg, size_t len, const int *fds, int nfds) {
 	ca.exit_signal = SIGCHLD;
 	long pid = -1;
 	int into_cgroup = (ca.flags & CLONE_INTO_CGROUP) != 0;
+	if (req.flags & FLAG_USERNS) {
+		int e = own_as(req.uid_host);
+		if (e != 0) {
+			send_reply(reply_fd, 0, -1, e, "switch to the sandbox's uid to create its user namespace");
+			close(sync_pipe[0]);
+			close(sync_pipe[1]);
+			close(fail_pipe[0]);
+			close(fail_pipe[1]);
+			free(vec);
+			return;
+		}
+	}
 	if (!no_clone3) {
 		pid = syscall(SYS_clone3, &ca, sizeof ca);
 		if (pid < 0 && errno == ENOSYS) {
@@ -400,6 +453,10 @@ static void serve(char *msg, size_t len, const int *fds, int nfds) {
 		into_cgroup = 0;
 		pid = syscall(SYS_clone, (unsigned long)((ca.flags & ~CLONE_INTO_CGROUP) | SIGCHLD), NULL, &pidfd, NULL, NULL);
 	}
+	int clone_errno = errno;
+	if (pid != 0 && (req.flags & FLAG_USERNS))
+		own_back();
+	errno = clone_errno;
 	if (pid == 0) {
 		close(sync_pipe[1]);
 		close(fail_pipe[0]);

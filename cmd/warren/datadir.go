@@ -29,7 +29,7 @@ func lockServe(dirs ...string) (func(), error) {
 		}
 	}
 	for _, d := range dirs {
-		if err := os.MkdirAll(d, 0o711); err != nil { //nolint:gosec // 0711: sandbox root must traverse the data and run directories
+		if err := os.MkdirAll(d, 0o700); err != nil { // the backend sets the mode and group the sandboxes need (native.New)
 			release()
 			return nil, err
 		}

@@ -60,7 +60,7 @@ func doctorCmd(ctx context.Context, args []string) error {
 	if err := native.ProbeUserNS(); err != nil {
 		add("user namespace", false, fmt.Errorf("%w; sandboxes run as host root with dropped capabilities, seccomp and no_new_privs instead", err), "")
 	} else {
-		add("user namespace", false, nil, fmt.Sprintf("sandbox root maps to host uid %d..%d", native.DefaultUIDBase, native.DefaultUIDBase+65535))
+		add("user namespace", false, nil, fmt.Sprintf("sandbox root maps to host uid %d..%d, shared by all sandboxes (and their kernel per-user limits, though not host root's)", native.DefaultUIDBase, native.DefaultUIDBase+65535))
 	}
 	add("overlayfs", true, fsSupported("overlay"), "")
 	add("seccomp", true, seccompSupported(), "")
@@ -85,6 +85,13 @@ func doctorCmd(ctx context.Context, args []string) error {
 	if root {
 		d, err := smokeTest(ctx, &hf)
 		add("sandbox start + exec true", true, err, fmt.Sprintf("%.1f ms cold start to exit", float64(d.Microseconds())/1000))
+		if err == nil {
+			// The backend set their modes; a host user must reach nothing
+			// below them (docs/isolation.md, "Host users").
+			for _, d := range []string{hf.dataDir, hf.runDir} {
+				add(d+" closed to host users", true, closedDir(d), "")
+			}
+		}
 	}
 
 	failed := false
@@ -106,6 +113,18 @@ func doctorCmd(ctx context.Context, args []string) error {
 	}
 	if failed {
 		return exitError{1}
+	}
+	return nil
+}
+
+// closedDir fails when other host users may search or read dir.
+func closedDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if m := fi.Mode().Perm(); m&0o007 != 0 {
+		return fmt.Errorf("mode %v: other host users can reach what is below", m)
 	}
 	return nil
 }

@@ -151,7 +151,7 @@ func (h *hostFlags) imageStore() (*image.Store, *store.Store, error) {
 	if h.userNS != native.UserNSOff && native.ProbeUserNS() == nil {
 		shift = layer.IDMap{HostBase: native.DefaultUIDBase, Size: 65536}
 	}
-	if err := os.MkdirAll(h.dataDir, 0o711); err != nil { //nolint:gosec // 0711: the data dir must be traversable by the sandboxes' uid range (their roots and image layers live below it)
+	if err := os.MkdirAll(h.dataDir, 0o700); err != nil { // the backend sets the mode and group the sandboxes need (native.New)
 		return nil, nil, err
 	}
 	db, err := store.Open(filepath.Join(h.dataDir, "warren.db"))

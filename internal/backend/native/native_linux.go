@@ -111,6 +111,10 @@ type Backend struct {
 	// deleted (removeDir).
 	removing sync.WaitGroup
 
+	// agentMountsRoots has every agent mount its root itself, as on a
+	// kernel where the host cannot hold roots (tests).
+	agentMountsRoots bool
+
 	// poolMigrates moves a pooled agent into a new cgroup at start instead
 	// of renaming its pool cgroup: cgroup v2 cannot rename.
 	poolMigrates bool
@@ -163,11 +167,9 @@ func New(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("native backend: seccomp profile: %w", err)
 	}
 	b := &Backend{opts: opts, log: opts.Logger, seccompFilter: seccomp.Encode(prog)}
-	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir} {
-		if err := os.MkdirAll(d, 0o711); err != nil { //nolint:gosec // 0711: sandbox roots and image layers live below these dirs, so the sandboxes' uid range must traverse them
-			return nil, fmt.Errorf("native backend: %w", err)
-		}
-		if err := os.Chmod(d, 0o711); err != nil { //nolint:gosec // 0711 again, whatever the umask did to MkdirAll's mode (same reason)
+	topDirs := []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir}
+	for _, d := range topDirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("native backend: %w", err)
 		}
 	}
@@ -181,11 +183,13 @@ func New(opts Options) (*Backend, error) {
 	case UserNSOff:
 	case UserNSOn, UserNSAuto:
 		err := ProbeUserNS()
+		// The directories above the data and run directories: their
+		// own modes are set below.
 		if err == nil {
-			err = checkTraversable(opts.DataDir, dirRemedy)
+			err = checkTraversable(parentDir(opts.DataDir), int(opts.UIDBase), dirRemedy)
 		}
 		if err == nil {
-			err = checkTraversable(opts.RunDir, dirRemedy) // the agent is exec'd from there
+			err = checkTraversable(parentDir(opts.RunDir), int(opts.UIDBase), dirRemedy) // the agent is exec'd from there
 		}
 		if err != nil && opts.UserNS == UserNSOn {
 			return nil, fmt.Errorf("native backend: user namespaces required but unusable: %w", err)
@@ -197,6 +201,9 @@ func New(opts Options) (*Backend, error) {
 		}
 	default:
 		return nil, fmt.Errorf("native backend: user namespace mode %q: want auto, on or off", opts.UserNS)
+	}
+	if err := b.closeDirs(topDirs); err != nil {
+		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	if opts.SpawnerPath == "" {
 		return nil, errors.New("native backend: no spawner binary (build cmd/warren-spawner with `make build`, or set WARREN_SPAWNER)")
@@ -229,6 +236,41 @@ func New(opts Options) (*Backend, error) {
 		}
 	}
 	return b, nil
+}
+
+// closeDirs gives the data and run directories (and the data directory's
+// sandboxes and images) to root and the sandboxes' root group, mode 0710:
+// a sandbox's agent, while it sets up as sandbox root, passes through them
+// to its root, its layers and the agent binary; no other host user
+// reaches anything below. Issue #18, finding 2: with these world-
+// searchable (0711) a host user who learnt a path (from a sandbox's
+// mountinfo, say) could run what a sandbox had made setuid in its upper
+// layer, and become the uid that owns every sandbox's files. Applied to
+// an existing directory too, so data directories made by older releases
+// close up at the next start.
+func (b *Backend) closeDirs(dirs []string) error {
+	_, gid := b.RootIDs()
+	for _, d := range dirs {
+		if err := os.Chown(d, 0, gid); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, dirMode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dirMode is the mode of the data and run directories (closeDirs).
+const dirMode = 0o710
+
+// parentDir is the directory dir is in.
+func parentDir(dir string) string {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return filepath.Dir(dir)
+	}
+	return filepath.Dir(abs)
 }
 
 // liveSpawner returns the running spawner, starting one if there is none
@@ -269,9 +311,9 @@ func (b *Backend) closeSpawner() {
 }
 
 // openAgent installs the backend's copy of the agent binary under RunDir
-// and execs sandboxes from there. RunDir is root-owned and traversable
-// (0711), so the agent runs whether or not the directories above AgentPath
-// are reachable by the sandbox's uid, and a rebuilt binary at AgentPath
+// and execs sandboxes from there. RunDir is root's and searchable by the
+// sandboxes' root group only (closeDirs), so the agent runs whether or not
+// the directories above AgentPath are reachable by the sandbox's uid, and a rebuilt binary at AgentPath
 // never changes what a running backend starts.
 //
 // The agent used to be exec'd through /proc/self/fd/N of a kept-open
@@ -431,8 +473,9 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 		return nil, fmt.Errorf("invalid sandbox config: %w", err)
 	}
 	if b.userNS != nil {
+		_, gid := b.RootIDs()
 		for _, v := range cfg.Volumes {
-			if err := checkTraversable(filepath.Dir(v.Source), "chmod o+x it, or mount from a reachable directory"); err != nil {
+			if err := checkTraversable(filepath.Dir(v.Source), gid, fmt.Sprintf("chmod o+x it, or chgrp %d and chmod g+x, or mount from a reachable directory", gid)); err != nil {
 				return nil, fmt.Errorf("volume %s: %w: %w", v.Source, backend.ErrVolumeNotAllowed, err)
 			}
 		}

@@ -32,8 +32,10 @@ func ProbeUserNS() error {
 }
 
 // checkTraversable makes sure a sandbox's mapped root, an unprivileged uid
-// on the host, can reach dir: every ancestor needs the search bit for others.
-func checkTraversable(dir, remedy string) error {
+// on the host, can reach dir: every ancestor needs the search bit for
+// others, or for its group when that is the sandbox root's gid (a directory
+// only sandboxes and root may pass, as the data directory is).
+func checkTraversable(dir string, gid int, remedy string) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -43,7 +45,8 @@ func checkTraversable(dir, remedy string) error {
 		if err != nil {
 			return err
 		}
-		if fi.Mode().Perm()&0o001 == 0 {
+		group := fi.Mode().Perm()&0o010 != 0 && fi.Sys().(*syscall.Stat_t).Gid == uint32(gid) //nolint:gosec // gid is a sandbox root's, below 2^32
+		if fi.Mode().Perm()&0o001 == 0 && !group {
 			return fmt.Errorf("%s is not searchable by other users (mode %v); sandbox root maps to an unprivileged uid and cannot reach %s (%s)", p, fi.Mode().Perm(), abs, remedy)
 		}
 		if p == "/" {

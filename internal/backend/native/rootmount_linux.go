@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -47,24 +48,101 @@ func (m *rootMount) isOf(r boot.Rootfs) bool {
 	return slices.Equal(m.of.Lower, r.Lower) && m.of.Upper == r.Upper && m.of.Work == r.Work && m.of.UserXattr == r.UserXattr
 }
 
-// mountRoot mounts r's overlay, detached. Layers are added one at a time
-// ("lowerdir+", Linux 6.8), or as one list where that is missing and the
-// list fits a mount parameter (256 bytes); an error means the agent should
-// mount the root itself.
+// How fsmountOverlay names the layers.
+const (
+	layersByFD      = iota // "lowerdir+", "upperdir", "workdir" by descriptor
+	layerByLayer           // "lowerdir+" paths
+	layersAsOneList        // one "lowerdir" list
+)
+
+// mountRoot mounts r's overlay, detached. Layers are given by descriptor
+// (Linux 6.13 takes them), else added one path at a time ("lowerdir+",
+// Linux 6.8), else as one list where the list fits a mount parameter (256
+// bytes); an error means the agent should mount the root itself.
 func mountRoot(r boot.Rootfs) (*rootMount, error) {
 	if len(r.Lower) == 0 || r.Upper == "" || r.Dir != "" {
 		return nil, errors.New("not a plain layered root")
 	}
-	m, err := fsmountOverlay(r, true)
-	if err != nil {
-		if m, err = fsmountOverlay(r, false); err != nil {
-			return nil, err
+	var err error
+	for _, how := range []int{layersByFD, layerByLayer, layersAsOneList} {
+		var m *rootMount
+		if m, err = fsmountOverlay(r, how); err == nil {
+			return m, nil
 		}
 	}
-	return m, nil
+	return nil, err
 }
 
-func fsmountOverlay(r boot.Rootfs, layerByLayer bool) (*rootMount, error) {
+// detachedDir is a detached bind mount of dir (a clone in no mount
+// namespace). An overlay layer given as one shows in mountinfo as a path
+// from that mount's root ("/", "/upper"), not the host's: the sandbox,
+// which reads its mountinfo, never learns where on the host its layers
+// and its upper directory are (issue #18, finding 12).
+func detachedDir(dir string) (int, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("clone %s: %w", dir, err)
+	}
+	return fd, nil
+}
+
+// setLayerFDs names r's layers to the overlay being configured by
+// descriptors of detached mounts: each lower layer's own, and upper and
+// work through one mount of their common parent (overlay wants them on
+// one mount). The caller closes the descriptors returned, after the
+// overlay is created: a detached mount whose last descriptor is closed is
+// unmounted, and the overlay would refuse it.
+func setLayerFDs(fsfd int, r boot.Rootfs) (fds []int, err error) {
+	if filepath.Dir(r.Upper) != filepath.Dir(r.Work) {
+		return nil, errors.New("upper and work are in different directories")
+	}
+	defer func() {
+		if err != nil {
+			closeAll(fds)
+			fds = nil
+		}
+	}()
+	setFD := func(k, path string, fd int) error {
+		if err := unix.FsconfigSetFd(fsfd, k, fd); err != nil {
+			return fmt.Errorf("overlay %s=%s (by descriptor): %w", k, path, err)
+		}
+		return nil
+	}
+	for _, l := range r.Lower {
+		fd, err := detachedDir(l)
+		if err != nil {
+			return fds, err
+		}
+		fds = append(fds, fd)
+		if err := setFD("lowerdir+", l, fd); err != nil {
+			return fds, err
+		}
+	}
+	parent, err := detachedDir(filepath.Dir(r.Upper))
+	if err != nil {
+		return fds, err
+	}
+	fds = append(fds, parent)
+	for _, d := range []struct{ key, path string }{{"upperdir", r.Upper}, {"workdir", r.Work}} {
+		fd, err := unix.Openat(parent, filepath.Base(d.path), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fds, fmt.Errorf("open %s: %w", d.path, err)
+		}
+		fds = append(fds, fd)
+		if err := setFD(d.key, d.path, fd); err != nil {
+			return fds, err
+		}
+	}
+	return fds, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+func fsmountOverlay(r boot.Rootfs, how int) (*rootMount, error) {
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("fsopen overlay: %w", err)
@@ -79,20 +157,31 @@ func fsmountOverlay(r boot.Rootfs, layerByLayer bool) (*rootMount, error) {
 	if err := set("source", "overlay"); err != nil {
 		return nil, err
 	}
-	if layerByLayer {
+	switch how {
+	case layersByFD:
+		fds, err := setLayerFDs(fsfd, r)
+		if err != nil {
+			return nil, err
+		}
+		defer closeAll(fds)
+	case layerByLayer:
 		for _, l := range r.Lower {
 			if err := set("lowerdir+", l); err != nil {
 				return nil, err
 			}
 		}
-	} else if err := set("lowerdir", strings.Join(r.Lower, ":")); err != nil {
-		return nil, err
+	default:
+		if err := set("lowerdir", strings.Join(r.Lower, ":")); err != nil {
+			return nil, err
+		}
 	}
-	if err := set("upperdir", r.Upper); err != nil {
-		return nil, err
-	}
-	if err := set("workdir", r.Work); err != nil {
-		return nil, err
+	if how != layersByFD {
+		if err := set("upperdir", r.Upper); err != nil {
+			return nil, err
+		}
+		if err := set("workdir", r.Work); err != nil {
+			return nil, err
+		}
 	}
 	if r.UserXattr {
 		// The layout the sandbox's own mounts used (and images are
@@ -159,7 +248,7 @@ type roots struct {
 // first if it holds none for these layers; nil when the host cannot mount
 // it, and the agent mounts the layers itself.
 func (s *Sandbox) rootFor(r boot.Rootfs) *os.File {
-	if !HostHoldsRoots() {
+	if s.b.agentMountsRoots || !HostHoldsRoots() {
 		return nil
 	}
 	s.wakeRootLocked()

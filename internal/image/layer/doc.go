@@ -36,9 +36,11 @@
 //     invalid. Whiteouts hide lower layers only: a whiteout for a name this
 //     layer already holds does not remove it (a directory becomes opaque),
 //     and a directory that replaces a whiteout of this layer is made opaque.
-//   - Mode bits are kept, setuid, setgid and sticky included: these are
-//     image contents, and a sandbox mounts them nosuid inside a user
-//     namespace, which neutralises them. Ownership is shifted by
+//   - Permission bits and the sticky bit are kept, and a directory's setgid
+//     bit; setuid and setgid are stripped from everything else. They never
+//     worked inside a sandbox (its processes run with no_new_privs), and on
+//     the host they would lend a sandbox uid to anyone reaching the layer.
+//     Ownership is shifted by
 //     Options.IDShift and applied with lchown semantics; an owner outside the
 //     map fails the unpack (no silent clamping to an overflow id).
 //   - Modification times are restored (directories' at the end, after their

@@ -451,13 +451,27 @@ func (u *unpacker) dir(comps []string, hdr *tar.Header) error {
 	return nil
 }
 
+// permBits is the mode an entry is given: its permission bits and sticky
+// bit, and a directory's setgid bit (new entries take its group), but never
+// setuid or setgid on anything that can be executed. Inside a sandbox they
+// never worked (every sandbox process runs with no_new_privs), and on the
+// host they would give whoever reaches a layer the privileges of a sandbox
+// uid (issue #18, finding 2).
+func permBits(hdr *tar.Header) uint32 {
+	keep := int64(0o1777)
+	if hdr.Typeflag == tar.TypeDir {
+		keep |= 0o2000
+	}
+	return uint32(hdr.Mode & keep) //nolint:gosec // masked to 0o3777 first, so it fits
+}
+
 // meta applies ownership, mode and xattrs to an open file or directory, in
 // that order (chown clears setuid/setgid and security.capability).
 func (u *unpacker) meta(fd, uid, gid int, hdr *tar.Header, xattrs [][2]string) error {
 	if err := unix.Fchown(fd, uid, gid); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(fd, uint32(hdr.Mode&0o7777)); err != nil { //nolint:gosec // masked to 0o7777 first, so it fits
+	if err := unix.Fchmod(fd, permBits(hdr)); err != nil {
 		return err
 	}
 	for _, x := range xattrs {
@@ -625,7 +639,7 @@ func (u *unpacker) device(comps []string, hdr *tar.Header) error {
 	if hdr.Devmajor < 0 || hdr.Devmajor > maxDevMajor || hdr.Devminor < 0 || hdr.Devminor > maxDevMinor {
 		return invalidf("device number out of range")
 	}
-	mode := uint32(hdr.Mode & 0o7777) //nolint:gosec // masked to 0o7777 first, so it fits
+	mode := permBits(hdr)
 	switch hdr.Typeflag {
 	case tar.TypeChar:
 		mode |= unix.S_IFCHR

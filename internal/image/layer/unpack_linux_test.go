@@ -182,11 +182,12 @@ func TestUnpackTree(t *testing.T) {
 	lib := sym("lib", "usr/lib")
 	lib.h.Uid, lib.h.Gid = 5, 6
 	sticky := dirE("tmp", 0o1777)
+	shared := dirE("shared", 0o2775) // setgid on a directory is kept
 	dir, st := unpack(t, Options{IDShift: shift},
-		dirE("./", 0o755), dirE("bin", 0o755), su, u, f, ping, lib, hard("bin/su2", "./bin/su"), sticky,
+		dirE("./", 0o755), dirE("bin", 0o755), su, u, f, ping, lib, hard("bin/su2", "./bin/su"), sticky, shared,
 		sym("abs", "/etc/passwd"), reg("deep/er/file", "x", 0o600))
 
-	want := Stats{Files: 4, Dirs: 4 + 3, Symlinks: 2, Hardlinks: 1, Bytes: int64(len("su-binary") + len("hello") + len("ping") + 1)}
+	want := Stats{Files: 4, Dirs: 5 + 3, Symlinks: 2, Hardlinks: 1, Bytes: int64(len("su-binary") + len("hello") + len("ping") + 1)}
 	if st != want {
 		t.Errorf("stats %+v, want %+v", st, want)
 	}
@@ -199,13 +200,15 @@ func TestUnpackTree(t *testing.T) {
 		checkTime bool
 	}{
 		{".", unix.S_IFDIR | 0o755, 100000, 100000, t0, 0, true},
-		{"bin/su", unix.S_IFREG | 0o4755, 100000, 100000, t0, 2, true},
-		{"bin/su2", unix.S_IFREG | 0o4755, 100000, 100000, t0, 2, true},
+		// setuid and setgid are stripped (issue #18, finding 2).
+		{"bin/su", unix.S_IFREG | 0o755, 100000, 100000, t0, 2, true},
+		{"bin/su2", unix.S_IFREG | 0o755, 100000, 100000, t0, 2, true},
 		{"home/u", unix.S_IFDIR | 0o700, 101000, 101001, dirMtime, 0, true},
-		{"home/u/f", unix.S_IFREG | 0o2640, 101000, 101001, t0, 1, true},
+		{"home/u/f", unix.S_IFREG | 0o640, 101000, 101001, t0, 1, true},
 		{"home", unix.S_IFDIR | 0o755, 100000, 100000, time.Time{}, 0, false}, // implicit
 		{"lib", unix.S_IFLNK | 0o777, 100005, 100006, t0, 0, true},
 		{"tmp", unix.S_IFDIR | 0o1777, 100000, 100000, t0, 0, true},
+		{"shared", unix.S_IFDIR | 0o2775, 100000, 100000, t0, 0, true},
 		{"deep/er/file", unix.S_IFREG | 0o600, 100000, 100000, t0, 1, true},
 	} {
 		s := lstat(t, filepath.Join(dir, c.path))
