@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -122,6 +123,20 @@ func startServer(t *testing.T, extra ...string) *server {
 		time.Sleep(100 * time.Millisecond)
 	}
 	s.rss = watchRSS(s.cmd.Process.Pid)
+	// A test that ends early still removes every sandbox and stops the
+	// server: sandboxes outlive a stopped server by design.
+	t.Cleanup(func() {
+		if s.cmd.ProcessState != nil {
+			return
+		}
+		if names, err := s.sandboxes("*"); err == nil {
+			for _, n := range names {
+				ns, name, _ := strings.Cut(n, "/")
+				_ = s.remove(s.admin, ns, name)
+			}
+		}
+		_ = s.stop()
+	})
 	return s
 }
 
@@ -409,6 +424,7 @@ type victims struct {
 	mu    sync.Mutex
 	phase int // 0 = baseline, 1 = under attack
 	lat   [2][]time.Duration
+	at    []time.Time // when each exec under attack ended, by lat[1]'s index
 	errs  []string
 	stopc chan struct{}
 	wg    sync.WaitGroup
@@ -453,6 +469,9 @@ func (v *victims) loop(name string) {
 			v.errs = append(v.errs, fmt.Sprintf("%s exec %d: exit %d, stdout %q", name, i, r.ExitCode, r.Stdout))
 		default:
 			v.lat[v.phase] = append(v.lat[v.phase], d)
+			if v.phase == 1 {
+				v.at = append(v.at, time.Now())
+			}
 		}
 		v.mu.Unlock()
 	}
@@ -493,4 +512,69 @@ func (w *rssWatch) windowPeak() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.wpeak
+}
+
+// pidsMax reads the pids.max the host's cgroup gives the sandbox with the
+// internal id: what it was granted, whatever it uses.
+func (s *server) pidsMax(t *testing.T, id string) int {
+	t.Helper()
+	if id == "" {
+		t.Fatal("pidsMax: no sandbox id")
+	}
+	suffix := "/" + s.cgroupPrefix() + "/" + id
+	n := 0
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || n > 0 {
+			return nil //nolint:nilerr // a cgroup that vanished while walked is not the sandbox's
+		}
+		if strings.Count(p, "/") > 10 {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(p, suffix) {
+			if b, err := os.ReadFile(filepath.Join(p, "pids.max")); err == nil {
+				if v := strings.TrimSpace(string(b)); v == "max" {
+					n = math.MaxInt32
+				} else {
+					n, _ = strconv.Atoi(v)
+				}
+			}
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if n == 0 {
+		t.Fatalf("no pids.max for sandbox %s under the cgroup prefix %s", id, s.cgroupPrefix())
+	}
+	return n
+}
+
+// p99Since is the p99 of the execs under attack that ended after t (the
+// window of one attempt), and how many there were.
+func (v *victims) p99Since(t time.Time) (time.Duration, int) {
+	v.mu.Lock()
+	var l []time.Duration
+	for i, end := range v.at {
+		if end.After(t) {
+			l = append(l, v.lat[1][i])
+		}
+	}
+	v.mu.Unlock()
+	if len(l) == 0 {
+		return 0, 0
+	}
+	slices.Sort(l)
+	return l[min(max(int(0.99*float64(len(l))+0.5)-1, 0), len(l)-1)], len(l)
+}
+
+// sandboxIDs lists the server's internal sandbox ids: the names of its
+// sandbox directories (the API never shows them).
+func (s *server) sandboxIDs() []string {
+	entries, _ := os.ReadDir(filepath.Join(s.data, "sandboxes"))
+	var ids []string
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids
 }
