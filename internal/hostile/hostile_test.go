@@ -154,3 +154,12 @@ func clip(s string, n int) string {
 	}
 	return s
 }
+
+// TestMain removes the warren binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if warrenBin != "" {
+		_ = os.RemoveAll(filepath.Dir(warrenBin))
+	}
+	os.Exit(code)
+}
