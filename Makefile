@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test test-sdk test-v2 vet fmt-check lint bench bench-server soak soak-ci doctor clean
+.PHONY: all setup build run demo test test-sdk test-v2 test-hostile test-hostile-ci vet fmt-check lint bench bench-server soak soak-ci doctor clean
 
 all: build
 
@@ -71,6 +71,17 @@ test: build vet fmt-check lint test-sdk test-v2
 V2VM_LANES ?= cgroup spawner native
 test-v2: build
 	./scripts/v2vm.sh -q $(V2VM_LANES)
+
+# The hostile-workload suite (docs/security.md): every attempt, each printing
+# CONTAINED or BREACH, against a real server while victims serve execs. A
+# plain `go test` of internal/hostile (so `make test`, through ./...) runs
+# its CI subset, the list ciAttempts in internal/hostile/attempts_test.go;
+# test-hostile-ci runs that subset alone.
+test-hostile: setup
+	WARREN_TEST_PRIVILEGED=1 go test -count=1 -v -timeout 30m -run TestHostile ./internal/hostile -args -hostile.all
+
+test-hostile-ci: setup
+	WARREN_TEST_PRIVILEGED=1 go test -count=1 -v -timeout 10m -run TestHostile ./internal/hostile
 
 # The SDK is its own module (stdlib only).
 test-sdk:

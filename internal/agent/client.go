@@ -90,10 +90,21 @@ func IsKind(err error, kind string) bool {
 	return errors.As(err, &ae) && ae.Kind == kind
 }
 
+// maxRequestLine bounds the URL of a request to the agent (its request
+// line limit is 64 KiB, with the method and protocol).
+const maxRequestLine = 60 << 10
+
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
+	}
+	// The agent reads request lines of at most 64 KiB: a longer one (a path
+	// far past PATH_MAX, from a caller) is refused here, as the caller's
+	// mistake and without quoting it, rather than failing on the way as a
+	// transport error that carries the whole URL.
+	if len(u) > maxRequestLine {
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "agent %s %s: the parameters are %d bytes encoded, over %d (a path is at most 4096 bytes)", method, path, len(u), maxRequestLine)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -75,5 +77,35 @@ func TestErrorKinds(t *testing.T) {
 	err = errdefs.Errorf(errdefs.ErrConflict, "stopped: %w", &Error{ErrorBody: wire.ErrorBody{Kind: wire.ErrNotFound}})
 	if got := errdefs.Kind(err); got != "conflict" {
 		t.Errorf("kind around an agent error: %q, want conflict", got)
+	}
+}
+
+// TestLongPathRefused: a path far past PATH_MAX is refused before it is
+// sent, as invalid, with a short message (the transport error it caused
+// quoted the whole URL: 40 MiB in an API answer).
+func TestLongPathRefused(t *testing.T) {
+	var got atomic.Int32
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		got.Add(1)
+		_, _ = w.Write([]byte(`{"name":"p"}`))
+	})}
+	go func() { _ = srv.Serve(l) }() // returns ErrServerClosed at Cleanup
+	t.Cleanup(func() { _ = srv.Close() })
+	c := NewClient(sock)
+	t.Cleanup(c.Close)
+	_, err = c.Stat(context.Background(), "/"+strings.Repeat("p", 4<<20))
+	if !errors.Is(err, errdefs.ErrInvalid) || len(err.Error()) > 200 {
+		t.Fatalf("a 4 MiB path: %.300v", err)
+	}
+	if _, err := c.Stat(context.Background(), "/"+strings.Repeat("p", 4000)); err != nil {
+		t.Fatalf("a 4000-byte path: %v", err)
+	}
+	if n := got.Load(); n != 1 {
+		t.Fatalf("the agent got %d requests, want only the short path's", n)
 	}
 }

@@ -1,0 +1,165 @@
+package hostile
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// all runs every attempt (make test-hostile); without it only ciAttempts.
+var all = flag.Bool("hostile.all", false, "run every hostile attempt, not only the CI subset (ciAttempts)")
+
+// maxRunning is the server's --max-running: above what the flood needs to
+// take every pid of the host with default sandboxes (32768 / 1024 + 1), so
+// the limits attempts see the server's admission control, not this cap.
+const maxRunning = 48
+
+// baselineFor is how long the victims' latency is measured before any
+// attack.
+const baselineFor = 10 * time.Second
+
+// latencyFloor: the victims' p99 under attack may reach 3× the baseline's
+// p99, or this, whichever is larger (so a 2 ms baseline does not make 7 ms
+// a failure).
+const latencyFloor = 50 * time.Millisecond
+
+// memBudget is what the server may grow by over the whole run: four
+// concurrent answers of the largest output_limit (64 MiB) of control
+// bytes, 6× each, whatever the subset runs (memory a finished request
+// freed is not always given back before the next one, so the smaller CI
+// output attempt does not make a smaller bound).
+const memBudget = 4 * 6 * 64 * mib
+
+// TestHostile runs the attempts against a real server while three victim
+// sandboxes serve execs, then checks the victims' latency, the server's
+// memory and that nothing is left behind.
+func TestHostile(t *testing.T) {
+	start := time.Now()
+	s := startServer(t, "--max-running", fmt.Sprint(maxRunning))
+	defer func() {
+		if t.Failed() {
+			t.Logf("server log (tail):\n%s", tail(s.log.String(), 4000))
+		}
+	}()
+	v := startVictims(t, s)
+	time.Sleep(baselineFor)
+	v.setPhase(1)
+	idle := s.rss.now()
+
+	canary := filepath.Join(os.TempDir(), "warren-hostile-canary-"+randHex(6))
+	secret := "CANARY-" + randHex(16)
+	if err := os.WriteFile(canary, []byte(secret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.Remove(canary) }()
+	a := &arena{s: s, box: "m1", canary: canary, secret: secret, t: t}
+	if err := s.create(s.attacker, nsAttacker, a.box, nil); err != nil {
+		t.Fatalf("attacker sandbox: %v", err)
+	}
+
+	var report []string
+	for _, at := range attempts() {
+		if !*all && !slices.Contains(ciAttempts, at.id()) {
+			continue
+		}
+		t.Run(at.id(), func(t *testing.T) {
+			a.t = t
+			began := time.Now()
+			ok, why := at.run(a)
+			if !s.healthy() {
+				t.Errorf("the server is unhealthy after %s", at.id())
+			}
+			why = clip(why, 600)
+			tag := ""
+			if at.finding != "" {
+				tag = " [finding " + at.finding + "]"
+			}
+			p99, n := v.p99Since(began)
+			line := fmt.Sprintf("CONTAINED %s%s: %s (%.1f s; victims' p99 meanwhile %v over %d execs)", at.id(), tag, why, time.Since(began).Seconds(), p99.Round(time.Millisecond), n)
+			if !ok {
+				line = fmt.Sprintf("BREACH %s%s: %s", at.id(), tag, why)
+				t.Error(line)
+			}
+			fmt.Println(line)
+			report = append(report, line)
+		})
+	}
+	a.t = t
+	if err := s.remove(s.attacker, nsAttacker, a.box); err != nil {
+		t.Errorf("remove the attacker's sandbox: %v", err)
+	}
+	v.stop()
+
+	// Victims: every exec answered, p99 within its bound.
+	if len(v.errs) > 0 {
+		t.Errorf("victim execs failed (%d), first: %s", len(v.errs), strings.Join(v.errs[:min(len(v.errs), 5)], "; "))
+	}
+	b50, nb := v.percentile(0, 0.50)
+	b99, _ := v.percentile(0, 0.99)
+	a50, na := v.percentile(1, 0.50)
+	a99, _ := v.percentile(1, 0.99)
+	bound := max(3*b99, latencyFloor)
+	fmt.Printf("victims: baseline p50 %v p99 %v (%d execs); under attack p50 %v p99 %v (%d execs); bound %v\n",
+		b50.Round(100*time.Microsecond), b99.Round(100*time.Microsecond), nb, a50.Round(100*time.Microsecond), a99.Round(100*time.Microsecond), na, bound)
+	if nb < 20 || na < 20 {
+		t.Errorf("too few victim execs to judge: %d baseline, %d under attack", nb, na)
+	}
+	if a99 > bound {
+		t.Errorf("victims' exec p99 under attack %v > bound %v (baseline p99 %v)", a99, bound, b99)
+	}
+
+	// Memory: the peak stays under idle + memBudget.
+	peak := s.rss.max()
+	memBound := idle + memBudget
+	fmt.Printf("server RSS: %d MiB idle, peak %d MiB, bound %d MiB\n", idle/mib, peak/mib, memBound/mib)
+	if peak > memBound {
+		t.Errorf("server RSS peaked at %d MiB > bound %d MiB", peak/mib, memBound/mib)
+	}
+
+	// Nothing of the attacker's is left; then nothing at all once the
+	// victims are removed and the server stopped.
+	if left, err := s.sandboxes(nsAttacker); err != nil || len(left) > 0 {
+		t.Errorf("attacker sandboxes left: %v %v", left, err)
+	}
+	for _, n := range victimNames {
+		if err := s.remove(s.victim, nsVictim, n); err != nil {
+			t.Errorf("remove victim %s: %v", n, err)
+		}
+	}
+	if err := s.stop(); err != nil {
+		t.Errorf("server stop: %v", err)
+	}
+	if left := s.leftovers(); len(left) > 0 {
+		t.Errorf("left behind: %s", strings.Join(left, "; "))
+	}
+	fmt.Printf("hostile suite: %d attempts in %.0f s\n", len(report), time.Since(start).Seconds())
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// clip keeps a verdict's first n bytes: attacks echo what they sent.
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// TestMain removes the warren binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if warrenBin != "" {
+		_ = os.RemoveAll(filepath.Dir(warrenBin))
+	}
+	os.Exit(code)
+}
