@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test test-sdk test-v2 vet fmt-check lint bench bench-server doctor clean
+.PHONY: all setup build run demo test test-sdk test-v2 test-crash vet fmt-check lint bench bench-server doctor clean
 
 all: build
 
@@ -71,6 +71,15 @@ test: build vet fmt-check lint test-sdk test-v2
 V2VM_LANES ?= cgroup spawner native
 test-v2: build
 	./scripts/v2vm.sh -q $(V2VM_LANES)
+
+# The crash-recovery suite at full size: 500 mixed operations from three
+# clients over 6 SIGKILLs of the server (~6 minutes). `make test` runs a
+# bounded run (internal/crashtest's defaults). CRASH_SEED=N replays the seed
+# a run printed.
+CRASH_SEED ?= 0
+test-crash:
+	WARREN_TEST_PRIVILEGED=1 go test -count=1 -timeout 40m -v -run 'TestCrashRecovery' ./internal/crashtest \
+		-args -crash.ops=500 -crash.restarts=6 -crash.seed=$(CRASH_SEED)
 
 # The SDK is its own module (stdlib only).
 test-sdk:
