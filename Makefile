@@ -73,7 +73,7 @@ test-v2: build
 	./scripts/v2vm.sh -q $(V2VM_LANES)
 
 # The crash-recovery suite at full size: 500 mixed operations from three
-# clients over 6 SIGKILLs of the server (~6 minutes). `make test` runs a
+# clients over 6 SIGKILLs of the server (1-4 minutes, with load). `make test` runs a
 # bounded run (internal/crashtest's defaults). CRASH_SEED=N replays the seed
 # a run printed.
 CRASH_SEED ?= 0
