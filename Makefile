@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test test-sdk test-v2 test-hostile test-hostile-ci vet fmt-check lint bench bench-server soak soak-ci doctor clean
+.PHONY: all setup build run demo test test-sdk test-v2 test-hostile test-hostile-ci test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean
 
 all: build
 
@@ -82,6 +82,15 @@ test-hostile: setup
 
 test-hostile-ci: setup
 	WARREN_TEST_PRIVILEGED=1 go test -count=1 -v -timeout 10m -run TestHostile ./internal/hostile
+
+# The crash-recovery suite at full size: 500 mixed operations from three
+# clients over 6 SIGKILLs of the server (1-4 minutes, with load). `make test` runs a
+# bounded run (internal/crashtest's defaults). CRASH_SEED=N replays the seed
+# a run printed.
+CRASH_SEED ?= 0
+test-crash:
+	WARREN_TEST_PRIVILEGED=1 go test -count=1 -timeout 40m -v -run 'TestCrashRecovery' ./internal/crashtest \
+		-args -crash.ops=500 -crash.restarts=6 -crash.seed=$(CRASH_SEED)
 
 # The SDK is its own module (stdlib only).
 test-sdk:

@@ -575,6 +575,16 @@ func (m *Manager) Open(name string) (*Cgroup, error) {
 	return c, nil
 }
 
+// Destroy removes the cgroup name, killing its processes, in every
+// hierarchy it is in: also one that Open refuses because a crash in the
+// middle of Create, Rename or Destroy left it in only some of them.
+func (m *Manager) Destroy(name string) error {
+	if err := validName(name); err != nil {
+		return err
+	}
+	return m.cgroup(name).Destroy()
+}
+
 // List returns the names of the cgroups under the prefix, sorted. A cgroup
 // present in only some hierarchies (a crash mid-Create) is listed.
 func (m *Manager) List() ([]string, error) {

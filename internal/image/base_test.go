@@ -57,12 +57,15 @@ func testShift() layer.IDMap {
 
 // assertClean checks that a build left nothing behind: no record, nothing
 // in the store's tmp.
+// scratchDir is where a store in dir unpacks, in this process.
+func scratchDir(dir string) string { return filepath.Join(dir, "tmp", strconv.Itoa(os.Getpid())) }
+
 func assertClean(t *testing.T, s *image.Store, dir string) {
 	t.Helper()
 	if recs, err := s.List(); err != nil || len(recs) != 0 {
 		t.Errorf("images recorded: %v, %v", recs, err)
 	}
-	ents, err := os.ReadDir(filepath.Join(dir, "tmp"))
+	ents, err := os.ReadDir(scratchDir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +285,7 @@ func TestBuildBaseFake(t *testing.T) {
 	if d, err := s.Inspect("my/node"); err != nil || !slices.Equal(d.Cmd, []string{"node"}) {
 		t.Errorf("node config: %+v, %v", d, err)
 	}
-	ents, _ := os.ReadDir(filepath.Join(dir, "tmp"))
+	ents, _ := os.ReadDir(scratchDir(dir))
 	if len(ents) != 0 {
 		t.Errorf("store tmp not cleaned: %v", ents)
 	}
@@ -471,7 +474,7 @@ func TestBuildBasePython(t *testing.T) {
 			return nil
 		})
 	}
-	if ents, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(ents) != 0 {
+	if ents, _ := os.ReadDir(scratchDir(dir)); len(ents) != 0 {
 		t.Errorf("store tmp not cleaned: %v", ents)
 	}
 

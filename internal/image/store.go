@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,8 +117,25 @@ func OpenStore(dir string, db *store.Store, shift layer.IDMap) (*Store, error) {
 			return nil, fmt.Errorf("image store: %w", err)
 		}
 	}
-	if err := os.RemoveAll(s.tmpDir()); err != nil {
-		return nil, fmt.Errorf("image store: clean %s: %w", s.tmpDir(), err)
+	// Each process works in tmp/<pid>: a server and a `warren image
+	// import` beside it share the store, and neither may delete what the
+	// other is unpacking. What a process that is gone left is removed, and
+	// so is this process's own (from a store it opened before).
+	root := filepath.Dir(s.tmpDir())
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid != os.Getpid() && pidAlive(pid) {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
+			return nil, fmt.Errorf("image store: clean %s: %w", root, err)
+		}
 	}
 	if err := os.Mkdir(s.tmpDir(), 0o700); err != nil {
 		return nil, fmt.Errorf("image store: %w", err)
@@ -125,8 +143,17 @@ func OpenStore(dir string, db *store.Store, shift layer.IDMap) (*Store, error) {
 	return s, nil
 }
 
+// pidAlive reports whether a process with this pid exists (or may: a
+// reused pid keeps a dead process's scratch directory a while longer).
+func pidAlive(pid int) bool {
+	err := unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
 func (s *Store) layersDir() string { return filepath.Join(s.dir, "layers", "sha256") }
-func (s *Store) tmpDir() string    { return filepath.Join(s.dir, "tmp") }
+func (s *Store) tmpDir() string {
+	return filepath.Join(s.dir, "tmp", strconv.Itoa(os.Getpid()))
+}
 
 // layerPath is where the layer with diff id d ("sha256:<hex>") lives.
 func (s *Store) layerPath(d string) string {

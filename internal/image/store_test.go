@@ -10,10 +10,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -754,11 +757,31 @@ func TestOpenStoreCleansTmp(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(s.tmpDir(), "layer-123", "half"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	// Another live process's scratch directory (a `warren image import`
+	// beside the server) is its own; a dead one's is left over.
+	tmp := filepath.Dir(s.tmpDir())
+	live := filepath.Join(tmp, strconv.Itoa(os.Getppid()), "layer-1")
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(tmp, strconv.Itoa(cmd.Process.Pid), "layer-2")
+	for _, d := range []string{live, dead} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err = OpenStore(filepath.Join(dir, "images"), db, layer.IDMap{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	assertTmpEmpty(t, s)
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("opening the store deleted a live process's unpacking: %v", err)
+	}
+	if _, err := os.Stat(filepath.Dir(dead)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a dead process's unpacking was kept: %v", err)
+	}
 }
 
 // TestConcurrentImportsAndPrune: imports of the same image race each other

@@ -756,6 +756,10 @@ func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 	}
 	e.state, e.why = Stopping, why
 	m.mu.Unlock()
+	// Recorded first: a server that dies mid-stop leaves a row saying
+	// stopping, which the next one finishes (recover), not one saying
+	// running, which it would find dead and mark errored.
+	m.persist(e)
 	var err error
 	if e.sb != nil {
 		err = e.sb.Stop(context.WithoutCancel(ctx))

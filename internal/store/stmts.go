@@ -3,7 +3,13 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"sync"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // Stmts prepares each statement once, on first use, and keeps it for the
@@ -34,14 +40,44 @@ func (s *Stmts) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return st, nil
 }
 
-// Exec executes query, prepared once.
+// Exec executes query, prepared once. A write the database cannot take
+// now (see Classify) is an unavailable error.
 func (s *Stmts) Exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	st, err := s.stmt(ctx, query)
 	if err != nil {
-		return nil, err
+		return nil, Classify(err)
 	}
-	return st.ExecContext(ctx, args...)
+	r, err := st.ExecContext(ctx, args...)
+	return r, Classify(err)
 }
+
+// Classify gives the database's transient failures a kind a client can act
+// on: its lock held past the busy timeout (another process writing) and
+// its file system full are unavailable, with words saying so instead of
+// SQLite's; the cause stays wrapped. Other errors are returned as they
+// are.
+func Classify(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return err
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return errdefs.Errorf(errdefs.ErrUnavailable, "%w", &dbError{"the server's database is locked by another process; try again", err})
+	case sqlite3.SQLITE_FULL:
+		return errdefs.Errorf(errdefs.ErrUnavailable, "%w", &dbError{"the server's data directory is full; try again once an operator has freed space", err})
+	}
+	return err
+}
+
+// dbError is a database failure told in the client's words.
+type dbError struct {
+	msg string
+	err error
+}
+
+func (e *dbError) Error() string { return e.msg }
+func (e *dbError) Unwrap() error { return e.err }
 
 // QueryRow runs query, prepared once, for at most one row. A failure to
 // prepare is the row's Scan error.

@@ -853,11 +853,10 @@ func (s *Sandbox) shortLayerPaths(r *boot.Rootfs) error {
 }
 
 // destroyStaleCgroup removes a cgroup of this sandbox's name left by a
-// crashed run.
+// crashed run, whole or in only some hierarchies (a crash mid-rename or
+// mid-destroy).
 func (s *Sandbox) destroyStaleCgroup() {
-	if old, err := s.b.cgroups.Open(s.cfg.ID); err == nil {
-		_ = old.Destroy()
-	}
+	_ = s.b.cgroups.Destroy(s.cfg.ID)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -160,8 +160,8 @@ func (b *Backend) reapPoolCgroups() {
 		if pid, err := strconv.Atoi(pidStr); err == nil && pid != os.Getpid() && procStartTime(pid) != 0 {
 			continue // another live process's pool
 		}
-		if cg, err := b.cgroups.Open(n); err == nil {
-			_ = cg.Destroy()
-		}
+		// Whole or in only some hierarchies (its owner killed mid-create
+		// or mid-rename).
+		_ = b.cgroups.Destroy(n)
 	}
 }

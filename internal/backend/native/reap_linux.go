@@ -158,11 +158,11 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 		if held || alive(run) {
 			continue
 		}
-		if cg, err := b.cgroups.Open(id); err == nil {
-			if err := cg.Destroy(); err != nil {
-				errs = append(errs, err)
-				continue
-			}
+		// Whole or in only some hierarchies (a crash mid-rename or
+		// mid-destroy).
+		if err := b.cgroups.Destroy(id); err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		if err := os.RemoveAll(run); err != nil {
 			errs = append(errs, err)
