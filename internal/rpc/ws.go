@@ -195,6 +195,9 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		return
 	}
 	info, err := a.Wait(ctx, pi.ID, time.Minute)
+	if ctx.Err() != nil {
+		return // the client went away while the exit was awaited
+	}
 	if err != nil || info.Exit == nil {
 		if err == nil {
 			err = errdefs.Errorf(errdefs.ErrTimeout, "process %s did not report its exit", pi.ID)
