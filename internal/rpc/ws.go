@@ -91,6 +91,9 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		return websocket.JSON.Send(conn, m)
 	}
 	fail := func(err error) {
+		if ctx.Err() != nil {
+			return // the session is over (the client went away): a cancelled call is no error to report
+		}
 		_ = send(wsMsg{Type: "error", Message: err.Error(), Kind: kindOf(err)})
 	}
 	var start wsStart
@@ -195,9 +198,6 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		return
 	}
 	info, err := a.Wait(ctx, pi.ID, time.Minute)
-	if ctx.Err() != nil {
-		return // the client went away while the exit was awaited
-	}
 	if err != nil || info.Exit == nil {
 		if err == nil {
 			err = errdefs.Errorf(errdefs.ErrTimeout, "process %s did not report its exit", pi.ID)
