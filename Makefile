@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test test-sdk test-v2 test-hostile test-hostile-ci test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean
+.PHONY: all setup build run demo test test-sdk test-v2 test-hostile test-hostile-ci test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci
 
 all: build
 
@@ -62,7 +62,7 @@ lint: setup
 # internal/guest's tests run it in-process. A package with a race that cannot
 # be fixed at once would run without -race in a second `go test`, named here
 # with why.
-test: build vet fmt-check lint test-sdk test-v2
+test: build vet fmt-check lint test-sdk test-v2 fuzz-ci
 	go test -race -count=1 -timeout 30m $(GO_PACKAGES)
 
 # The cgroup v2 lanes: the cgroup, spawner and native backend tests run inside
@@ -91,6 +91,15 @@ CRASH_SEED ?= 0
 test-crash:
 	WARREN_TEST_PRIVILEGED=1 go test -count=1 -timeout 40m -v -run 'TestCrashRecovery' ./internal/crashtest \
 		-args -crash.ops=500 -crash.restarts=6 -crash.seed=$(CRASH_SEED)
+
+# Every fuzz target in the tree (found by scripts/fuzz.sh), FUZZTIME each;
+# fuzz-ci is the short run `make test` makes of each.
+FUZZTIME ?= 30s
+fuzz: setup
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
+
+fuzz-ci: setup
+	FUZZTIME=3s ./scripts/fuzz.sh
 
 # The SDK is its own module (stdlib only).
 test-sdk:

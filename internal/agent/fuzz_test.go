@@ -1,8 +1,17 @@
 package agent
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/wire"
 )
@@ -45,4 +54,128 @@ func TestExecStreamErrors(t *testing.T) {
 	if err != nil || st.Code != 3 || st.Signal != "SIGTERM" {
 		t.Errorf("got %+v %v", st, err)
 	}
+}
+
+// FuzzAnswers answers every request of the host's agent client with the
+// same status and body, as a hostile agent may: each method either fails
+// or returns what the body decodes to; an error status is an *Error with a
+// kind; a REPL answer delivers at most maxReplLines lines and an exec only
+// known streams; nothing panics.
+func FuzzAnswers(f *testing.F) {
+	for _, s := range []struct {
+		status int
+		body   string
+	}{
+		{200, `{"version":"` + wire.Version + `"}`},
+		{200, `{"id":"p1","pid":7,"argv":["cat"],"running":true,"exit":{"code":0,"duration_ms":1}}`},
+		{200, `[{"id":"p1","pid":7},{"id":"p2"}]`},
+		{200, `{"data":"aGk=","next_offset":2,"eof":true,"dropped":5}`},
+		{200, `[{"name":"a","path":"/a","size":1,"mode":420,"type":"file","mod_time":"2020-01-01T00:00:00Z"}]`},
+		{200, `{"status":"success","language":"python","output":[{"stream":"stdout","text":"1"}],"has_error":false,"result":"1"}`},
+		{200, `{"output":[` + strings.Repeat(`{"stream":"stdout","text":""},`, 50) + `{}],"output":[]}`},
+		{200, `{"stream":"stdout","data":"aGk="}` + "\n" + `{"exit":{"code":0,"duration_ms":1}}` + "\n"},
+		{404, `{"kind":"not_found","message":"no such process"}`},
+		{500, `not json`},
+		{409, `{"kind":"","message":"x"}`},
+		{200, ``},
+		{200, `{"output":{}}`},
+	} {
+		f.Add(s.status, []byte(s.body))
+	}
+	f.Fuzz(func(t *testing.T, status int, body []byte) {
+		if status < 200 || status > 599 {
+			status = 200 + (status%400+400)%400
+		}
+		c := NewClientDial(func(context.Context) (net.Conn, error) {
+			client, agent := net.Pipe()
+			go answer(agent, status, body)
+			return client, nil
+		})
+		defer c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		check := func(what string, err error) {
+			t.Helper()
+			if err == nil {
+				if status >= 300 {
+					t.Fatalf("%s: status %d answered without an error", what, status)
+				}
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: did not finish: %v", what, err)
+			}
+			var ae *Error
+			if status >= 300 && (!errors.As(err, &ae) || ae.Kind == "" || ae.Status != status) {
+				t.Fatalf("%s: status %d gave %#v", what, status, err)
+			}
+		}
+		_, err := c.Health(ctx)
+		if err == nil && status >= 300 {
+			t.Fatalf("health: status %d answered without an error", status)
+		}
+		_, err = c.StartProcess(ctx, &wire.ExecRequest{Argv: []string{"cat"}})
+		check("start process", err)
+		_, err = c.Processes(ctx)
+		check("processes", err)
+		_, err = c.Process(ctx, "p1")
+		check("process", err)
+		_, err = c.Output(ctx, "p1", wire.Stdout, 0, time.Millisecond)
+		check("output", err)
+		_, err = c.Wait(ctx, "p1", time.Millisecond)
+		check("wait", err)
+		check("signal", c.Signal(ctx, "p1", "SIGTERM"))
+		check("stdin", c.WriteStdin(ctx, "p1", []byte("x"), true))
+		check("resize", c.Resize(ctx, "p1", 1, 1))
+		check("remove process", c.RemoveProcess(ctx, "p1"))
+		b, err := c.ReadFile(ctx, "/a")
+		check("read file", err)
+		if len(b) > wire.MaxFileRead+1 {
+			t.Fatalf("read file: %d bytes", len(b))
+		}
+		check("write file", c.WriteFile(ctx, "/a", bytes.NewReader([]byte("x")), 0o644))
+		_, err = c.Stat(ctx, "/a")
+		check("stat", err)
+		_, err = c.List(ctx, "/")
+		check("list", err)
+		check("mkdir", c.Mkdir(ctx, wire.MkdirRequest{Path: "/d"}))
+		check("remove", c.Remove(ctx, wire.RemoveRequest{Path: "/d"}))
+		check("move", c.Move(ctx, "/a", "/b"))
+		check("upload tar", c.UploadTar(ctx, "/", bytes.NewReader(nil)))
+		if r, err := c.DownloadTar(ctx, "/"); err == nil {
+			_, _ = io.Copy(io.Discard, r)
+			_ = r.Close()
+		} else {
+			check("download tar", err)
+		}
+		lines := 0
+		_, err = c.ReplStream(ctx, wire.ReplRequest{Language: "python", Code: "1"}, func(wire.OutputLine) { lines++ })
+		if status < 300 && lines > maxReplLines {
+			t.Fatalf("repl: %d lines", lines)
+		}
+		if status >= 300 {
+			check("repl", err)
+		}
+		_, err = c.Exec(ctx, &wire.ExecRequest{Argv: []string{"x"}}, func(stream string, _ []byte) {
+			if stream != wire.Stdout && stream != wire.Stderr {
+				t.Fatalf("exec: output for stream %q", stream)
+			}
+		})
+		if status >= 300 {
+			check("exec", err)
+		}
+	})
+}
+
+// answer serves one request on conn with status and body.
+func answer(conn net.Conn, status int, body []byte) {
+	defer func() { _ = conn.Close() }()
+	r := bufio.NewReader(conn)
+	req, err := http.ReadRequest(r)
+	if err != nil {
+		return
+	}
+	go func() { _, _ = io.Copy(io.Discard, req.Body) }()
+	_, _ = fmt.Fprintf(conn, "HTTP/1.1 %d X\r\nContent-Length: %d\r\nConnection: close\r\n\r\n", status, len(body))
+	_, _ = conn.Write(body)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"reflect"
 	"strconv"
@@ -106,6 +107,11 @@ func (c *call) decode(v any, strict bool) error {
 	}
 	if err := d.Decode(v); err != nil {
 		return errdefs.Errorf(errInvalidParams, "%s params: %s", c.method, jsonMessage(err))
+	}
+	// Decode reads one value: bytes after it (which the HTTP envelope
+	// never lets through, but a caller of Call may pass) are not params.
+	if _, err := d.Token(); err != io.EOF {
+		return errdefs.Errorf(errInvalidParams, "%s params: data after the object", c.method)
 	}
 	if strict {
 		if err := exactKeys(c.params, reflect.TypeOf(v).Elem()); err != nil {

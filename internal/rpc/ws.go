@@ -91,6 +91,9 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		return websocket.JSON.Send(conn, m)
 	}
 	fail := func(err error) {
+		if ctx.Err() != nil {
+			return // the session is over (the client went away): a cancelled call is no error to report
+		}
 		_ = send(wsMsg{Type: "error", Message: err.Error(), Kind: kindOf(err)})
 	}
 	var start wsStart
