@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -33,32 +31,7 @@ func TestServeCaps(t *testing.T) {
 			stopServe(t, srv)
 		}
 	}()
-	type reply struct {
-		status int
-		Result json.RawMessage `json:"result"`
-		Error  *struct {
-			Message string `json:"message"`
-			Data    struct {
-				Kind string `json:"kind"`
-			} `json:"data"`
-		} `json:"error"`
-	}
-	call := func(method string, params map[string]any) reply {
-		t.Helper()
-		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": 1})
-		req, _ := http.NewRequest("POST", url+"/api/v1/rpc", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		r := reply{status: resp.StatusCode}
-		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
+	call := rpcCaller(t, url, key)
 	r := call("sandbox.start", map[string]any{"sandbox": "big", "config": map[string]any{"memory": 1 << 20, "cpus": 256}})
 	if r.status != 400 || r.Error == nil || r.Error.Data.Kind != "invalid_params" ||
 		!strings.Contains(r.Error.Message, "memory 1048576 MiB is above this server's cap of") ||

@@ -173,31 +173,8 @@ func TestServeLimitAndTimeoutFlags(t *testing.T) {
 	url, srv, stderr := startServe(t, dir, "--dev", "--max-running", "1", "--max-sandboxes", "2",
 		"--idle-timeout", "1s", "--max-lifetime", "3s")
 	defer stopServe(t, srv)
-	type reply struct {
-		status int
-		Result json.RawMessage `json:"result"`
-		Error  *struct {
-			Message string `json:"message"`
-			Data    struct {
-				Kind string `json:"kind"`
-			} `json:"data"`
-		} `json:"error"`
-	}
-	call := func(method string, params map[string]any) reply {
-		t.Helper()
-		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": 1})
-		resp, err := http.Post(url+"/api/v1/rpc", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		r := reply{status: resp.StatusCode}
-		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	must := func(method string, params map[string]any) reply {
+	call := rpcCaller(t, url, "")
+	must := func(method string, params map[string]any) rpcReply {
 		t.Helper()
 		r := call(method, params)
 		if r.status != 200 {
@@ -205,7 +182,7 @@ func TestServeLimitAndTimeoutFlags(t *testing.T) {
 		}
 		return r
 	}
-	refused := func(r reply, msg string) {
+	refused := func(r rpcReply, msg string) {
 		t.Helper()
 		if r.status != 429 || r.Error == nil || r.Error.Data.Kind != "limit" || !strings.Contains(r.Error.Message, msg) {
 			t.Fatalf("answer %d %+v, want 429, kind limit, %q", r.status, r.Error, msg)
@@ -357,5 +334,41 @@ func TestEnvBool(t *testing.T) {
 		if got != tc.want || (err != nil) != tc.err {
 			t.Errorf("%q (default %v): %v, %v", tc.v, tc.def, got, err)
 		}
+	}
+}
+
+// rpcReply is a JSON-RPC answer with its HTTP status.
+type rpcReply struct {
+	status int
+	Result json.RawMessage `json:"result"`
+	Error  *struct {
+		Message string `json:"message"`
+		Data    struct {
+			Kind string `json:"kind"`
+		} `json:"data"`
+	} `json:"error"`
+}
+
+// rpcCaller returns a function that calls a method on the server at url,
+// with key as the bearer token ("" for none).
+func rpcCaller(t *testing.T, url, key string) func(method string, params map[string]any) rpcReply {
+	return func(method string, params map[string]any) rpcReply {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": 1})
+		req, _ := http.NewRequest("POST", url+"/api/v1/rpc", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		r := rpcReply{status: resp.StatusCode}
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 }

@@ -2,8 +2,6 @@ package bench_test
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,12 +34,8 @@ func TestSoak(t *testing.T) {
 			t.Fatalf("WARREN_SOAK_CLIENTS=%q: want a number of clients", v)
 		}
 	}
-	bin := filepath.Join(t.TempDir(), "warren")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/warren")
-	build.Dir = testenv.ModuleRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build warren: %v\n%s", err, out)
-	}
+	bin := testenv.WarrenBinary(t)
+	t.Cleanup(testenv.RemoveWarrenBinary)
 	env := []string{"WARREN_AGENT=" + testenv.AgentBinary(t), "WARREN_SPAWNER=" + testenv.SpawnerBinary(t)}
 	srv, err := bench.StartSoakServer(t.Context(), bin, env, 2)
 	if err != nil {

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // The suite's size. `make test` runs the defaults; `make test-crash` runs
@@ -93,6 +95,13 @@ func (st *stats) add(op string, err error) {
 // uploads are there; the database is intact and agrees with the host
 // (directories, cgroups, processes, mounts); removed sandboxes leave
 // nothing; and after the last removal and shutdown nothing is left at all.
+// TestMain removes the warren binary the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.RemoveWarrenBinary()
+	os.Exit(code)
+}
+
 func TestCrashRecovery(t *testing.T) {
 	seed := *flagSeed
 	if seed == 0 {

@@ -30,35 +30,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
-var (
-	buildOnce sync.Once
-	warrenBin string
-	buildErr  error
-)
-
-// warrenBinary builds cmd/warren once per test process; the agent and
-// spawner come from testenv, handed over in the environment.
-func warrenBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "warren-crash-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		warrenBin = filepath.Join(dir, "warren")
-		cmd := exec.Command("go", "build", "-o", warrenBin, "./cmd/warren")
-		cmd.Dir = testenv.ModuleRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("%w: %s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build warren: %v", buildErr)
-	}
-	return warrenBin
-}
-
 // server is one data and run directory and the `warren serve` on it,
 // restarted as often as a test likes.
 type server struct {
@@ -118,7 +89,7 @@ func newServer(t *testing.T, data string, extra ...string) *server {
 
 // warren is a warren command on the server's directories.
 func (s *server) warren(args ...string) *exec.Cmd {
-	cmd := exec.Command(warrenBinary(s.t), args...) //nolint:gosec // the binary this test built
+	cmd := exec.Command(testenv.WarrenBinary(s.t), args...) //nolint:gosec // the binary this test built
 	cmd.Env = append(os.Environ(), "WARREN_AGENT="+s.agent, "WARREN_SPAWNER="+s.spn,
 		"WARREN_DATA_DIR="+s.data, "WARREN_RUN_DIR="+s.run)
 	return cmd

@@ -49,35 +49,6 @@ type server struct {
 	rss                     *rssWatch
 }
 
-var (
-	buildOnce sync.Once
-	warrenBin string
-	buildErr  error
-)
-
-// warrenBinary builds cmd/warren once (the agent and spawner come from
-// testenv, as cmd/warren's own tests do).
-func warrenBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "warren-hostile-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		warrenBin = filepath.Join(dir, "warren")
-		cmd := exec.Command("go", "build", "-o", warrenBin, "./cmd/warren")
-		cmd.Dir = testenv.ModuleRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("%w: %s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatalf("build warren: %v", buildErr)
-	}
-	return warrenBin
-}
-
 func (s *server) command(args ...string) *exec.Cmd {
 	cmd := exec.Command(s.bin, args...)
 	cmd.Env = append(os.Environ(), "WARREN_AGENT="+testenv.AgentBinary(s.t), "WARREN_SPAWNER="+testenv.SpawnerBinary(s.t),
@@ -97,7 +68,7 @@ func (s *server) key(ns string) string {
 func startServer(t *testing.T, extra ...string) *server {
 	t.Helper()
 	testenv.RequireRoot(t)
-	s := &server{t: t, bin: warrenBinary(t), dir: testenv.SearchableDir(t, "warren-hostile-"), log: &syncBuffer{},
+	s := &server{t: t, bin: testenv.WarrenBinary(t), dir: testenv.SearchableDir(t, "warren-hostile-"), log: &syncBuffer{},
 		client: &http.Client{Timeout: 3 * time.Minute}}
 	s.data, s.run = filepath.Join(s.dir, "data"), filepath.Join(s.dir, "run")
 	s.attacker, s.victim, s.admin = s.key(nsAttacker), s.key(nsVictim), s.key("*")

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // all runs every attempt (make test-hostile); without it only ciAttempts.
@@ -158,8 +160,6 @@ func clip(s string, n int) string {
 // TestMain removes the warren binary the tests built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if warrenBin != "" {
-		_ = os.RemoveAll(filepath.Dir(warrenBin))
-	}
+	testenv.RemoveWarrenBinary()
 	os.Exit(code)
 }

@@ -83,7 +83,23 @@ func (b *built) get(t testing.TB, name string, args ...string) string {
 	return b.path
 }
 
-var agent, spawner built
+var agent, spawner, warren built
+
+// WarrenBinary builds cmd/warren once per test process (without the agent
+// and spawner embedded: hand it AgentBinary and SpawnerBinary through
+// WARREN_AGENT and WARREN_SPAWNER) and returns its path. A package's
+// TestMain removes it with RemoveWarrenBinary.
+func WarrenBinary(t testing.TB) string {
+	t.Helper()
+	return warren.get(t, "warren", "go", "build", "-o", "OUT", "./cmd/warren")
+}
+
+// RemoveWarrenBinary removes what WarrenBinary built, if anything.
+func RemoveWarrenBinary() {
+	if warren.path != "" {
+		_ = os.RemoveAll(filepath.Dir(warren.path))
+	}
+}
 
 // AgentBinary builds cmd/warren-agent once per test process (statically, as
 // shipped) and returns its path. WARREN_AGENT overrides the build.
