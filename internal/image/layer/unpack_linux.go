@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // Default limits.
@@ -26,9 +28,10 @@ var (
 	// ErrInvalid marks an entry that breaks the rules: a bad name, a
 	// path through a symlink, an invalid whiteout or hardlink, an owner
 	// outside the map, a malformed xattr.
-	ErrInvalid = errors.New("invalid layer entry")
-	// ErrLimit marks an exceeded MaxBytes or MaxEntries.
-	ErrLimit = errors.New("layer limit exceeded")
+	// Of kind invalid_params: the image is at fault, not the server.
+	ErrInvalid = errdefs.Errorf(errdefs.ErrInvalid, "invalid layer entry")
+	// ErrLimit marks an exceeded MaxBytes or MaxEntries (kind limit).
+	ErrLimit = errdefs.Errorf(errdefs.ErrLimit, "layer limit exceeded")
 )
 
 // IDMap shifts ownership: id u in the tar becomes HostBase+u on disk. An id

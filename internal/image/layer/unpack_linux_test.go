@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -444,6 +445,10 @@ func TestReject(t *testing.T) {
 			_, err := Unpack(bytes.NewReader(tarOf(t, c.ents(dir)...)), dir, c.opt)
 			if !errors.Is(err, c.want) {
 				t.Errorf("err = %v, want %v", err, c.want)
+			}
+			// The API answers with the kind: the image is at fault.
+			if want := map[error]error{ErrInvalid: errdefs.ErrInvalid, ErrLimit: errdefs.ErrLimit}[c.want]; want != nil && errdefs.Kind(err) != want.Error() {
+				t.Errorf("kind of %v = %v, want %v", err, errdefs.Kind(err), want)
 			}
 			check()
 		})
