@@ -42,6 +42,10 @@ const (
 	Error    State = "error"
 )
 
+// removingState is what the database records while a remove is under way;
+// no entry is ever in it (recover finishes the removal).
+const removingState = "removing"
+
 // ValidState reports whether s names a state.
 func ValidState(s string) bool {
 	switch State(s) {
@@ -800,6 +804,12 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 	}
 	e.state, e.why = Stopping, "it was removed"
 	m.mu.Unlock()
+	// The intent is written first: a server killed from here on finishes
+	// the removal when it next starts (recover), rather than showing a
+	// half-removed sandbox in error.
+	if _, err := m.stmts.Exec(context.Background(), `UPDATE sandboxes SET state = ? WHERE id = ?`, removingState, e.id); err != nil {
+		m.log.Error("persist sandbox removal", "id", e.id, "err", err)
+	}
 	if e.sb != nil {
 		if err := e.sb.Remove(context.WithoutCancel(ctx)); err != nil {
 			m.mu.Lock()

@@ -508,6 +508,7 @@ func TestRecover(t *testing.T) {
 		alive := mustStart(t, m1, "alive", spec)
 		dead := mustStart(t, m1, "dead", spec)
 		half := mustStart(t, m1, "half", spec)
+		gone := mustStart(t, m1, "gone", spec)
 		mustStart(t, m1, "stopped", spec)
 		if err := m1.Stop(t.Context(), "ns", "stopped"); err != nil {
 			t.Fatal(err)
@@ -518,6 +519,11 @@ func TestRecover(t *testing.T) {
 		// mid-stop, and the host holds a sandbox no one recorded.
 		e.be.Sandbox(dead.ID).Die()
 		if _, err := e.db.DB().Exec(`UPDATE sandboxes SET state = 'stopping' WHERE id = ?`, half.ID); err != nil {
+			t.Fatal(err)
+		}
+		// A remove the daemon was killed in: its intent recorded, the host
+		// still holding the sandbox.
+		if _, err := e.db.DB().Exec(`UPDATE sandboxes SET state = 'removing' WHERE id = ?`, gone.ID); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.be.Create(t.Context(), backend.Config{ID: "sb-orphan", Image: &image.Image{Layers: []string{"/"}}}); err != nil {
@@ -539,6 +545,13 @@ func TestRecover(t *testing.T) {
 		}
 		if e.be.Sandbox("sb-orphan") != nil {
 			t.Error("the orphan was kept")
+		}
+		if _, err := m2.Get("ns", "gone"); err == nil || e.be.Sandbox(gone.ID) != nil {
+			t.Errorf("a removal cut short: get %v, on the backend %v; want both gone", err, e.be.Sandbox(gone.ID) != nil)
+		}
+		var rows int
+		if err := e.db.DB().QueryRow(`SELECT count(*) FROM sandboxes WHERE id = ?`, gone.ID).Scan(&rows); err != nil || rows != 0 {
+			t.Errorf("a removal cut short left %d rows (%v)", rows, err)
 		}
 		for _, c := range e.be.Calls()[calls:] {
 			if c.Op == "start" || c.Op == "create" {

@@ -43,6 +43,17 @@ func (m *Manager) recover(ctx context.Context) error {
 	}
 	known := map[string]bool{}
 	for _, e := range loaded {
+		if e.state == removingState {
+			// A remove the last daemon acknowledged no answer for, or
+			// did: either way the client asked for it. What is left on
+			// the host goes with the orphans below.
+			if _, err := m.stmts.Exec(ctx, `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
+				return fmt.Errorf("finish removing sandbox %s: %w", e.id, err)
+			}
+			removeLog(m.opts.LogDir, e.id)
+			m.log.Info("sandbox removal finished after a restart", "namespace", e.ns, "name", e.name, "id", e.id)
+			continue
+		}
 		known[e.id] = true
 		e.log = openLog(m.opts.LogDir, e.id)
 		m.entries[key{e.ns, e.name}] = e
