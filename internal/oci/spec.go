@@ -153,8 +153,11 @@ func ProcessCapabilities() *specs.LinuxCapabilities {
 // kernel's are one pool for the whole host (kernel.pty.max, 4096 by
 // default, of which kernel.pty.reserve are kept for the host's own
 // devpts): without a cap per devpts instance one sandbox could hold every
-// terminal the others and the host's containers may open.
-const MaxPtys = 64
+// terminal the others and the host's containers may open. Admission
+// control reserves this many per running sandbox: 16 (a shell session
+// takes one) lets ~170 sandboxes run on a default kernel, where 64 held a
+// 2-CPU host to 42.
+const MaxPtys = 16
 
 // StandardMounts are every sandbox's /proc, /dev and /sys, in the order
 // they are mounted (a fresh slice each call).

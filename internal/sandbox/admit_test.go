@@ -112,7 +112,7 @@ func TestAdmissionPids(t *testing.T) {
 // that would exceed it, naming the resource and what is left.
 func TestAdmissionEachResource(t *testing.T) {
 	lim := sandbox.Limits{Pids: 100, OpenFiles: 1000}
-	two := spec // 512 MiB, 1 CPU, 100 pids, 64 ptys, 100000 files each
+	two := spec // 512 MiB, 1 CPU, 100 pids, 16 ptys, 100000 files each
 	for _, tc := range []struct {
 		name string
 		c    sandbox.Capacity
@@ -120,7 +120,7 @@ func TestAdmissionEachResource(t *testing.T) {
 	}{
 		{"memory", sandbox.Capacity{MemoryBytes: 1200 << 20}, "memory: 176 MiB of 1200 MiB left, this sandbox needs 512 MiB"},
 		{"cpus", sandbox.Capacity{CPUs: 2.5}, "cpus: 0.50 of 2.50 left, this sandbox needs 1"},
-		{"ptys", sandbox.Capacity{Ptys: 150}, "ptys: 22 of 150 left, this sandbox needs 64"},
+		{"ptys", sandbox.Capacity{Ptys: 40}, "ptys: 8 of 40 left, this sandbox needs 16"},
 		{"open files", sandbox.Capacity{Files: 250000}, "open files: 50000 of 250000 left, this sandbox needs 100000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
