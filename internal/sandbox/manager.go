@@ -701,9 +701,13 @@ func (e pullError) Unwrap() error { return e.error }
 // ends with the manager: once closed, the manager records nothing more, and
 // the next one finds out at reattach whether the init still runs.
 func (m *Manager) watch(e *entry, sb backend.Sandbox) {
+	// This run's channel: the same Sandbox is started again after a stop,
+	// with a Done of its own, and a watcher that wakes late for the run
+	// that was stopped must not take the next one for dead.
+	done := sb.Done()
 	go func() {
 		select {
-		case <-sb.Done():
+		case <-done:
 		case <-m.stop:
 			return
 		}
@@ -712,7 +716,7 @@ func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 			m.mu.Unlock()
 			return
 		}
-		unexpected := e.sb == sb && e.state == Running && !e.removed
+		unexpected := e.sb == sb && sb.Done() == done && e.state == Running && !e.removed
 		if unexpected {
 			e.state, e.err, e.stopped = Error, "the sandbox's init exited unexpectedly", time.Now()
 			// Logged before anyone can see the state: whoever sees
