@@ -222,6 +222,11 @@ func (s *Server) writeFile(w httpd.ResponseWriter, r *httpd.Request) {
 	}
 	n, err := s.root.WriteFile(q.Get("path"), r.Body, os.FileMode(mode), wire.MaxFileWrite)
 	if err != nil {
+		// Read what the host is still sending (at most the write limit)
+		// before answering: a connection closed on an unread body makes
+		// the host's send fail with a broken pipe, and the reason (a full
+		// disk, say) never reaches the caller.
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, wire.MaxFileWrite+1))
 		writeError(w, err)
 		return
 	}
