@@ -85,8 +85,12 @@ var ciAttempts = []string{
 	"limits/inotify-vs-host-root",
 	"limits/signals-to-pid1",
 	"limits/pids-admission",
-	"limits/open-files-admission",
 }
+
+// limits/open-files-admission is contained but left out of CI: its probe
+// forks until the sandbox's pids run out, and the sandbox's own agent, in
+// the same pids cgroup, can then fail to start a thread and end (the
+// attacker's sandbox only; CI saw it once). make test-hostile runs it.
 
 // arena is what attempts share: the server, the attacker's standing
 // sandbox, a host canary file no sandbox may read or create.
