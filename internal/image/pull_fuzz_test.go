@@ -12,16 +12,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-
-	"github.com/warren-sandbox/warren/internal/image/layer"
-	"github.com/warren-sandbox/warren/internal/store"
 )
 
 func sha(b []byte) string {
@@ -90,20 +86,7 @@ func FuzzPull(f *testing.F) {
 		f.Add(s.mt, []byte(s.top), []byte(s.config))
 	}
 
-	dir := f.TempDir()
-	db, err := store.Open(filepath.Join(dir, "warren.db"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { _ = db.Close() })
-	var shift layer.IDMap
-	if os.Geteuid() == 0 {
-		shift = layer.IDMap{HostBase: shiftBase, Size: 65536}
-	}
-	s, err := OpenStore(filepath.Join(dir, "images"), db, shift)
-	if err != nil {
-		f.Fatal(err)
-	}
+	s := newStore(f)
 
 	var cur struct{ mt, top, config, child []byte }
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

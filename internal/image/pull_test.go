@@ -26,9 +26,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
-
-	"github.com/warren-sandbox/warren/internal/image/layer"
-	"github.com/warren-sandbox/warren/internal/store"
 )
 
 // testRegistry is an in-process registry on 127.0.0.1 that counts the
@@ -499,25 +496,6 @@ func TestPullPlainHTTPPolicy(t *testing.T) {
 	}
 }
 
-func newBenchStore(b *testing.B) *Store {
-	b.Helper()
-	dir := b.TempDir()
-	db, err := store.Open(filepath.Join(dir, "warren.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = db.Close() })
-	var shift layer.IDMap
-	if os.Geteuid() == 0 {
-		shift = layer.IDMap{HostBase: shiftBase, Size: 65536}
-	}
-	s, err := OpenStore(filepath.Join(dir, "images"), db, shift)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return s
-}
-
 // BenchmarkPull100MB pulls four 25 MiB random layers (gzip) from the
 // loopback registry into a fresh store each iteration.
 func BenchmarkPull100MB(b *testing.B) {
@@ -538,7 +516,7 @@ func BenchmarkPull100MB(b *testing.B) {
 	var elapsed time.Duration
 	for range b.N {
 		b.StopTimer()
-		s := newBenchStore(b)
+		s := newStore(b)
 		b.StartTimer()
 		start := time.Now()
 		if _, err := s.Pull(context.Background(), ref, "big", PullOptions{Keychain: anonymous{}}); err != nil {

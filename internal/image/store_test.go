@@ -39,7 +39,7 @@ const shiftBase = 200000
 
 // newStore opens an image store in a fresh directory with a fresh database.
 // As root, ownership is shifted by shiftBase.
-func newStore(t *testing.T) *Store {
+func newStore(t testing.TB) *Store {
 	t.Helper()
 	dir := t.TempDir()
 	db, err := store.Open(filepath.Join(dir, "warren.db"))
