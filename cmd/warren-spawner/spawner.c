@@ -21,6 +21,13 @@
 // The spawner reaps its children and exits when the host's end closes; the
 // children keep running (a daemon's sandboxes outlive the daemon).
 //
+// A request with FLAG_IDMAP_NS asks for no child to run but for a user
+// namespace to idmap mounts with (mount_setattr MOUNT_ATTR_IDMAP): its one
+// string is the namespace's uid and gid map, in /proc/<pid>/uid_map's
+// format, and it carries only the reply socket. The answer carries a
+// descriptor of the namespace; the process made to hold it while its maps
+// are written has exited by then.
+//
 // Only the host that started it can send requests (the socket pair is
 // inherited, nothing is bound to a path), but every request is still
 // checked against its own length and descriptor count: a bad one is
@@ -61,6 +68,9 @@
 #define REQUEST_MAGIC 0x31505357u // "WSP1" in little-endian byte order
 #define FLAG_USERNS 2u // (bit 1, 1u, was "setsid": every child now gets its own session)
 #define FLAG_CGROUP_V2 4u
+#define FLAG_IDMAP_NS 8u
+// The longest id map an FLAG_IDMAP_NS request may give.
+#define MAX_IDMAP 256
 
 #define MAX_REQUEST (64 << 10)
 #define MAX_FILES 64
@@ -343,6 +353,66 @@ static int wait_exec(int fail_fd, int *step) {
 	return got < 0 ? errno : EIO;
 }
 
+// serve_idmap answers a FLAG_IDMAP_NS request: a child is cloned into a
+// new user namespace, does nothing but wait, and exits once the namespace
+// has its maps and a descriptor; the descriptor keeps the namespace.
+static void serve_idmap(const struct request *req, const char *map, int reply_fd, int nfds) {
+	size_t n = req->strbytes;
+	if (nfds != 1 || req->ncgroup != 0 || req->nfiles != 0 || req->nargs != 0 || req->nenv != 0 ||
+	    n < 2 || n > MAX_IDMAP || map[n - 1] != '\0' || strlen(map) != n - 1) {
+		send_reply(reply_fd, 0, -1, EINVAL, "malformed request: an id map request carries one map and no descriptors");
+		return;
+	}
+	for (const char *c = map; *c != '\0'; c++) {
+		if ((*c < '0' || *c > '9') && *c != ' ' && *c != '\n') {
+			send_reply(reply_fd, 0, -1, EINVAL, "malformed request: an id map is digits, spaces and newlines");
+			return;
+		}
+	}
+	int sync_pipe[2];
+	if (pipe2(sync_pipe, O_CLOEXEC) < 0) {
+		send_reply(reply_fd, 0, -1, errno, "pipe");
+		return;
+	}
+	long pid = syscall(SYS_clone, (unsigned long)(CLONE_NEWUSER | SIGCHLD), NULL, NULL, NULL, NULL);
+	if (pid == 0) {
+		// Only system calls here: wait for the parent to be done.
+		char go;
+		close(sync_pipe[1]);
+		(void)!read(sync_pipe[0], &go, 1);
+		_exit(0);
+	}
+	int err = pid < 0 ? errno : 0;
+	char what[64] = "clone";
+	close(sync_pipe[0]);
+	const char *files[2] = {"uid_map", "gid_map"};
+	for (int i = 0; i < 2 && err == 0; i++) {
+		if (write_proc_file(pid, files[i], map) < 0) {
+			err = errno;
+			snprintf(what, sizeof what, "write %s", files[i]);
+		}
+	}
+	int nsfd = -1;
+	if (err == 0) {
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%ld/ns/user", pid);
+		nsfd = open(path, O_RDONLY | O_CLOEXEC);
+		if (nsfd < 0) {
+			err = errno;
+			snprintf(what, sizeof what, "open the namespace");
+		}
+	}
+	close(sync_pipe[1]); // the child exits
+	if (pid > 0)
+		waitpid((pid_t)pid, NULL, 0);
+	if (err != 0)
+		send_reply(reply_fd, 0, -1, err, what);
+	else
+		send_reply(reply_fd, 1, nsfd, 0, NULL);
+	if (nsfd >= 0)
+		close(nsfd);
+}
+
 // serve answers one request; fds[0] is its reply socket.
 static void serve(char *msg, size_t len, const int *fds, int nfds) {
 	int reply_fd = fds[0];
@@ -355,6 +425,14 @@ static void serve(char *msg, size_t len, const int *fds, int nfds) {
 	memcpy(&req, msg, sizeof req);
 	if (req.magic != REQUEST_MAGIC) {
 		send_reply(reply_fd, 0, -1, EPROTO, "malformed request: not a warren spawner request (version mismatch?)");
+		return;
+	}
+	if (req.flags & FLAG_IDMAP_NS) {
+		if (req.strbytes != len - sizeof req) {
+			send_reply(reply_fd, 0, -1, EINVAL, "malformed request: strings do not match the header");
+			return;
+		}
+		serve_idmap(&req, msg + sizeof req, reply_fd, nfds);
 		return;
 	}
 	if (req.ncgroup < 1 || req.ncgroup > MAX_CGROUP_FDS || req.nfiles > MAX_FILES ||

@@ -58,6 +58,8 @@ const (
 	replySize     = 208
 	flagUserNS    = 2 // (1 meant setsid; every child now gets its own session)
 	flagCgroupV2  = 4
+	flagIDMapNS   = 8
+	maxIDMap      = 256
 	replyWhatSize = replySize - 8
 )
 
@@ -212,6 +214,33 @@ func (c *Client) Spawn(req Request, target cgroup.SpawnTarget, files []*os.File)
 	if err != nil {
 		return 0, -1, err
 	}
+	return c.request(msg, append(fileFDs(target.Files), fileFDs(files)...))
+}
+
+// IDMapNS returns a user namespace with no process in it whose uid and gid
+// maps are both idmap (uid_map's format: "inside outside count" lines), to
+// idmap mounts with (mount_setattr MOUNT_ATTR_IDMAP). A Go process cannot
+// create one itself: unshare(CLONE_NEWUSER) needs a single-threaded caller.
+func (c *Client) IDMapNS(idmap string) (*os.File, error) {
+	if len(idmap)+1 > maxIDMap || strings.IndexByte(idmap, 0) >= 0 || idmap == "" {
+		return nil, fmt.Errorf("spawner: id map of %d bytes, want 1 to %d", len(idmap), maxIDMap-1)
+	}
+	b := make([]byte, headerSize, headerSize+len(idmap)+1)
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], requestMagic)
+	ne.PutUint32(b[4:], flagIDMapNS)
+	ne.PutUint32(b[48:], uint32(len(idmap)+1)) //nolint:gosec // at most maxIDMap, checked above
+	b = append(append(b, idmap...), 0)
+	_, fd, err := c.request(b, nil)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "userns"), nil
+}
+
+// request sends one request with its descriptors (after the reply socket
+// it makes) and reads the answer: a pid and a descriptor.
+func (c *Client) request(msg []byte, fds []int) (pid, fd int, err error) {
 	if !c.Alive() {
 		return 0, -1, ErrGone
 	}
@@ -226,9 +255,8 @@ func (c *Client) Spawn(req Request, target cgroup.SpawnTarget, files []*os.File)
 		unix.Close(pair[1])
 		return 0, -1, fmt.Errorf("spawner: %w", err)
 	}
-	fds := append(append([]int{pair[1]}, fileFDs(target.Files)...), fileFDs(files)...)
 	// One message per request: concurrent sends never interleave.
-	err = unix.Sendmsg(int(c.ctl.Fd()), msg, unix.UnixRights(fds...), nil, 0)
+	err = unix.Sendmsg(int(c.ctl.Fd()), msg, unix.UnixRights(append([]int{pair[1]}, fds...)...), nil, 0)
 	unix.Close(pair[1])
 	if err != nil {
 		if !c.Alive() || errors.Is(err, unix.EPIPE) {

@@ -732,3 +732,60 @@ func TestSpawnUnderSignals(t *testing.T) {
 		unix.Close(pidfd)
 	}
 }
+
+// TestIDMapNS asks for a user namespace to idmap a mount with: a file
+// owned by host uid base+7 reads through the idmapped mount as range+7,
+// and bad maps, or descriptors sent along, are refused without a child.
+func TestIDMapNS(t *testing.T) {
+	c, _ := setup(t)
+	const base, rng = 0x60000000, 0x60000000 + 3*65536
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(f, base+7, base+7); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.IDMapNS(fmt.Sprintf("0 0 1\n%d %d 65536\n", base, rng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ns.Close() }()
+	mnt, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(mnt)
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns.Fd())}
+	if err := unix.MountSetattr(mnt, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		t.Fatalf("idmap a mount with the namespace: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(mnt, "f", &st, 0); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != rng+7 || st.Gid != rng+7 {
+		t.Errorf("through the idmapped mount: owner %d:%d, want %d", st.Uid, st.Gid, rng+7)
+	}
+	for _, bad := range []string{"0 0 1; rm -rf /", strings.Repeat("1 ", 200), "", "0 0 0\n"} {
+		if ns, err := c.IDMapNS(bad); err == nil {
+			_ = ns.Close()
+			t.Errorf("map %q: no error", bad)
+		}
+	}
+	// The request with a descriptor it must not carry.
+	b := make([]byte, headerSize, headerSize+8)
+	binary.NativeEndian.PutUint32(b[0:], requestMagic)
+	binary.NativeEndian.PutUint32(b[4:], flagIDMapNS)
+	binary.NativeEndian.PutUint32(b[48:], 6)
+	b = append(b, "0 0 1\x00"...)
+	if msg := rawRequest(t, c, b, []*os.File{ns}); !strings.Contains(msg, "no descriptors") {
+		t.Errorf("an id map request with a descriptor: %q", msg)
+	}
+	ns2, err := c.IDMapNS("0 0 1")
+	if err != nil {
+		t.Fatalf("the spawner serves after bad requests: %v", err)
+	}
+	_ = ns2.Close()
+}
