@@ -14,6 +14,8 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/warren-sandbox/warren/internal/guest/confined"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
 	"github.com/warren-sandbox/warren/internal/guest/service"
@@ -53,6 +55,13 @@ func run(status *os.File) error {
 	debug.SetGCPercent(50)
 	if err := setup.DiscardSignals(); err != nil {
 		return err
+	}
+	// The uid range's lock, when the host passed one, stays open for the
+	// agent's life and reaches nothing it starts (nor does what the host
+	// put at FDLifeline to place it, when there is no lifeline). Not an
+	// *os.File: its finalizer would close it.
+	for _, fd := range []int{boot.FDLifeline, boot.FDUIDRange} {
+		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
 	}
 	cfgFile := inherited(boot.FDConfig, "config")
 	lf := passed(boot.FDListener, "listener")

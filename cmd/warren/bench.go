@@ -22,6 +22,7 @@ to baselines run at the same time on the same machine:
   fork+exec of /bin/true               the floor for any sandbox
   warren cold create -> exec -> destroy  vs bubblewrap and crun (when installed);
                                        the same from a pool of pre-spawned agents,
+                                       with a uid range per sandbox vs one shared,
                                        and from a stored image vs the host image
   exec /bin/true in a running sandbox  through the agent
   python3 -c 'print(1)'                in a sandbox vs on the host
@@ -111,14 +112,39 @@ func benchCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	row("  same, from a warm agent pool", warm, floor, "fork+exec")
+	if err := os.Chmod(tmp, 0o711); err != nil { //nolint:gosec // 0711: the throwaway stores below tmp must be traversable by the sandboxes' uid range
+		return err
+	}
+	if be.UIDRanges() {
+		// What a uid range of its own costs a start (a range lock, the
+		// layers and upper directory idmapped): the same cycle on a
+		// backend whose sandboxes share one range, alternating.
+		fhf := hf
+		fhf.dataDir, fhf.runDir, fhf.ranges = filepath.Join(tmp, "shared", "data"), filepath.Join(tmp, "shared", "run"), native.UIDRangesOff
+		shared, err := fhf.backend(native.Options{ExitWithHost: true})
+		if err != nil {
+			return fmt.Errorf("backend with one shared uid range: %w", err)
+		}
+		defer func() { _ = shared.Close() }()
+		simg, err := shared.HostImage()
+		if err != nil {
+			return err
+		}
+		fenv := &bench.Env{Backend: shared, Image: simg}
+		fmt.Fprintf(os.Stderr, "measuring cold cycle, own uid range vs one shared range, alternating (%d runs each)...\n", *n)
+		own, one, err := bench.Paired(*n, func() error { return env.ColdCycle(ctx) }, func() error { return fenv.ColdCycle(ctx) })
+		if err != nil {
+			return fmt.Errorf("uid range cycle: %w", err)
+		}
+		ownMed, oneMed := bench.Median(own), bench.Median(one)
+		row("  same, each sandbox in a uid range of its own", ownMed, oneMed, "one shared range, alternating")
+		fmt.Fprintf(tw, "  own range - shared range\t%+.3f ms\t\t\n", float64((ownMed-oneMed).Microseconds())/1000)
+	}
 	// A stored image against the host image, alternating, in a throwaway
 	// store (no registry).
 	shift := layer.IDMap{}
 	if m := be.UserNS(); m != nil {
 		shift = layer.IDMap{HostBase: m.Host, Size: m.Size}
-	}
-	if err := os.Chmod(tmp, 0o711); err != nil { //nolint:gosec // 0711: the throwaway image store below tmp must be traversable by the sandboxes' uid range
-		return err
 	}
 	storedImg, err := bench.StoredImage(ctx, filepath.Join(tmp, "stored"), shift)
 	if err != nil {

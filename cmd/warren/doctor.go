@@ -3,9 +3,11 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -60,7 +62,7 @@ func doctorCmd(ctx context.Context, args []string) error {
 	if err := native.ProbeUserNS(); err != nil {
 		add("user namespace", false, fmt.Errorf("%w; sandboxes run as host root with dropped capabilities, seccomp and no_new_privs instead", err), "")
 	} else {
-		add("user namespace", false, nil, fmt.Sprintf("sandbox root maps to host uid %d..%d, shared by all sandboxes (and their kernel per-user limits, though not host root's)", native.DefaultUIDBase, native.DefaultUIDBase+65535))
+		add("user namespace", false, nil, fmt.Sprintf("files on disk are owned by host uids %d..%d", native.DefaultUIDBase, native.DefaultUIDBase+65535))
 	}
 	add("overlayfs", true, fsSupported("overlay"), "")
 	add("seccomp", true, seccompSupported(), "")
@@ -83,13 +85,24 @@ func doctorCmd(ctx context.Context, args []string) error {
 		add(p+" (host image)", false, err, "")
 	}
 	if root {
-		d, err := smokeTest(ctx, &hf)
+		d, ranges, err := smokeTest(ctx, &hf)
 		add("sandbox start + exec true", true, err, fmt.Sprintf("%.1f ms cold start to exit", float64(d.Microseconds())/1000))
+		if err == nil {
+			note := "each running sandbox has a host uid range of its own (idmapped mounts)"
+			var rerr error
+			if !ranges {
+				rerr = errors.New("unavailable here (they need Linux 6.18's detached mounts and a data directory that can be idmapped, or --uid-ranges off): every sandbox runs as the same host uids, sharing the kernel's per-user limits")
+			}
+			add("per-sandbox uid ranges", false, rerr, note)
+		}
 		if err == nil {
 			// The backend set their modes; a host user must reach nothing
 			// below them (docs/isolation.md, "Host users").
-			for _, d := range []string{hf.dataDir, hf.runDir} {
-				add(d+" closed to host users", true, closedDir(d), "")
+			add(hf.dataDir+" closed to host users", true, closedDir(hf.dataDir), "")
+			if ranges {
+				add(hf.runDir+" closed to host users", true, closedRunDir(hf.runDir), "searchable, for agents to reach their binary; all else below closed")
+			} else {
+				add(hf.runDir+" closed to host users", true, closedDir(hf.runDir), "")
 			}
 		}
 	}
@@ -125,6 +138,34 @@ func closedDir(dir string) error {
 	}
 	if m := fi.Mode().Perm(); m&0o007 != 0 {
 		return fmt.Errorf("mode %v: other host users can reach what is below", m)
+	}
+	return nil
+}
+
+// closedRunDir checks the run directory with per-sandbox uid ranges:
+// searchable but not listable, so that agents, as their sandbox's uids,
+// reach their binary and the empty directories they mount on (.agent,
+// .root, .pool); everything else below it closed.
+func closedRunDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if m := fi.Mode().Perm(); m&0o006 != 0 {
+		return fmt.Errorf("mode %v: other host users can list or write it", m)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		switch e.Name() {
+		case ".agent", ".root", ".pool":
+			continue
+		}
+		if err := closedDir(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("%s: %w", e.Name(), err)
+		}
 	}
 	return nil
 }
@@ -171,31 +212,32 @@ func seccompSupported() error {
 	return nil
 }
 
-func smokeTest(ctx context.Context, hf *hostFlags) (time.Duration, error) {
+func smokeTest(ctx context.Context, hf *hostFlags) (_ time.Duration, ranges bool, err error) {
 	be, err := hf.backend(native.Options{ExitWithHost: true})
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
+	ranges = be.UIDRanges()
 	defer func() { _ = be.Close() }()
 	img, err := be.HostImage()
 	if err != nil {
-		return 0, err
+		return 0, ranges, err
 	}
 	start := time.Now()
 	sb, err := be.Create(ctx, backend.Config{ID: fmt.Sprintf("doctor-%d", os.Getpid()), Image: img, MemoryBytes: 256 << 20, CPUs: 1, PidsMax: 64})
 	if err != nil {
-		return 0, err
+		return 0, ranges, err
 	}
 	defer func() { _ = sb.Remove(context.WithoutCancel(ctx)) }()
 	if err := sb.Start(ctx); err != nil {
-		return 0, err
+		return 0, ranges, err
 	}
 	res, err := backend.Exec(ctx, sb, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil)
 	if err != nil {
-		return 0, err
+		return 0, ranges, err
 	}
 	if res.Code != 0 {
-		return 0, fmt.Errorf("/bin/true exited %d %s", res.Code, res.Error)
+		return 0, ranges, fmt.Errorf("/bin/true exited %d %s", res.Code, res.Error)
 	}
-	return time.Since(start), nil
+	return time.Since(start), ranges, nil
 }

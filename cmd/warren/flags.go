@@ -19,6 +19,7 @@ type hostFlags struct {
 	dataDir string
 	runDir  string
 	userNS  string
+	ranges  string
 	agent   string
 	spawner string
 	verbose bool
@@ -30,6 +31,7 @@ func (h *hostFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.dataDir, "data-dir", envOr("WARREN_DATA_DIR", "/var/lib/warren"), "where sandboxes and images are stored (env WARREN_DATA_DIR)")
 	fs.StringVar(&h.runDir, "run-dir", envOr("WARREN_RUN_DIR", "/run/warren"), "where runtime state (agent sockets) lives (env WARREN_RUN_DIR)")
 	fs.StringVar(&h.userNS, "userns", "auto", "user namespace: auto (use when the kernel allows), on (require), off")
+	fs.StringVar(&h.ranges, "uid-ranges", envOr("WARREN_UID_RANGES", "auto"), "a host uid range of its own for each running sandbox (env WARREN_UID_RANGES):\nauto (where the kernel and the data directory's file system allow: idmapped\nmounts, Linux 6.18), on (require), off (all sandboxes share one range)")
 	fs.StringVar(&h.agent, "agent", "", "path of the warren-agent binary (default: embedded, or next to warren; env WARREN_AGENT)")
 	fs.StringVar(&h.spawner, "spawner", "", "path of the warren-spawner binary (default: embedded, or next to warren; env WARREN_SPAWNER)")
 	fs.BoolVar(&h.verbose, "v", false, "log what happens to stderr")
@@ -58,6 +60,7 @@ func (h *hostFlags) backend(opts native.Options) (*native.Backend, error) {
 		return nil, err
 	}
 	opts.DataDir, opts.RunDir, opts.AgentPath, opts.SpawnerPath, opts.UserNS, opts.Logger = h.dataDir, h.runDir, agentPath, spawnerPath, h.userNS, h.logger()
+	opts.UIDRanges = h.ranges
 	// A process that runs sandboxes runs with a coarse timer slack (package
 	// timerslack says why); what it starts for users gets the usual one.
 	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {

@@ -65,7 +65,7 @@ func runCmd(ctx context.Context, args []string) error {
 	stdin := fs.Bool("i", false, "pass warren's stdin to CMD (read whole, up to 16 MiB)")
 	var envs, volumeArgs stringList
 	fs.Var(&envs, "env", "set an environment variable K=V (repeatable)")
-	fs.Var(&volumeArgs, "volume", "bind a host directory or file: HOST:GUEST or HOST:GUEST:ro (repeatable); with user namespaces\nsandbox root writes as host uid 1610612736, so HOST must be writable (and reachable) by it")
+	fs.Var(&volumeArgs, "volume", "bind a host directory or file: HOST:GUEST or HOST:GUEST:ro (repeatable); with user namespaces\nsandbox root writes as host uid 1610612736, so HOST must be writable by it")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func New(dir string, base uint32, count int) (*Allocator, error) {
 	if count == 0 {
 		count = DefaultCount
 	}
-	if count < 1 || uint64(base)+uint64(count+1)*Size > math.MaxUint32 {
+	if count < 1 || uint64(base)+uint64(count+1)*Size > math.MaxUint32 { //nolint:gosec // count >= 1 by then: the || stops at a negative one
 		return nil, fmt.Errorf("uid ranges: %d ranges above %d do not fit in 32-bit ids", count, base)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {

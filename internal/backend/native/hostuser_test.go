@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,8 +25,15 @@ import (
 // while it still holds root's capabilities, which reach any path.
 func asNobody(t *testing.T, argv ...string) (string, error) {
 	t.Helper()
+	return asUID(t, 65534, argv...)
+}
+
+// asUID is asNobody as uid (and gid) uid.
+func asUID(t *testing.T, uid int, argv ...string) (string, error) {
+	t.Helper()
 	testenv.RequireFile(t, "/usr/bin/setpriv")
-	cmd := exec.Command("/usr/bin/setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", "--", "/bin/sh", "-c", `exec "$@"`, "sh"}, argv...)...) //nolint:gosec // the test's own commands
+	ids := []string{fmt.Sprintf("--reuid=%d", uid), fmt.Sprintf("--regid=%d", uid), "--clear-groups"}
+	cmd := exec.Command("/usr/bin/setpriv", append(append(ids, "--", "/bin/sh", "-c", `exec "$@"`, "sh"), argv...)...) //nolint:gosec // the test's own commands
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -52,10 +60,25 @@ func TestHostUserReachesNothing(t *testing.T) {
 	if out, err := asNobody(t, filepath.Join(upper, "sush"), "-p", "-c", "id -u"); err == nil {
 		t.Errorf("a host user ran the sandbox's setuid shell: %s", out)
 	}
-	for _, p := range []string{
+	closed := []string{
 		sharedDirs.data, filepath.Join(sharedDirs.data, "sandboxes"), filepath.Join(sharedDirs.data, "images"),
 		filepath.Join(sharedDirs.data, "sandboxes", sb.ID()), upper, sharedDirs.run, filepath.Join(sharedDirs.run, sb.ID()),
-	} {
+	}
+	if h.Backend.(*native.Backend).UIDRanges() {
+		// The run directory is searchable (not listable) with per-sandbox
+		// uid ranges: agents reach their binary and the empty directories
+		// they mount on through it. Nothing else is.
+		closed = slices.DeleteFunc(closed, func(p string) bool { return p == sharedDirs.run })
+		if out, err := asNobody(t, "/bin/ls", sharedDirs.run); err == nil || !strings.Contains(out, "Permission denied") {
+			t.Errorf("a host user lists %s: %q %v", sharedDirs.run, out, err)
+		}
+		for _, name := range []string{".root", ".agent"} {
+			if out, err := asNobody(t, "/bin/ls", filepath.Join(sharedDirs.run, name)); err == nil || !strings.Contains(out, "Permission denied") {
+				t.Errorf("a host user lists %s: %q %v", name, out, err)
+			}
+		}
+	}
+	for _, p := range closed {
 		if out, err := asNobody(t, "/usr/bin/stat", "-c", "%A", p+"/."); err == nil || !strings.Contains(out, "Permission denied") {
 			t.Errorf("a host user reaches %s: %q %v", p, out, err)
 		}
@@ -80,7 +103,7 @@ func TestUserNSOwnedBySandbox(t *testing.T) {
 	}
 	defer func() { _ = ns.Close() }()
 	owner, err := unix.IoctlGetInt(int(ns.Fd()), unix.NS_GET_OWNER_UID)
-	if uid, _ := b.RootIDs(); err != nil || owner != uid {
+	if uid := sandboxRootUID(t, sb); err != nil || owner != uid {
 		t.Errorf("the sandbox's user namespace is owned by uid %d (%v), want its root's host uid %d", owner, err, uid)
 	}
 	// The sandbox takes every inotify instance it can and holds them.
@@ -109,6 +132,14 @@ time.sleep(60)
 		t.Fatalf("host root cannot make an inotify instance while a sandbox holds %d: %v", n, err)
 	}
 	_ = unix.Close(fd)
+	if !b.UIDRanges() {
+		return // every sandbox is the same host user: they share the limit
+	}
+	// With a uid range of its own, another sandbox is another user.
+	other := h.Sandbox(t, backend.Config{})
+	if r := conformance.Exec(t, other, 0, "/usr/bin/python3", "-c", "import ctypes; print(ctypes.CDLL(None).inotify_init1(0) >= 0)"); r.Stdout != "True\n" {
+		t.Errorf("another sandbox cannot make an inotify instance while one holds %d: %+v %q %s", n, r.ExitStatus, r.Stdout, r.Stderr)
+	}
 }
 
 // TestMountinfoHidesDataDir is the last leak of issue #18's finding 12: a
@@ -168,4 +199,18 @@ func TestVolumeBehindGroupDir(t *testing.T) {
 	if out, err := asNobody(t, "/bin/cat", filepath.Join(vol, "out")); err == nil {
 		t.Errorf("a host user read the volume: %q", out)
 	}
+}
+
+// sandboxRootUID is the host uid sb's root maps to, from its uid_map.
+func sandboxRootUID(t *testing.T, sb backend.Sandbox) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", sb.(*native.Sandbox).Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside, outside, n int
+	if _, err := fmt.Sscan(string(b), &inside, &outside, &n); err != nil || inside != 0 {
+		t.Fatalf("uid_map %q: %v", b, err)
+	}
+	return outside
 }

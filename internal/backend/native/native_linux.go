@@ -43,6 +43,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/seccomp"
 	"github.com/warren-sandbox/warren/internal/spawner"
 	"github.com/warren-sandbox/warren/internal/timerslack"
+	"github.com/warren-sandbox/warren/internal/uidrange"
 	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
 
@@ -56,9 +57,10 @@ const (
 // dirRemedy ends the error of an unreachable data or run directory.
 const dirRemedy = "chmod o+x it, or choose another --data-dir or --run-dir"
 
-// DefaultUIDBase is the first host uid sandbox root maps to. All sandboxes
-// share the range [base, base+65536); they are kept apart by their pid,
-// mount and ipc namespaces, and shared image layers need one owner.
+// DefaultUIDBase is the first id of the storage range [base, base+65536):
+// what sandboxes' and images' files on disk are owned by. With per-sandbox
+// uid ranges each running sandbox maps to a range of its own above it
+// (uidrange_linux.go); without, every sandbox's root is base.
 const DefaultUIDBase = 0x60000000
 
 // Options configure the backend.
@@ -69,8 +71,14 @@ type Options struct {
 	SpawnerPath string // the warren-spawner binary (package spawner)
 	UserNS      string // UserNSAuto (default), UserNSOn, UserNSOff
 	UIDBase     uint32 // default DefaultUIDBase
-	Python      string // interpreter paths inside the sandbox
-	Node        string
+	// UIDRanges is UIDRangesAuto (default), UIDRangesOn or UIDRangesOff:
+	// whether each running sandbox gets a host uid range of its own
+	// (uidrange_linux.go), UIDRangeCount of them above UIDBase (0:
+	// uidrange.DefaultCount).
+	UIDRanges     string
+	UIDRangeCount int
+	Python        string // interpreter paths inside the sandbox
+	Node          string
 	// CgroupPrefix names the cgroup under the process's own one (default
 	// "warren" for the default RunDir, "warren-<hash of RunDir>" otherwise).
 	CgroupPrefix string
@@ -89,11 +97,15 @@ type Options struct {
 // Backend is the native backend.
 type Backend struct {
 	opts      Options
-	agentPath string   // the backend's own copy of the agent, under RunDir
-	agentHeld *os.File // agentPath, share-locked while the backend lives
-	userNS    *oci.IDMap
-	cgroups   *cgroup.Manager
-	log       *slog.Logger
+	agentPath string     // the backend's own copy of the agent, under RunDir
+	agentHeld *os.File   // agentPath, share-locked while the backend lives
+	userNS    *oci.IDMap // the storage range: what files on disk are owned by
+	// ranges hands each agent a uid range of its own; nil when every
+	// sandbox runs as the storage range (uidrange_linux.go).
+	ranges  *uidrange.Allocator
+	idmaps  idmaps
+	cgroups *cgroup.Manager
+	log     *slog.Logger
 
 	pool *pool
 	// sp is the spawner process, which starts every agent; it is started
@@ -138,6 +150,14 @@ func New(opts Options) (*Backend, error) {
 	}
 	if opts.UserNS == "" {
 		opts.UserNS = UserNSAuto
+	}
+	if opts.UIDRanges == "" {
+		opts.UIDRanges = UIDRangesAuto
+	}
+	switch opts.UIDRanges {
+	case UIDRangesAuto, UIDRangesOn, UIDRangesOff:
+	default:
+		return nil, fmt.Errorf("native backend: uid range mode %q: want auto, on or off", opts.UIDRanges)
 	}
 	if opts.UIDBase == 0 {
 		opts.UIDBase = DefaultUIDBase
@@ -202,9 +222,6 @@ func New(opts Options) (*Backend, error) {
 	default:
 		return nil, fmt.Errorf("native backend: user namespace mode %q: want auto, on or off", opts.UserNS)
 	}
-	if err := b.closeDirs(topDirs); err != nil {
-		return nil, fmt.Errorf("native backend: %w", err)
-	}
 	if opts.SpawnerPath == "" {
 		return nil, errors.New("native backend: no spawner binary (build cmd/warren-spawner with `make build`, or set WARREN_SPAWNER)")
 	}
@@ -228,6 +245,24 @@ func New(opts Options) (*Backend, error) {
 		_ = b.agentHeld.Close()
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
+	if opts.UIDRanges != UIDRangesOff && b.userNS != nil {
+		err := b.enableRanges()
+		if err != nil && opts.UIDRanges == UIDRangesOn {
+			b.closeSpawner()
+			b.closeIDMaps()
+			_ = b.agentHeld.Close()
+			return nil, fmt.Errorf("native backend: per-sandbox uid ranges required but unusable: %w", err)
+		}
+		if err != nil {
+			b.log.Warn("per-sandbox uid ranges unavailable; every sandbox runs as the same host uid range", "reason", err.Error())
+		}
+	}
+	if err := b.closeDirs(topDirs); err != nil {
+		b.closeSpawner()
+		b.closeIDMaps()
+		_ = b.agentHeld.Close()
+		return nil, fmt.Errorf("native backend: %w", err)
+	}
 	if opts.Prewarm > 0 {
 		if err := b.startPool(opts.Prewarm); err != nil {
 			b.closeSpawner()
@@ -239,22 +274,33 @@ func New(opts Options) (*Backend, error) {
 }
 
 // closeDirs gives the data and run directories (and the data directory's
-// sandboxes and images) to root and the sandboxes' root group, mode 0710:
-// a sandbox's agent, while it sets up as sandbox root, passes through them
-// to its root, its layers and the agent binary; no other host user
-// reaches anything below. Issue #18, finding 2: with these world-
-// searchable (0711) a host user who learnt a path (from a sandbox's
-// mountinfo, say) could run what a sandbox had made setuid in its upper
-// layer, and become the uid that owns every sandbox's files. Applied to
-// an existing directory too, so data directories made by older releases
-// close up at the next start.
+// sandboxes and images) to root, so that no other host user reaches
+// anything below. Issue #18, finding 2: with these world-searchable (0711)
+// a host user who learnt a path (from a sandbox's mountinfo, say) could
+// run what a sandbox had made setuid in its upper layer, and become the
+// uid that owns every sandbox's files. With per-sandbox uid ranges the
+// host mounts everything a sandbox sees from the data directory, which is
+// root's alone (0700); the run directory is 0711, for agents to reach
+// their binary and the empty directories they mount on (RunDir/.agent,
+// .root, .pool/stage), everything else below it being 0700. Without,
+// they belong to root and the sandboxes' root group, 0710: a sandbox's
+// agent, while it sets up as sandbox root, passes through them to its
+// layers and the agent binary. Applied to an existing directory too, so
+// data directories made by older releases close up at the next start.
 func (b *Backend) closeDirs(dirs []string) error {
 	_, gid := b.RootIDs()
 	for _, d := range dirs {
+		mode := os.FileMode(dirMode)
+		if b.ranges != nil {
+			gid, mode = 0, 0o700
+			if d == b.opts.RunDir {
+				mode = 0o711
+			}
+		}
 		if err := os.Chown(d, 0, gid); err != nil {
 			return err
 		}
-		if err := os.Chmod(d, dirMode); err != nil {
+		if err := os.Chmod(d, mode); err != nil {
 			return err
 		}
 	}
@@ -427,6 +473,7 @@ func (b *Backend) Close() error {
 	b.pool.close()
 	b.releaseRoots()
 	b.closeSpawner()
+	b.closeIDMaps()
 	b.releaseMu.Lock()
 	pending := make([]chan struct{}, 0, len(b.releasing))
 	for _, ch := range b.releasing {
@@ -443,9 +490,14 @@ func (b *Backend) Close() error {
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "native" }
 
-// UserNS reports the id mapping in use, or nil when sandboxes run without
-// a user namespace.
+// UserNS reports the storage range, which files on disk (upper layers,
+// image layers) are owned by, or nil when sandboxes run without a user
+// namespace. Without per-sandbox ranges (UIDRanges) sandboxes run as it.
 func (b *Backend) UserNS() *oci.IDMap { return b.userNS }
+
+// UIDRanges reports whether each running sandbox has a host uid range of
+// its own.
+func (b *Backend) UIDRanges() bool { return b.ranges != nil }
 
 // Cgroups is the cgroup manager sandboxes are created with.
 func (b *Backend) Cgroups() *cgroup.Manager { return b.cgroups }
@@ -472,7 +524,7 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid sandbox config: %w", err)
 	}
-	if b.userNS != nil {
+	if b.userNS != nil && b.ranges == nil { // with ranges the host opens volumes (volumeMounts)
 		_, gid := b.RootIDs()
 		for _, v := range cfg.Volumes {
 			if err := checkTraversable(filepath.Dir(v.Source), gid, fmt.Sprintf("chmod o+x it, or chgrp %d and chmod g+x, or mount from a reachable directory", gid)); err != nil {
@@ -614,9 +666,13 @@ func (s *Sandbox) spec() (*specs.Spec, *boot.Config, error) {
 	if host == "" {
 		host = backend.DefaultHostname
 	}
+	rootPath := filepath.Join(s.dir, "rootfs")
+	if s.b.ranges != nil {
+		rootPath = filepath.Join(s.b.opts.RunDir, rootMountPoint)
+	}
 	sp, err := oci.Build(oci.Params{
-		RootPath: filepath.Join(s.dir, "rootfs"), Hostname: host, Env: env, Cwd: cwd,
-		ImageMounts: img.Mounts, Volumes: volumeMounts(s.cfg.Volumes), UserNS: s.b.userNS,
+		RootPath: rootPath, Hostname: host, Env: env, Cwd: cwd,
+		ImageMounts: img.Mounts, Volumes: volumeBinds(s.cfg.Volumes, s.b.ranges != nil), UserNS: s.b.userNS,
 		MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax, NoFile: uint64(max(s.cfg.NoFile, 0)), //nolint:gosec // G115: not negative after max
 	})
 	if err != nil {
@@ -639,17 +695,23 @@ func (s *Sandbox) spec() (*specs.Spec, *boot.Config, error) {
 	}, nil
 }
 
-// volumeMounts are the binds of vs. Not recursive: what is mounted below
-// a volume's source on the host stays out of the sandbox, and read-only
-// applies to all that is visible.
-func volumeMounts(vs []backend.Volume) []specs.Mount {
+// volumeBinds are the binds of vs. Not recursive: what is mounted below a
+// volume's source on the host stays out of the sandbox, and read-only
+// applies to all that is visible. With hostMounted, the host makes each
+// bind's mount (volumeMounts), and the binds have no source
+// (boot.Config.BindMounts).
+func volumeBinds(vs []backend.Volume, hostMounted bool) []specs.Mount {
 	var ms []specs.Mount
 	for _, v := range vs {
 		opts := []string{"bind", "nosuid", "nodev"}
 		if v.ReadOnly {
 			opts = append(opts, "ro")
 		}
-		ms = append(ms, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: opts})
+		src := v.Source
+		if hostMounted {
+			src = ""
+		}
+		ms = append(ms, specs.Mount{Destination: v.Target, Type: "bind", Source: src, Options: opts})
 	}
 	return ms
 }
@@ -733,7 +795,10 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if err := os.WriteFile(filepath.Join(s.run, "agent.pid"), []byte(pidInfo), 0o600); err != nil {
 		return err
 	}
-	root := s.rootFor(gcfg.Rootfs)
+	root, err := s.rootFor(gcfg.Rootfs, a.uid)
+	if err != nil {
+		return err
+	}
 	if root == nil {
 		if err := s.shortLayerPaths(&gcfg.Rootfs); err != nil {
 			return err
@@ -743,8 +808,19 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		// A root that fails to attach is not kept for the next try.
 		undo = append(undo, s.releaseRootLocked)
 	}
+	var binds []*os.File
+	if s.b.ranges != nil {
+		if binds, err = s.volumeMounts(a.uid); err != nil {
+			return err
+		}
+		defer func() {
+			for _, f := range binds {
+				_ = f.Close() // the agent has its own once configured
+			}
+		}()
+	}
 	tPrepare := time.Since(t0)
-	if err := a.configure(ctx, gcfg, root); err != nil {
+	if err := a.configure(ctx, gcfg, root, binds); err != nil {
 		return err
 	}
 	_ = a.statusR.Close()

@@ -65,6 +65,33 @@ func newBackend(t testing.TB) *native.Backend {
 	return shared
 }
 
+// legacyBackend returns a backend on data and run directories of its own
+// whose sandboxes all run as the storage uid range (UIDRangesOff), closed
+// at the end of the test.
+func legacyBackend(t *testing.T) (b *native.Backend, data, run string) {
+	t.Helper()
+	base := t.TempDir()
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	data, run = filepath.Join(base, "data"), filepath.Join(base, "run")
+	b, err := native.New(native.Options{
+		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
+		CgroupPrefix: fmt.Sprintf("warren-test-legacy-%d", os.Getpid()), UIDRanges: native.UIDRangesOff,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = b.ReapOrphans(nil)
+		_ = b.Close()
+	})
+	if b.UIDRanges() {
+		t.Fatal("uid ranges off, yet on")
+	}
+	return b, data, run
+}
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared != nil {

@@ -39,13 +39,15 @@ var (
 
 // rootMount is a detached mount of one sandbox's overlay.
 type rootMount struct {
-	fd int
-	of boot.Rootfs // what it was made of
+	fd  int
+	of  boot.Rootfs // what it was made of
+	uid uint32      // the uid range its layers are idmapped to; 0: not idmapped
 }
 
-// isOf reports whether the mount is of r's layers and directories.
-func (m *rootMount) isOf(r boot.Rootfs) bool {
-	return slices.Equal(m.of.Lower, r.Lower) && m.of.Upper == r.Upper && m.of.Work == r.Work && m.of.UserXattr == r.UserXattr
+// isOf reports whether the mount is of r's layers and directories, for
+// the uid range at uid.
+func (m *rootMount) isOf(r boot.Rootfs, uid uint32) bool {
+	return slices.Equal(m.of.Lower, r.Lower) && m.of.Upper == r.Upper && m.of.Work == r.Work && m.of.UserXattr == r.UserXattr && m.uid == uid
 }
 
 // How fsmountOverlay names the layers.
@@ -58,15 +60,20 @@ const (
 // mountRoot mounts r's overlay, detached. Layers are given by descriptor
 // (Linux 6.13 takes them), else added one path at a time ("lowerdir+",
 // Linux 6.8), else as one list where the list fits a mount parameter (256
-// bytes); an error means the agent should mount the root itself.
-func mountRoot(r boot.Rootfs) (*rootMount, error) {
+// bytes); an error means the agent should mount the root itself. With
+// idmap (a user namespace) the layers and the upper directory are seen
+// through mounts idmapped by it, given by descriptor.
+func mountRoot(r boot.Rootfs, idmap *os.File) (*rootMount, error) {
 	if len(r.Lower) == 0 || r.Upper == "" || r.Dir != "" {
 		return nil, errors.New("not a plain layered root")
+	}
+	if idmap != nil {
+		return fsmountOverlay(r, layersByFD, idmap)
 	}
 	var err error
 	for _, how := range []int{layersByFD, layerByLayer, layersAsOneList} {
 		var m *rootMount
-		if m, err = fsmountOverlay(r, how); err == nil {
+		if m, err = fsmountOverlay(r, how, nil); err == nil {
 			return m, nil
 		}
 	}
@@ -92,7 +99,7 @@ func detachedDir(dir string) (int, error) {
 // one mount). The caller closes the descriptors returned, after the
 // overlay is created: a detached mount whose last descriptor is closed is
 // unmounted, and the overlay would refuse it.
-func setLayerFDs(fsfd int, r boot.Rootfs) (fds []int, err error) {
+func setLayerFDs(fsfd int, r boot.Rootfs, idmap *os.File) (fds []int, err error) {
 	if filepath.Dir(r.Upper) != filepath.Dir(r.Work) {
 		return nil, errors.New("upper and work are in different directories")
 	}
@@ -108,8 +115,18 @@ func setLayerFDs(fsfd int, r boot.Rootfs) (fds []int, err error) {
 		}
 		return nil
 	}
+	clone := func(dir string) (int, error) {
+		fd, err := detachedDir(dir)
+		if err == nil && idmap != nil {
+			if err = idmapMount(fd, idmap, 0); err != nil {
+				unix.Close(fd)
+				return -1, fmt.Errorf("idmap %s: %w", dir, err)
+			}
+		}
+		return fd, err
+	}
 	for _, l := range r.Lower {
-		fd, err := detachedDir(l)
+		fd, err := clone(l)
 		if err != nil {
 			return fds, err
 		}
@@ -118,7 +135,7 @@ func setLayerFDs(fsfd int, r boot.Rootfs) (fds []int, err error) {
 			return fds, err
 		}
 	}
-	parent, err := detachedDir(filepath.Dir(r.Upper))
+	parent, err := clone(filepath.Dir(r.Upper))
 	if err != nil {
 		return fds, err
 	}
@@ -142,7 +159,7 @@ func closeAll(fds []int) {
 	}
 }
 
-func fsmountOverlay(r boot.Rootfs, how int) (*rootMount, error) {
+func fsmountOverlay(r boot.Rootfs, how int, idmap *os.File) (*rootMount, error) {
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("fsopen overlay: %w", err)
@@ -159,7 +176,7 @@ func fsmountOverlay(r boot.Rootfs, how int) (*rootMount, error) {
 	}
 	switch how {
 	case layersByFD:
-		fds, err := setLayerFDs(fsfd, r)
+		fds, err := setLayerFDs(fsfd, r, idmap)
 		if err != nil {
 			return nil, err
 		}
@@ -244,23 +261,39 @@ type roots struct {
 	idle int
 }
 
-// rootFor returns a clone of the sandbox's root mount for r, mounting it
-// first if it holds none for these layers; nil when the host cannot mount
-// it, and the agent mounts the layers itself.
-func (s *Sandbox) rootFor(r boot.Rootfs) *os.File {
-	if s.b.agentMountsRoots || !HostHoldsRoots() {
-		return nil
+// rootFor returns a clone of the sandbox's root mount for r and an agent
+// in the uid range at uid, mounting it first if it holds none for these
+// layers and range; nil when the host cannot mount it, and the agent
+// mounts the layers itself. With per-sandbox uid ranges the agent cannot:
+// a mount that fails is an error.
+func (s *Sandbox) rootFor(r boot.Rootfs, uid uint32) (*os.File, error) {
+	ranged := s.b.ranges != nil
+	if !ranged && (s.b.agentMountsRoots || !HostHoldsRoots()) {
+		return nil, nil
 	}
 	s.wakeRootLocked()
-	if s.root != nil && !s.root.isOf(r) {
-		s.releaseRootLocked() // the sandbox's image changed while stopped
+	if s.root != nil && !s.root.isOf(r, rootUID(ranged, uid)) {
+		// The sandbox's image changed while stopped, or this start's
+		// agent has another uid range than the last.
+		s.releaseRootLocked()
 	}
 	if s.root == nil {
-		m, err := mountRoot(r)
+		var idmap *os.File
+		if ranged {
+			var err error
+			if idmap, err = s.b.idmapNS(uid); err != nil {
+				return nil, err
+			}
+		}
+		m, err := mountRoot(r, idmap)
+		if err != nil && ranged {
+			return nil, fmt.Errorf("mount the sandbox's overlay root: %w", err)
+		}
 		if err != nil {
 			s.b.log.Debug("the agent mounts the root itself", "id", s.cfg.ID, "err", err.Error())
-			return nil
+			return nil, nil
 		}
+		m.uid = rootUID(ranged, uid)
 		s.root = m
 		s.b.roots.mu.Lock()
 		if s.b.roots.held == nil {
@@ -271,11 +304,22 @@ func (s *Sandbox) rootFor(r boot.Rootfs) *os.File {
 	}
 	f, err := s.root.clone()
 	if err != nil {
-		s.b.log.Debug("the agent mounts the root itself", "id", s.cfg.ID, "err", err.Error())
 		s.releaseRootLocked()
-		return nil
+		if ranged {
+			return nil, err
+		}
+		s.b.log.Debug("the agent mounts the root itself", "id", s.cfg.ID, "err", err.Error())
+		return nil, nil
 	}
-	return f
+	return f, nil
+}
+
+// rootUID is what a root mount for an agent at uid is idmapped to.
+func rootUID(ranged bool, uid uint32) uint32 {
+	if !ranged {
+		return 0
+	}
+	return uid
 }
 
 // idleRootLocked keeps a stopped sandbox's root for a restart, for

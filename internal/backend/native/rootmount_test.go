@@ -164,6 +164,15 @@ func TestRootMountedByAgent(t *testing.T) {
 	}
 	for _, byAgent := range []bool{false, true} {
 		settle(sharedDirs.data)
+		if byAgent && b.UIDRanges() {
+			// Agents in ranges of their own cannot mount the root:
+			// a backend without them, on a data directory of its own.
+			var data, run string
+			b, data, run = legacyBackend(t)
+			h = harnessFor(t, b, data, run)
+			dir = filepath.Join(data, "images", "long-"+strings.Repeat("x", 120), strings.Repeat("y", 120), "layer")
+			img = testImage(t, b, dir, "long")
+		}
 		if byAgent {
 			defer native.AgentMountsRoots(b)()
 		}

@@ -39,6 +39,9 @@ type agentProc struct {
 	idle bool
 	// setupPhases are the agent's own setup timings (ms), from its report.
 	setupPhases map[string]float64
+	// uid is the first host id of the agent's uid range: its own
+	// (uidrange) or the storage range; 0 without a user namespace.
+	uid uint32
 }
 
 // kill ends the agent and releases the host's ends of its pipes.
@@ -131,6 +134,24 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		a.lifeW = lifeW
 		files = append(files, lifeR)
 	}
+	if m := b.userNS; m != nil {
+		a.uid = m.Host
+	}
+	if b.ranges != nil {
+		// The agent inherits the range's lock (boot.FDUIDRange) and
+		// holds it for its life; the host's copy goes with this call.
+		r, err := b.ranges.Take()
+		if err != nil {
+			a.closePipes()
+			return nil, fmt.Errorf("start agent: %w", err)
+		}
+		closers = append(closers, r.Lock())
+		a.uid = r.Host
+		for len(files) < boot.FDLifeline {
+			files = append(files, logf) // no lifeline: a placeholder, read by nobody
+		}
+		files = append(files, r.Lock())
+	}
 	// One P until the config says otherwise (boot.Config.Procs).
 	env := []string{"GOMAXPROCS=1"}
 	if stage != "" {
@@ -154,7 +175,7 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 		req.TimerSlack = timerslack.Coarse
 	}
 	if m := b.userNS; m != nil {
-		req.UserNS = &spawner.IDMap{Host: m.Host, Size: m.Size}
+		req.UserNS = &spawner.IDMap{Host: a.uid, Size: m.Size}
 	}
 	target, err := cg.OpenSpawnTarget()
 	if err != nil {
@@ -184,9 +205,10 @@ func (b *Backend) spawnAgent(dir string, cg *cgroup.Cgroup, stage string) (a *ag
 }
 
 // configure sends the agent its config, with the root's mount when the host
-// made one (nil otherwise), and waits until it serves.
-func (a *agentProc) configure(ctx context.Context, cfg *boot.Config, rootMount *os.File) error {
-	if err := boot.SendConfig(a.cfgW, cfg, rootMount); err != nil {
+// made one (nil otherwise) and the volumes' (boot.Config.BindMounts), and
+// waits until it serves.
+func (a *agentProc) configure(ctx context.Context, cfg *boot.Config, rootMount *os.File, binds []*os.File) error {
+	if err := boot.SendConfig(a.cfgW, cfg, rootMount, binds); err != nil {
 		return fmt.Errorf("send config to agent: %w", a.failure(err))
 	}
 	_ = a.cfgW.Close()

@@ -65,6 +65,7 @@ func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launch
 	}
 	defer unix.Close(rootFD)
 	nStd := len(oci.StandardMounts())
+	binds := cfg.BindMounts
 	for i, m := range s.Mounts {
 		switch {
 		case i == stdAt:
@@ -74,6 +75,15 @@ func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launch
 			continue
 		case stdAt >= 0 && i > stdAt && i < stdAt+nStd:
 			continue // moved with the run's first
+		case m.Type == "bind" && m.Source == "":
+			if len(binds) == 0 {
+				return nil, fmt.Errorf("mount on %s: the host's mount is missing", m.Destination)
+			}
+			if err := attachInRoot(rootFD, m, binds[0]); err != nil {
+				return nil, fmt.Errorf("attach the volume on %s: %w", m.Destination, err)
+			}
+			binds = binds[1:]
+			continue
 		}
 		if err := mountInRoot(rootFD, m); err != nil {
 			return nil, fmt.Errorf("mount %s on %s: %w", m.Type, m.Destination, err)
@@ -279,6 +289,23 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 		return nil
 	}
 	return unix.Mount(m.Source, dst, m.Type, uintptr(flags), data)
+}
+
+// attachInRoot attaches mnt, a detached mount the host made (its flags and
+// id mapping already set), at m's destination inside the root, reached as
+// mountInRoot reaches it, and closes mnt.
+func attachInRoot(rootFD int, m specs.Mount, mnt int) error {
+	defer unix.Close(mnt)
+	var st unix.Stat_t
+	if err := unix.Fstat(mnt, &st); err != nil {
+		return err
+	}
+	fd, err := ensureInRoot(rootFD, m.Destination, st.Mode&unix.S_IFMT != unix.S_IFDIR, true)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.MoveMount(mnt, "", fd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH)
 }
 
 func remountBind(target string, flags uintptr) error {

@@ -40,6 +40,13 @@ type Config struct {
 	// which forks every sandbox process, sets this. 0 leaves the
 	// launcher's.
 	TimerSlack uint64 `json:"timer_slack,omitempty"`
+	// BindMounts are detached mounts the host made, one per bind of
+	// Spec.Mounts with an empty Source, in order: a volume, idmapped to the
+	// sandbox's uid range and with the bind's flags applied. The agent
+	// attaches each at its destination; it could not bind the source path
+	// itself, running as the sandbox's own uids. Passed with the config
+	// (ReadConfig); the agent owns them.
+	BindMounts []int `json:"-"`
 }
 
 // Spec is the part of an OCI runtime spec the agent applies, under the OCI
@@ -121,6 +128,10 @@ const (
 	// skips connect and accept.
 	FDConn     = 6
 	FDLifeline = 7 // read, when Config.Lifeline: EOF means the host is gone
+	// FDUIDRange holds the lock of the sandbox's host uid range (package
+	// uidrange), when it has one of its own: the agent keeps it open for
+	// its life, and nothing it starts inherits it.
+	FDUIDRange = 8
 )
 
 // EnvStage is the variable of a pooled agent's environment that names the

@@ -12,25 +12,48 @@ import (
 )
 
 // The config travels on a unix stream socket: one header byte, which
-// carries the root's detached mount (SCM_RIGHTS) when the host made one,
-// then the Config in its binary form (codec.go), then EOF. A socket rather than a pipe because a
-// pooled agent is spawned long before the sandbox it will run, so the mount
-// cannot be one of the descriptors it inherits.
-const configHeader = 'C'
+// carries the host's detached mounts (SCM_RIGHTS), then the Config in its
+// binary form (codec.go), then EOF. The header is configHeaderRoot when the
+// first descriptor is the root's mount, configHeader when there is none;
+// the other descriptors are Config.BindMounts. A socket rather than a pipe
+// because a pooled agent is spawned long before the sandbox it will run,
+// so the mounts cannot be among the descriptors it inherits.
+const (
+	configHeader     = 'C'
+	configHeaderRoot = 'R'
+)
+
+// maxMounts bounds the descriptors a config carries: the root and a bind
+// per volume.
+const maxMounts = 1 + 16
 
 // maxConfig bounds what the agent reads.
 const maxConfig = 4 << 20
 
 // SendConfig writes cfg to an agent's config socket with rootMount (a
-// detached mount of cfg.Rootfs) attached, or none when rootMount is nil.
-func SendConfig(sock *os.File, cfg *Config, rootMount *os.File) error {
+// detached mount of cfg.Rootfs) attached, or none when rootMount is nil,
+// and binds (Config.BindMounts' mounts, one per bind of the spec without a
+// source) after it.
+func SendConfig(sock *os.File, cfg *Config, rootMount *os.File, binds []*os.File) error {
 	data := encodeConfig(cfg)
 	if len(data) > maxConfig {
 		return fmt.Errorf("config of %d bytes, limit %d", len(data), maxConfig)
 	}
-	var rights []byte
+	if len(binds) > maxMounts-1 {
+		return fmt.Errorf("config with %d bind mounts, limit %d", len(binds), maxMounts-1)
+	}
+	header := byte(configHeader)
+	var fds []int
 	if rootMount != nil {
-		rights = unix.UnixRights(int(rootMount.Fd()))
+		header = configHeaderRoot
+		fds = append(fds, int(rootMount.Fd()))
+	}
+	for _, b := range binds {
+		fds = append(fds, int(b.Fd()))
+	}
+	var rights []byte
+	if len(fds) > 0 {
+		rights = unix.UnixRights(fds...)
 	}
 	rc, err := sock.SyscallConn()
 	if err != nil {
@@ -38,7 +61,7 @@ func SendConfig(sock *os.File, cfg *Config, rootMount *os.File) error {
 	}
 	var serr error
 	if err := rc.Write(func(fd uintptr) bool {
-		serr = unix.Sendmsg(int(fd), []byte{configHeader}, rights, nil, 0)
+		serr = unix.Sendmsg(int(fd), []byte{header}, rights, nil, 0)
 		return !errors.Is(serr, unix.EAGAIN)
 	}); err != nil {
 		return err
@@ -51,14 +74,15 @@ func SendConfig(sock *os.File, cfg *Config, rootMount *os.File) error {
 }
 
 // ReadConfig reads the config the host sent on sock (SendConfig). A root
-// mount that came with it is cfg.Rootfs.Mount, which the caller owns.
+// mount that came with it is cfg.Rootfs.Mount, bind mounts are
+// cfg.BindMounts; the caller owns them.
 func ReadConfig(sock *os.File) (*Config, error) {
 	rc, err := sock.SyscallConn()
 	if err != nil {
 		return nil, err
 	}
 	p := make([]byte, 1)
-	oob := make([]byte, unix.CmsgSpace(4*4)) // room to see a few too many
+	oob := make([]byte, unix.CmsgSpace(4*(maxMounts+4))) // room to see a few too many
 	var n, oobn, flags int
 	var rerr error
 	if err := rc.Read(func(fd uintptr) bool {
@@ -74,11 +98,14 @@ func ReadConfig(sock *os.File) (*Config, error) {
 	if err == nil && flags&unix.MSG_CTRUNC != 0 {
 		err = errors.New("config: descriptors truncated")
 	}
-	if err == nil && len(fds) > 1 {
-		err = fmt.Errorf("config: %d descriptors passed, want at most one", len(fds))
+	if err == nil && len(fds) > maxMounts {
+		err = fmt.Errorf("config: %d descriptors passed, want at most %d", len(fds), maxMounts)
 	}
-	if err == nil && (n != 1 || p[0] != configHeader) {
+	if err == nil && (n != 1 || (p[0] != configHeader && p[0] != configHeaderRoot)) {
 		err = errors.New("config: no header (is the host a matching warren?)")
+	}
+	if err == nil && p[0] == configHeaderRoot && len(fds) == 0 {
+		err = errors.New("config: a root mount announced but not passed")
 	}
 	var cfg *Config
 	if err == nil {
@@ -95,8 +122,26 @@ func ReadConfig(sock *os.File) (*Config, error) {
 		fdpass.Close(fds)
 		return nil, err
 	}
-	if len(fds) == 1 {
-		cfg.Rootfs.Mount = fds[0]
+	if p[0] == configHeaderRoot {
+		cfg.Rootfs.Mount, fds = fds[0], fds[1:]
+	}
+	binds := 0
+	if cfg.Spec != nil {
+		for _, m := range cfg.Spec.Mounts {
+			if m.Type == "bind" && m.Source == "" {
+				binds++
+			}
+		}
+	}
+	if len(fds) > 0 && len(fds) != binds {
+		fdpass.Close(fds)
+		if cfg.Rootfs.Mount != 0 {
+			unix.Close(cfg.Rootfs.Mount)
+		}
+		return nil, fmt.Errorf("config: %d bind mounts passed for %d binds", len(fds), binds)
+	}
+	if len(fds) > 0 {
+		cfg.BindMounts = fds
 	}
 	return cfg, nil
 }

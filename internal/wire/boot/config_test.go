@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,7 +39,7 @@ func TestConfigRoundTrip(t *testing.T) {
 		sent := &Config{Rootfs: Rootfs{Lower: []string{"/l"}, Upper: "/u", Work: "/w"}, Python: strings.Repeat("p", 300<<10)}
 		done := make(chan error, 1)
 		go func() {
-			err := SendConfig(host, sent, mount)
+			err := SendConfig(host, sent, mount, nil)
 			_ = host.Close()
 			done <- err
 		}()
@@ -93,6 +94,10 @@ func TestReadConfigRejects(t *testing.T) {
 			_, err := h.Write(append([]byte{configHeader}, make([]byte, maxConfig+1)...))
 			return err
 		},
+		"root announced, none passed": func(h *os.File) error {
+			_, err := h.Write(append([]byte{configHeaderRoot}, encodeConfig(&Config{Spec: &Spec{}})...))
+			return err
+		},
 		"nothing":     func(h *os.File) error { return nil },
 		"header only": func(h *os.File) error { _, err := h.Write([]byte("C")); return err },
 	} {
@@ -126,4 +131,49 @@ func openFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// TestConfigBindMounts: bind mounts travel after the root's, one per bind
+// of the spec without a source; a count that does not match is refused.
+func TestConfigBindMounts(t *testing.T) {
+	f, err := os.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	spec := &Spec{Mounts: []specs.Mount{
+		{Destination: "/a", Type: "bind"}, {Destination: "/t", Type: "tmpfs"}, {Destination: "/usr", Type: "bind", Source: "/usr"}, {Destination: "/b", Type: "bind"},
+	}}
+	for _, tc := range []struct {
+		root  *os.File
+		binds []*os.File
+		ok    bool
+	}{{f, []*os.File{f, f}, true}, {nil, []*os.File{f, f}, true}, {f, []*os.File{f}, false}, {nil, []*os.File{f, f, f}, false}} {
+		agent, host := configPair(t)
+		done := make(chan error, 1)
+		go func() {
+			err := SendConfig(host, &Config{Spec: spec}, tc.root, tc.binds)
+			_ = host.Close()
+			done <- err
+		}()
+		got, err := ReadConfig(agent)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if (err == nil) != tc.ok {
+			t.Errorf("root %v, %d binds: %v", tc.root != nil, len(tc.binds), err)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		if len(got.BindMounts) != 2 || (tc.root != nil) != (got.Rootfs.Mount > 0) {
+			t.Errorf("root %v: got root %d, binds %v", tc.root != nil, got.Rootfs.Mount, got.BindMounts)
+		}
+		for _, fd := range append(got.BindMounts, got.Rootfs.Mount) {
+			if fd > 0 {
+				unix.Close(fd)
+			}
+		}
+	}
 }
