@@ -759,3 +759,24 @@ func TestUsageCPUHeldToLimit(t *testing.T) {
 		}
 	})
 }
+
+// TestUsageFirstIntervalHeldToLimit: before the first sample the average
+// since the start is reported, held to the limit as samples are (an SDK
+// client saw 167% of a 1-CPU sandbox on a loaded host).
+func TestUsageFirstIntervalHeldToLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, sandbox.Options{Tick: time.Hour})
+		m := e.manager(t)
+		info := mustStart(t, m, "first", sandbox.Spec{Image: "base", MemoryMiB: 512, CPUs: 1})
+		sb := e.be.Sandbox(info.ID)
+		time.Sleep(time.Second)
+		sb.SetStats(backend.Stats{CPUUsage: 1700 * time.Millisecond})
+		u, err := m.Usage("ns", "first")
+		if err != nil || u.CPUPercent == nil {
+			t.Fatalf("%+v %v", u, err)
+		}
+		if got := *u.CPUPercent; got > 100 || got < 99 {
+			t.Errorf("cpu %.2f%% over the first interval, want 100%% (held to 1 CPU)", got)
+		}
+	})
+}

@@ -86,7 +86,7 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 		m.mu.Unlock()
 		return Usage{}, notFound(ns, name)
 	}
-	running, sb := e.state == Running, e.sb
+	running, sb, cpus := e.state == Running, e.sb, e.spec.CPUs
 	m.mu.Unlock()
 	u := Usage{Namespace: ns, Name: name, Running: running}
 	now := time.Now()
@@ -123,6 +123,9 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 		// No full interval yet: the average since the sandbox started.
 		if dt := now.Sub(e.usage.lastT); dt > 0 && !e.usage.lastT.IsZero() {
 			pct = 100 * float64(st.CPUUsage-e.usage.lastCPU) / float64(dt)
+			if cpus > 0 {
+				pct = min(pct, 100*cpus) // as sample holds it, for the same reason
+			}
 		}
 	}
 	e.usage.mu.Unlock()
