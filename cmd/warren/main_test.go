@@ -323,12 +323,17 @@ func assertNoSandboxState(t *testing.T, dir string) {
 		}
 		var names []string
 		for _, e := range ents {
-			// .agent holds the backend's copy of the agent binary and
-			// .spawner.log the spawner's log, shared by every sandbox and
-			// every run: not a sandbox's state; .removed is where removed
-			// sandboxes' files are deleted.
+			// .agent holds the backend's copy of the agent binary,
+			// .spawner.log the spawner's log and .root is the empty
+			// directory agents mount their root on, shared by every
+			// sandbox and every run: not a sandbox's state; .removed is
+			// where removed sandboxes' files are deleted.
 			switch e.Name() {
 			case ".agent", ".spawner.log":
+			case ".root":
+				if left, _ := os.ReadDir(filepath.Join(d, e.Name())); len(left) > 0 {
+					t.Errorf("something left on the host in .root: %v", left)
+				}
 			case ".removed":
 				if left, _ := os.ReadDir(filepath.Join(d, e.Name())); len(left) > 0 {
 					t.Errorf("removed sandboxes' files left: %v", left)

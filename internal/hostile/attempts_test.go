@@ -83,6 +83,7 @@ var ciAttempts = []string{
 	"setuid/upper-layer",
 	"limits/memory-cpus-asked",
 	"limits/inotify-vs-host-root",
+	"ids/uid-shared-with-another-sandbox",
 	"limits/signals-to-pid1",
 	"limits/pids-admission",
 }
@@ -159,6 +160,7 @@ func attempts() []attempt {
 		{"limits", "fork-bomb", "7", forkBomb},
 		{"limits", "memory-cpus-asked", "5", askForEverything},
 		{"limits", "inotify-vs-host-root", "8", inotifyHostRoot},
+		{"ids", "uid-shared-with-another-sandbox", "2", sharedUID},
 		{"limits", "signals-to-pid1", "11", signalsPID1},
 		{"limits", "pids-admission", "7", pidsAdmission},
 		{"limits", "open-files-admission", "10", filesAdmission},
@@ -1401,11 +1403,33 @@ time.sleep(120)
 	if err == nil {
 		_ = syscall.Close(fd)
 	}
+	// Another tenant's sandbox is another host user (its own uid range).
+	r, verr := a.s.python(a.s.victim, nsVictim, victimNames[0], "import ctypes; print(ctypes.CDLL(None).inotify_init1(0) >= 0)", 30)
 	a.release(a.box, id)
 	if err != nil {
 		return false, fmt.Sprintf("sandbox %s; host root's inotify_init then failed: %v", held, err)
 	}
-	return true, "sandbox " + held + "; host root still gets inotify instances"
+	if verr != nil || strings.TrimSpace(r.Stdout) != "True" {
+		return false, fmt.Sprintf("sandbox %s; another tenant's sandbox then got none: %v %q %q", held, verr, r.Stdout, r.Stderr)
+	}
+	return true, "sandbox " + held + "; host root and another tenant's sandbox still get inotify instances"
+}
+
+// sharedUID compares the host uid ranges the attacker's sandbox and a
+// victim's run as: one uid held by both would let code that escaped one
+// sandbox read, plant and signal the other's files and processes.
+func sharedUID(a *arena) (bool, string) {
+	const prog = "print(open('/proc/self/uid_map').read().split()[1])"
+	mine := a.py(prog)
+	r, err := a.s.python(a.s.victim, nsVictim, victimNames[0], prog, 30)
+	if err != nil || r.ExitCode != 0 {
+		a.t.Fatalf("read a victim's uid_map (a harness error): %v %s", err, r.Stderr)
+	}
+	theirs := strings.TrimSpace(r.Stdout)
+	if mine == theirs {
+		return false, "the attacker's and a victim's sandbox root are the same host uid " + mine
+	}
+	return true, fmt.Sprintf("sandbox root is host uid %s here, %s in a victim's sandbox", mine, theirs)
 }
 
 func signalsPID1(a *arena) (bool, string) {

@@ -92,6 +92,11 @@ func (b *Backend) enableRanges() error {
 	if b.agentMountsRoots || !HostHoldsRoots() {
 		return errors.New("this kernel does not let the host hold sandbox roots (Linux 6.18 does; 6.1 and 6.12 do not)")
 	}
+	// Agents, as their own range's uids, exec the agent binary from the
+	// run directory: what is above it must be searchable by any user.
+	if err := checkTraversable(parentDir(b.opts.RunDir), int(b.userNS.Host+uidrange.Size), dirRemedy); err != nil {
+		return err
+	}
 	a, err := uidrange.New(uidrange.DefaultDir(b.userNS.Host), b.userNS.Host, b.opts.UIDRangeCount)
 	if err != nil {
 		return err
