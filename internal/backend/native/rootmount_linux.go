@@ -284,6 +284,7 @@ func (s *Sandbox) rootFor(r boot.Rootfs, uid uint32) (*os.File, error) {
 			if idmap, err = s.b.idmapNS(uid); err != nil {
 				return nil, err
 			}
+			defer func() { _ = idmap.Close() }()
 		}
 		m, err := mountRoot(r, idmap)
 		if err != nil && ranged {

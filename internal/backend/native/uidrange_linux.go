@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -42,20 +43,30 @@ const (
 // sandbox's uids can reach (RunDir is 0711 in this mode).
 const rootMountPoint = ".root"
 
-// idmaps caches, per range, the user namespace that idmaps the storage
-// range to it.
+// idmaps caches, for the ranges used last, the user namespace that
+// idmaps the storage range to each. A mount keeps the namespace it was
+// idmapped with, so a namespace dropped from the cache costs only its
+// remaking (a spawner request) when its range comes round again; ranges
+// are taken lowest first, so the cache holds the ones in use on a host
+// running up to maxIdmaps sandboxes.
 type idmaps struct {
-	mu sync.Mutex
-	ns map[uint32]*os.File
+	mu   sync.Mutex
+	ns   map[uint32]*os.File
+	used []uint32 // ns's keys, least recently used first
 }
 
+// maxIdmaps bounds the namespaces (and descriptors) idmaps keeps.
+const maxIdmaps = 16
+
 // idmapNS is the user namespace mapping the storage range to the range at
-// host: made once per range by the spawner, then kept.
+// host: a descriptor of the caller's own, to close.
 func (b *Backend) idmapNS(host uint32) (*os.File, error) {
-	b.idmaps.mu.Lock()
-	defer b.idmaps.mu.Unlock()
-	if f := b.idmaps.ns[host]; f != nil {
-		return f, nil
+	c := &b.idmaps
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := slices.Index(c.used, host); i >= 0 {
+		c.used = append(slices.Delete(c.used, i, i+1), host)
+		return dupFile(c.ns[host])
 	}
 	sp, err := b.liveSpawner()
 	if err != nil {
@@ -67,11 +78,25 @@ func (b *Backend) idmapNS(host uint32) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("id map for uid range %d: %w", host, err)
 	}
-	if b.idmaps.ns == nil {
-		b.idmaps.ns = map[uint32]*os.File{}
+	if c.ns == nil {
+		c.ns = map[uint32]*os.File{}
 	}
-	b.idmaps.ns[host] = f
-	return f, nil
+	if len(c.used) >= maxIdmaps {
+		_ = c.ns[c.used[0]].Close()
+		delete(c.ns, c.used[0])
+		c.used = c.used[1:]
+	}
+	c.ns[host] = f
+	c.used = append(c.used, host)
+	return dupFile(f)
+}
+
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
 func (b *Backend) closeIDMaps() {
@@ -80,7 +105,7 @@ func (b *Backend) closeIDMaps() {
 	for _, f := range b.idmaps.ns {
 		_ = f.Close()
 	}
-	b.idmaps.ns = nil
+	b.idmaps.ns, b.idmaps.used = nil, nil
 }
 
 // enableRanges checks that sandboxes can run in ranges of their own here
@@ -106,6 +131,7 @@ func (b *Backend) enableRanges() error {
 	if err != nil {
 		return err
 	}
+	defer func() { _ = ns.Close() }()
 	fd, err := idmappedClone(filepath.Join(b.opts.DataDir, "sandboxes"), ns, 0)
 	if err != nil {
 		return fmt.Errorf("the data directory's file system: %w", err)
@@ -164,6 +190,7 @@ func (s *Sandbox) volumeMounts(host uint32) (_ []*os.File, err error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() { _ = ns.Close() }()
 	var fs []*os.File
 	defer func() {
 		if err != nil {
