@@ -102,9 +102,9 @@ func (h Host) Capacity(overcommit float64) Capacity {
 // closed, in flight on a socket): its struct file, a filp slab object of
 // 192 bytes on the development kernel (grep '^filp ' /proc/slabinfo),
 // which the kernel charges to the memory cgroup of the process that opened
-// the file. A descriptor adds its slot, a mapping its vm_area_struct: one
-// sandbox pinned a file per 270 and per 550 bytes of its memory those ways
-// (docs/security.md). RLIMIT_NOFILE bounds descriptors only; a sandbox's
+// the file. A descriptor adds its slot, a mapping its vm_area_struct (a
+// sandbox pinned a mapped file per 500 bytes of its memory, hostile attempt
+// limits/file-table). RLIMIT_NOFILE bounds descriptors only; a sandbox's
 // memory limit bounds all of its files.
 const FileBytes = 192
 
