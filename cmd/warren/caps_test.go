@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,4 +151,56 @@ func TestAdmissionFlags(t *testing.T) {
 			t.Errorf("error %v does not name %s", err, flag)
 		}
 	}
+}
+
+// TestServeRaisesFileMax: finding 10 at its cause. A server on a host
+// whose fs.file-max is below what all its memory could hold open as files
+// raises it at start, logging both values; with --keep-file-max it keeps
+// it and warns. The test restores the host's value, and only ever sets one
+// above what is open now (need-1 is far above the files of any host).
+func TestServeRaisesFileMax(t *testing.T) {
+	testenv.RequireRoot(t)
+	orig := fileMax(t)
+	t.Cleanup(func() {
+		if err := sandbox.SetFileMax(orig); err != nil {
+			t.Errorf("restore fs.file-max %d: %v", orig, err)
+		}
+	})
+	host, err := sandbox.ReadHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := host.FileMaxNeeded()
+	low := min(orig, need-1)
+	for _, keep := range []bool{true, false} {
+		if err := sandbox.SetFileMax(low); err != nil {
+			t.Fatal(err)
+		}
+		dir := stateDir(t)
+		_, srv, stderr := startServe(t, dir, "--keep-file-max="+strconv.FormatBool(keep))
+		stopServe(t, srv)
+		log := stderr.String()
+		got := fileMax(t)
+		raised := strings.Contains(log, `"msg":"raised fs.file-max to what sandboxes' memory can hold open","old":`+strconv.FormatInt(low, 10)+`,"new":`+strconv.FormatInt(need, 10))
+		warned := strings.Contains(log, "raise it with sysctl -w fs.file-max="+strconv.FormatInt(need, 10))
+		switch {
+		case keep && (got != low || raised || !warned):
+			t.Errorf("--keep-file-max: fs.file-max %d -> %d, raised %v, warned %v\n%s", low, got, raised, warned, log)
+		case !keep && (got != need || !raised || warned):
+			t.Errorf("fs.file-max %d -> %d (want %d), raised %v, warned %v\n%s", low, got, need, raised, warned, log)
+		}
+	}
+}
+
+func fileMax(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/fs/file-max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -69,6 +69,9 @@ type serveConfig struct {
 	pids          string
 	openFiles     string
 	cpuOvercommit string
+	// keepFileMax keeps fs.file-max even when it is below what the
+	// sandboxes' memory can hold open.
+	keepFileMax bool
 }
 
 func serveCmd(ctx context.Context, args []string) error {
@@ -101,6 +104,11 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&c.pids, "pids", envOr("WARREN_PIDS", strconv.Itoa(backend.DefaultPids)), "processes and threads each sandbox may run (env WARREN_PIDS)")
 	fs.StringVar(&c.openFiles, "open-files", envOr("WARREN_OPEN_FILES", "auto"), "open files (RLIMIT_NOFILE) of each sandbox process (env WARREN_OPEN_FILES);\nauto = the host's fs.file-max per pid, 128 to 1024")
 	fs.StringVar(&c.cpuOvercommit, "cpu-overcommit", envOr("WARREN_CPU_OVERCOMMIT", strconv.Itoa(sandbox.DefaultCPUOvercommit)), "CPUs granted to running sandboxes together, as a multiple of the host's (env WARREN_CPU_OVERCOMMIT)")
+	keepFileMax, err := envBool("WARREN_KEEP_FILE_MAX", false)
+	if err != nil {
+		return err
+	}
+	fs.BoolVar(&c.keepFileMax, "keep-file-max", keepFileMax, "keep the host's fs.file-max when it is below what the sandboxes' memory can hold open (env WARREN_KEEP_FILE_MAX);\nwithout it the server raises fs.file-max at start to the host's memory over "+strconv.Itoa(sandbox.FileBytes)+" bytes")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -143,8 +151,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	limits, capacity, err := c.admission(host)
-	if err != nil {
+	if _, _, err := c.admission(host); err != nil {
 		return err
 	}
 	roots, err := volumeRoots(append(filepath.SplitList(os.Getenv("WARREN_VOLUME_ROOTS")), c.volumeRoots...))
@@ -156,6 +163,15 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	defer unlock()
+	// The data directory is this server's: now the host's table of open
+	// files may be made fit, and the capacity read from it.
+	if host.FileMax, err = c.fileMax(log, host); err != nil {
+		return err
+	}
+	limits, capacity, err := c.admission(host)
+	if err != nil {
+		return err
+	}
 	c.hf.log = log // the backend logs into the server's log
 	be, err := c.hf.backend(native.Options{Prewarm: c.prewarm})
 	if err != nil {
@@ -217,11 +233,6 @@ func serve(ctx context.Context, c *serveConfig) error {
 	log.Info("sandbox limits", "max_memory_mib", limits.MaxMemoryMiB, "max_cpus", limits.MaxCPUs, "pids", limits.Pids, "open_files", limits.OpenFiles,
 		"capacity_memory_mib", capacity.MemoryBytes>>20, "capacity_cpus", capacity.CPUs, "capacity_pids", capacity.Pids,
 		"capacity_ptys", capacity.Ptys, "capacity_open_files", capacity.Files)
-	if need := host.FileMaxNeeded(); host.FileMax < need {
-		log.Warn("fs.file-max is below what sandboxes' memory can hold open as mapped files (RLIMIT_NOFILE does not bound those): "+
-			"a few sandboxes can take the open files of every other; raise it with sysctl -w fs.file-max="+strconv.FormatInt(need, 10),
-			"file_max", host.FileMax)
-	}
 	if c.dev {
 		log.Warn("dev mode: no API key is needed; anyone who can reach " + ln.Addr().String() + " can run code")
 	}
@@ -235,6 +246,34 @@ func serve(ctx context.Context, c *serveConfig) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// fileMax makes fs.file-max at least what all the host's memory, were it
+// sandboxes' holding open files, could hold (sandbox.FileMaxNeeded), and
+// returns its value. A sandbox's files are charged to its memory cgroup,
+// so its memory limit bounds them, however they are held; but the kernel
+// refuses a file to everyone without CAP_SYS_ADMIN (every sandbox, and
+// unprivileged host users) once fs.file-max files are open on the whole
+// host, which the boot default (a file per 10 KiB of memory) lets a few
+// sandboxes reach. Raising it costs nothing until files are open. With
+// --keep-file-max the server only warns.
+func (c *serveConfig) fileMax(log *slog.Logger, h sandbox.Host) (int64, error) {
+	need := h.FileMaxNeeded()
+	switch {
+	case h.FileMax >= need:
+		return h.FileMax, nil
+	case c.keepFileMax:
+		log.Warn("fs.file-max is below what sandboxes' memory can hold open (RLIMIT_NOFILE does not bound files mapped and closed): "+
+			"a few sandboxes can take the open files of every other and of unprivileged host users; raise it with sysctl -w fs.file-max="+strconv.FormatInt(need, 10)+
+			" (--keep-file-max is set, so the server does not)", "file_max", h.FileMax)
+		return h.FileMax, nil
+	}
+	if err := sandbox.SetFileMax(need); err != nil {
+		return 0, fmt.Errorf("fs.file-max %d is below what sandboxes' memory can hold open, %d, and raising it failed: %w "+
+			"(set it with sysctl -w fs.file-max=%d, or start with --keep-file-max to keep it, and let a few sandboxes take the host's open files)", h.FileMax, need, err, need)
+	}
+	log.Info("raised fs.file-max to what sandboxes' memory can hold open", "old", h.FileMax, "new", need)
+	return need, nil
 }
 
 // admission is the caps per sandbox and the capacity of all running

@@ -27,7 +27,9 @@ func startServe(t *testing.T, dir string, extra ...string) (string, *exec.Cmd, *
 	}
 	addr := ln.Addr().String()
 	_ = ln.Close()
-	cmd := warren(t, dir, append([]string{"serve", "--listen", addr, "--prewarm", "1"}, extra...)...)
+	// --keep-file-max: tests leave the host's fs.file-max as they found it
+	// (TestServeRaisesFileMax restores what it changes).
+	cmd := warren(t, dir, append([]string{"serve", "--listen", addr, "--prewarm", "1", "--keep-file-max"}, extra...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -256,7 +258,7 @@ func TestServeOwnsItsDataDir(t *testing.T) {
 	}
 
 	_, srv, stderr := startServe(t, dir)
-	second := warren(t, dir, "serve", "--listen", "127.0.0.1:0", "--prewarm", "0")
+	second := warren(t, dir, "serve", "--listen", "127.0.0.1:0", "--prewarm", "0", "--keep-file-max")
 	// Should it serve after all, it is stopped after a while (and fails).
 	timer := time.AfterFunc(30*time.Second, func() { _ = second.Process.Kill() })
 	r := run(t, second, "")

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -24,6 +26,11 @@ import (
 type Client struct {
 	http *http.Client
 	base string
+	// bounds bound the answers whose size the request does not give;
+	// minAnswerTime is the time an answer's body may take at the least
+	// (answerTime). Tests make both smaller.
+	bounds        bounds
+	minAnswerTime time.Duration
 }
 
 // NewClient returns a client for the agent listening at socketPath.
@@ -54,8 +61,10 @@ func NewClientDial(dial func(ctx context.Context) (net.Conn, error)) *Client {
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
+		// The agent sends a few short headers; the default allows 10 MiB.
+		MaxResponseHeaderBytes: maxSmallAnswer,
 	}
-	return &Client{http: &http.Client{Transport: tr}, base: "http://agent"}
+	return &Client{http: &http.Client{Transport: tr}, base: "http://agent", bounds: defaultBounds, minAnswerTime: minAnswerTime}
 }
 
 // Close drops pooled connections.
@@ -90,11 +99,112 @@ func IsKind(err error, kind string) bool {
 	return errors.As(err, &ae) && ae.Kind == kind
 }
 
+// The agent runs as the sandbox's root, so whatever answers on its socket
+// may be hostile: every answer is read through a bound derived from what
+// was asked, and one over it is ErrAnswerTooLarge, never memory the server
+// gives away. An answer the agent writes at once (all but an exec's and a
+// REPL run's, which stream as the code runs, and a tar download, which its
+// caller bounds) must also arrive within answerTime of its headers, or it
+// is ErrAnswerSlow: an agent that trickles it holds no request forever.
+const (
+	// maxSmallAnswer bounds an answer of a few fields (health, a file's
+	// stat: a name, a path and a link target of at most 4 KiB each, six
+	// bytes each escaped; an error; an empty answer).
+	maxSmallAnswer = 64 << 10
+	// maxListAnswer bounds a directory listing (the agent lists at most
+	// 10000 entries) and the list of background processes.
+	maxListAnswer = 64 << 20
+	// maxProcessAnswer bounds one background process's description: its
+	// argv came in a request of at most wire.MaxRequestJSON.
+	maxProcessAnswer = wire.MaxRequestJSON + maxSmallAnswer
+	// maxChunkAnswer bounds an output chunk: at most
+	// wire.ProcessOutputKeep bytes, base64 (4/3 of them), and its fields.
+	maxChunkAnswer = wire.ProcessOutputKeep*4/3 + maxSmallAnswer
+	// maxReplResult bounds a REPL answer's members but its lines: the
+	// value's repr (1 MiB) and the error (4 KiB), escaped, and the rest.
+	maxReplResult = 6*(1<<20+4<<10) + maxSmallAnswer
+	// maxReplLineFraming is the JSON around one line of REPL output
+	// ({"stream":"stdout","text":""},).
+	maxReplLineFraming = 32
+	// replSlack is the output a REPL engine adds past a run's limit (a
+	// line saying it timed out or restarted).
+	replSlack = 64 << 10
+
+	// noBound is the bound of an answer another bounds (a tar, an
+	// exec's stream).
+	noBound = math.MaxInt64 - 1
+
+	// minAnswerTime and answerRate make answerTime.
+	minAnswerTime = 10 * time.Second
+	answerRate    = 1 << 20 // bytes per second
+)
+
+// bounds are the bounds of the answers that may be large whatever was asked.
+type bounds struct{ list, process, fileRead int64 }
+
+var defaultBounds = bounds{list: maxListAnswer, process: maxProcessAnswer, fileRead: wire.MaxFileRead}
+
+// ErrAnswerTooLarge is the error of an agent answer over its bound.
+var ErrAnswerTooLarge = errdefs.Errorf(errdefs.ErrTooLarge, "the sandbox's agent answered more than was asked for")
+
+// ErrAnswerSlow is the error of an agent answer whose body did not arrive
+// in time.
+var ErrAnswerSlow = errdefs.Errorf(errdefs.ErrTimeout, "the sandbox's agent did not send its whole answer in time")
+
+// answerTime is how long an answer of at most max bytes may take from its
+// headers to its end: far more than the agent needs, even throttled.
+func (c *Client) answerTime(max int64) time.Duration {
+	return c.minAnswerTime + time.Duration(max/answerRate)*time.Second
+}
+
+// boundedBody is the body of an agent's answer, read within its bounds.
+type boundedBody struct {
+	body     io.ReadCloser
+	what     string // "agent GET /v1/health", for errors
+	n, max   int64
+	cancel   context.CancelFunc
+	deadline *time.Timer // nil: none
+	late     atomic.Bool
+}
+
+func (a *boundedBody) Read(p []byte) (int, error) {
+	if a.late.Load() {
+		return 0, fmt.Errorf("%s: %w", a.what, ErrAnswerSlow)
+	}
+	if a.n > a.max {
+		return 0, fmt.Errorf("%s: over %d bytes: %w", a.what, a.max, ErrAnswerTooLarge)
+	}
+	if room := a.max - a.n + 1; int64(len(p)) > room {
+		p = p[:room] // one byte more than allowed tells an answer over it
+	}
+	n, err := a.body.Read(p)
+	a.n += int64(n)
+	switch {
+	case a.n > a.max:
+		return n - int(a.n-a.max), fmt.Errorf("%s: over %d bytes: %w", a.what, a.max, ErrAnswerTooLarge)
+	case err != nil && a.late.Load():
+		return n, fmt.Errorf("%s: %w", a.what, ErrAnswerSlow)
+	}
+	return n, err
+}
+
+func (a *boundedBody) Close() error {
+	if a.deadline != nil {
+		a.deadline.Stop()
+	}
+	err := a.body.Close()
+	a.cancel()
+	return err
+}
+
 // maxRequestLine bounds the URL of a request to the agent (its request
 // line limit is 64 KiB, with the method and protocol).
 const maxRequestLine = 60 << 10
 
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string) (*http.Response, error) {
+// do sends a request and returns its answer, whose body reads at most max
+// bytes (an error answer: maxSmallAnswer) within answerTime(max) of the
+// headers when timed is set. The caller closes the body.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, ctype string, max int64, timed bool) (*http.Response, error) {
 	u := c.base + path
 	if len(q) > 0 {
 		u += "?" + q.Encode()
@@ -106,8 +216,10 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if len(u) > maxRequestLine {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "agent %s %s: the parameters are %d bytes encoded, over %d (a path is at most 4096 bytes)", method, path, len(u), maxRequestLine)
 	}
+	ctx, cancel := context.WithCancel(ctx)
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	if ctype != "" {
@@ -115,12 +227,22 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("agent %s %s: %w", method, path, err)
 	}
+	a := &boundedBody{body: resp.Body, what: "agent " + method + " " + path, max: max, cancel: cancel}
+	if resp.StatusCode >= 300 {
+		a.max, timed = maxSmallAnswer, true
+	}
+	if timed {
+		a.deadline = time.AfterFunc(c.answerTime(a.max), func() { a.late.Store(true); cancel() })
+	}
+	resp.Body = a
 	if resp.StatusCode >= 300 {
 		defer func() { _ = resp.Body.Close() }()
 		ae := &Error{Status: resp.StatusCode}
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		// An error body cut at its bound is still worth quoting.
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxSmallAnswer))
 		if json.Unmarshal(b, &ae.ErrorBody) != nil || ae.Kind == "" {
 			ae.Kind, ae.Message = wire.ErrInternal, fmt.Sprintf("status %d: %s", resp.StatusCode, bytes.TrimSpace(b))
 		}
@@ -129,8 +251,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	return resp, nil
 }
 
-// call sends in as JSON (when non-nil) and decodes the answer into out (when non-nil).
-func (c *Client) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+// call sends in as JSON (when non-nil) and decodes the answer, of at most
+// max bytes, into out (when non-nil).
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, in, out any, max int64) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -139,13 +262,16 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 		}
 		body = bytes.NewReader(b)
 	}
-	resp, err := c.do(ctx, method, path, q, body, "application/json")
+	resp, err := c.do(ctx, method, path, q, body, "application/json", max, true)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if out == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
+		// Only the status counts; but an endless body is still an error.
+		if _, err := io.Copy(io.Discard, resp.Body); errors.Is(err, ErrAnswerTooLarge) || errors.Is(err, ErrAnswerSlow) {
+			return err
+		}
 		return nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
@@ -157,7 +283,7 @@ func (c *Client) call(ctx context.Context, method, path string, q url.Values, in
 // Health checks the agent answers and speaks this protocol version.
 func (c *Client) Health(ctx context.Context) (wire.Health, error) {
 	var h wire.Health
-	if err := c.call(ctx, http.MethodGet, "/v1/health", nil, nil, &h); err != nil {
+	if err := c.call(ctx, http.MethodGet, "/v1/health", nil, nil, &h, maxSmallAnswer); err != nil {
 		return h, err
 	}
 	if h.Version != wire.Version {
@@ -173,21 +299,39 @@ func (c *Client) Exec(ctx context.Context, req *wire.ExecRequest, onOutput func(
 	if err != nil {
 		return wire.ExitStatus{}, err
 	}
-	resp, err := c.do(ctx, http.MethodPost, "/v1/exec", nil, bytes.NewReader(b), "application/json")
+	// The stream lasts as long as the command: its time is the caller's
+	// (backend.Exec's deadline), its size bounded event by event below.
+	resp, err := c.do(ctx, http.MethodPost, "/v1/exec", nil, bytes.NewReader(b), "application/json", noBound, false)
 	if err != nil {
 		return wire.ExitStatus{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	return readExecStream(resp.Body, onOutput)
+	return readExecStream(resp.Body, execLimit(req), onOutput)
+}
+
+// execLimit is how many bytes of output the agent may send for req: its
+// output limit as the agent applies it (none with NoOutputLimit, whose
+// caller writes the output through).
+func execLimit(req *wire.ExecRequest) int64 {
+	switch {
+	case req.NoOutputLimit:
+		return math.MaxInt64
+	case req.OutputLimit <= 0:
+		return wire.DefaultOutputLimit
+	}
+	return min(req.OutputLimit, wire.MaxStreamedOutput)
 }
 
 // readExecStream decodes the NDJSON answer of an exec. The agent is not
-// trusted: lines are bounded, and anything but well-formed events ending in
-// an exit status is an error.
-func readExecStream(r io.Reader, onOutput func(stream string, data []byte)) (wire.ExitStatus, error) {
+// trusted: lines are bounded, the output's bytes by limit, and anything
+// but well-formed events, each with some output, ending in an exit status
+// is an error. Since every event carries a byte, their number is bounded
+// too, and so is the stream.
+func readExecStream(r io.Reader, limit int64, onOutput func(stream string, data []byte)) (wire.ExitStatus, error) {
 	sc := bufio.NewScanner(r)
 	// Each event holds at most one 32 KiB read, base64-encoded.
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var n int64
 	for sc.Scan() {
 		var ev wire.ExecEvent
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
@@ -199,11 +343,19 @@ func readExecStream(r io.Reader, onOutput func(stream string, data []byte)) (wir
 		if ev.Stream != wire.Stdout && ev.Stream != wire.Stderr {
 			return wire.ExitStatus{}, fmt.Errorf("agent exec: event for unknown stream %q", ev.Stream)
 		}
-		if onOutput != nil && len(ev.Data) > 0 {
+		if len(ev.Data) == 0 {
+			return wire.ExitStatus{}, errors.New("agent exec: an event without output")
+		}
+		if n += int64(len(ev.Data)); n > limit {
+			return wire.ExitStatus{}, fmt.Errorf("agent exec: output over its limit of %d bytes: %w", limit, ErrAnswerTooLarge)
+		}
+		if onOutput != nil {
 			onOutput(ev.Stream, ev.Data)
 		}
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return wire.ExitStatus{}, fmt.Errorf("agent exec: an event over 1 MiB: %w", ErrAnswerTooLarge)
+	} else if err != nil {
 		return wire.ExitStatus{}, fmt.Errorf("agent exec: %w", err)
 	}
 	return wire.ExitStatus{}, errors.New("agent exec: stream ended without an exit status (agent died?)")
@@ -212,21 +364,21 @@ func readExecStream(r io.Reader, onOutput func(stream string, data []byte)) (wir
 // StartProcess starts a background process.
 func (c *Client) StartProcess(ctx context.Context, req *wire.ExecRequest) (wire.ProcessInfo, error) {
 	var info wire.ProcessInfo
-	err := c.call(ctx, http.MethodPost, "/v1/processes", nil, req, &info)
+	err := c.call(ctx, http.MethodPost, "/v1/processes", nil, req, &info, c.bounds.process)
 	return info, err
 }
 
 // Processes lists background processes.
 func (c *Client) Processes(ctx context.Context) ([]wire.ProcessInfo, error) {
 	var out []wire.ProcessInfo
-	err := c.call(ctx, http.MethodGet, "/v1/processes", nil, nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/processes", nil, nil, &out, c.bounds.list)
 	return out, err
 }
 
 // Process describes one background process.
 func (c *Client) Process(ctx context.Context, id string) (wire.ProcessInfo, error) {
 	var info wire.ProcessInfo
-	err := c.call(ctx, http.MethodGet, "/v1/processes/"+url.PathEscape(id), nil, nil, &info)
+	err := c.call(ctx, http.MethodGet, "/v1/processes/"+url.PathEscape(id), nil, nil, &info, c.bounds.process)
 	return info, err
 }
 
@@ -237,7 +389,7 @@ func (c *Client) Output(ctx context.Context, id, stream string, offset int64, wa
 		q.Set("wait_ms", strconv.FormatInt(wait.Milliseconds(), 10))
 	}
 	var ch wire.OutputChunk
-	err := c.call(ctx, http.MethodGet, "/v1/processes/"+url.PathEscape(id)+"/output", q, nil, &ch)
+	err := c.call(ctx, http.MethodGet, "/v1/processes/"+url.PathEscape(id)+"/output", q, nil, &ch, maxChunkAnswer)
 	return ch, err
 }
 
@@ -248,13 +400,13 @@ func (c *Client) Wait(ctx context.Context, id string, timeout time.Duration) (wi
 		q = url.Values{"timeout_ms": {strconv.FormatInt(timeout.Milliseconds(), 10)}}
 	}
 	var info wire.ProcessInfo
-	err := c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/wait", q, nil, &info)
+	err := c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/wait", q, nil, &info, c.bounds.process)
 	return info, err
 }
 
 // Signal sends a signal ("SIGTERM", "9") to a process's group.
 func (c *Client) Signal(ctx context.Context, id, sig string) error {
-	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/signal", nil, wire.SignalRequest{Signal: sig}, nil)
+	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/signal", nil, wire.SignalRequest{Signal: sig}, nil, maxSmallAnswer)
 }
 
 // WriteStdin writes to a process's stdin (or terminal), closing it after when close is set.
@@ -263,7 +415,7 @@ func (c *Client) WriteStdin(ctx context.Context, id string, data []byte, close b
 	if close {
 		q = url.Values{"close": {"1"}}
 	}
-	resp, err := c.do(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/stdin", q, bytes.NewReader(data), "application/octet-stream")
+	resp, err := c.do(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/stdin", q, bytes.NewReader(data), "application/octet-stream", maxSmallAnswer, true)
 	if err != nil {
 		return err
 	}
@@ -273,28 +425,28 @@ func (c *Client) WriteStdin(ctx context.Context, id string, data []byte, close b
 
 // Resize sets the terminal size of a TTY process.
 func (c *Client) Resize(ctx context.Context, id string, rows, cols uint16) error {
-	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/resize", nil, wire.ResizeRequest{Rows: rows, Cols: cols}, nil)
+	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/resize", nil, wire.ResizeRequest{Rows: rows, Cols: cols}, nil, maxSmallAnswer)
 }
 
 // RemoveProcess kills a process if it runs and forgets it.
 func (c *Client) RemoveProcess(ctx context.Context, id string) error {
-	return c.call(ctx, http.MethodDelete, "/v1/processes/"+url.PathEscape(id), nil, nil, nil)
+	return c.call(ctx, http.MethodDelete, "/v1/processes/"+url.PathEscape(id), nil, nil, nil, maxSmallAnswer)
 }
 
 // ReadFile returns a file's content.
 func (c *Client) ReadFile(ctx context.Context, path string) ([]byte, error) {
-	resp, err := c.do(ctx, http.MethodGet, "/v1/files/content", url.Values{"path": {path}}, nil, "")
+	resp, err := c.do(ctx, http.MethodGet, "/v1/files/content", url.Values{"path": {path}}, nil, "", c.bounds.fileRead, true)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	return io.ReadAll(io.LimitReader(resp.Body, wire.MaxFileRead+1))
+	return io.ReadAll(resp.Body)
 }
 
 // WriteFile replaces a file's content atomically.
 func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode uint32) error {
 	q := url.Values{"path": {path}, "mode": {strconv.FormatUint(uint64(mode), 10)}}
-	resp, err := c.do(ctx, http.MethodPut, "/v1/files/content", q, r, "application/octet-stream")
+	resp, err := c.do(ctx, http.MethodPut, "/v1/files/content", q, r, "application/octet-stream", maxSmallAnswer, true)
 	if err != nil {
 		return err
 	}
@@ -305,35 +457,36 @@ func (c *Client) WriteFile(ctx context.Context, path string, r io.Reader, mode u
 // Stat describes a file without following a final symlink.
 func (c *Client) Stat(ctx context.Context, path string) (wire.FileInfo, error) {
 	var fi wire.FileInfo
-	err := c.call(ctx, http.MethodGet, "/v1/files/stat", url.Values{"path": {path}}, nil, &fi)
+	err := c.call(ctx, http.MethodGet, "/v1/files/stat", url.Values{"path": {path}}, nil, &fi, maxSmallAnswer)
 	return fi, err
 }
 
 // List lists a directory.
 func (c *Client) List(ctx context.Context, path string) ([]wire.FileInfo, error) {
 	var out []wire.FileInfo
-	err := c.call(ctx, http.MethodGet, "/v1/files/list", url.Values{"path": {path}}, nil, &out)
+	err := c.call(ctx, http.MethodGet, "/v1/files/list", url.Values{"path": {path}}, nil, &out, c.bounds.list)
 	return out, err
 }
 
 // Mkdir creates a directory.
 func (c *Client) Mkdir(ctx context.Context, req wire.MkdirRequest) error {
-	return c.call(ctx, http.MethodPost, "/v1/files/mkdir", nil, req, nil)
+	return c.call(ctx, http.MethodPost, "/v1/files/mkdir", nil, req, nil, maxSmallAnswer)
 }
 
 // Remove removes a file or directory.
 func (c *Client) Remove(ctx context.Context, req wire.RemoveRequest) error {
-	return c.call(ctx, http.MethodPost, "/v1/files/remove", nil, req, nil)
+	return c.call(ctx, http.MethodPost, "/v1/files/remove", nil, req, nil, maxSmallAnswer)
 }
 
 // Move renames a file or directory.
 func (c *Client) Move(ctx context.Context, from, to string) error {
-	return c.call(ctx, http.MethodPost, "/v1/files/move", nil, wire.MoveRequest{From: from, To: to}, nil)
+	return c.call(ctx, http.MethodPost, "/v1/files/move", nil, wire.MoveRequest{From: from, To: to}, nil, maxSmallAnswer)
 }
 
 // DownloadTar streams a tar of path; the caller closes the reader.
 func (c *Client) DownloadTar(ctx context.Context, path string) (io.ReadCloser, error) {
-	resp, err := c.do(ctx, http.MethodGet, "/v1/files/tar", url.Values{"path": {path}}, nil, "")
+	// Its caller bounds the tar's size (and the caller's request its time).
+	resp, err := c.do(ctx, http.MethodGet, "/v1/files/tar", url.Values{"path": {path}}, nil, "", noBound, false)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +495,7 @@ func (c *Client) DownloadTar(ctx context.Context, path string) (io.ReadCloser, e
 
 // UploadTar extracts a tar stream into directory path.
 func (c *Client) UploadTar(ctx context.Context, path string, r io.Reader) error {
-	resp, err := c.do(ctx, http.MethodPut, "/v1/files/tar", url.Values{"path": {path}}, r, "application/x-tar")
+	resp, err := c.do(ctx, http.MethodPut, "/v1/files/tar", url.Values{"path": {path}}, r, "application/x-tar", maxSmallAnswer, true)
 	if err != nil {
 		return err
 	}
@@ -369,12 +522,15 @@ func (c *Client) ReplStream(ctx context.Context, req wire.ReplRequest, onLine fu
 	if err != nil {
 		return wire.ReplResult{}, err
 	}
-	resp, err := c.do(ctx, http.MethodPost, "/v1/repl/run", nil, bytes.NewReader(b), "application/json")
+	// The answer comes when the run ends: its time is the caller's
+	// (Lease.Repl's deadline), its size bounded by the output asked for.
+	limit := replLimit(req)
+	resp, err := c.do(ctx, http.MethodPost, "/v1/repl/run", nil, bytes.NewReader(b), "application/json", replAnswerMax(limit), false)
 	if err != nil {
 		return wire.ReplResult{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	res, err := readReplResult(resp.Body, onLine)
+	res, err := readReplResult(resp.Body, limit, onLine)
 	if err != nil {
 		return wire.ReplResult{}, fmt.Errorf("agent repl: %w", err)
 	}
@@ -385,12 +541,31 @@ func (c *Client) ReplStream(ctx context.Context, req wire.ReplRequest, onLine fu
 // the few the engine adds (a timeout, a restart).
 const maxReplLines = wire.MaxReplLines + 16
 
+// replLimit is how many bytes of output (a newline counted after each
+// line) the agent keeps for req: its output limit as the agent applies it,
+// and for 0 the agent's default, which is at most wire.MaxOutputLimit.
+func replLimit(req wire.ReplRequest) int64 {
+	if req.OutputLimit <= 0 {
+		return wire.MaxOutputLimit
+	}
+	return min(req.OutputLimit, wire.MaxOutputLimit)
+}
+
+// replAnswerMax bounds the bytes of a REPL answer keeping limit bytes of
+// output: each escaped, in the worst case, to six (\u0001), the lines'
+// framing (each line counts a byte at least, so there are at most as many
+// as bytes), and the other members.
+func replAnswerMax(limit int64) int64 {
+	return 6*(limit+replSlack) + maxReplLineFraming*min(maxReplLines, limit+replSlack) + maxReplResult
+}
+
 // readReplResult decodes a REPL answer a line of output at a time, handing
 // each to onLine: a run's output may be tens of MiB, which a decoder
 // reading the answer whole would buffer (and grow to twice) before
 // decoding a line of it. The agent is not trusted: it may send at most
-// wire.MaxReplLines lines. The result's Output is left nil.
-func readReplResult(r io.Reader, onLine func(wire.OutputLine)) (wire.ReplResult, error) {
+// wire.MaxReplLines lines, and limit bytes of them (with a newline after
+// each, as the agent counts them). The result's Output is left nil.
+func readReplResult(r io.Reader, limit int64, onLine func(wire.OutputLine)) (wire.ReplResult, error) {
 	var res wire.ReplResult
 	dec := json.NewDecoder(r)
 	if tok, err := dec.Token(); err != nil {
@@ -418,13 +593,17 @@ func readReplResult(r io.Reader, onLine func(wire.OutputLine)) (wire.ReplResult,
 		} else if tok != json.Delim('[') {
 			return res, errors.New("output is not an array")
 		}
+		var size int64
 		for n := 0; dec.More(); n++ {
 			if n >= maxReplLines {
-				return res, fmt.Errorf("more than %d lines of output", maxReplLines)
+				return res, fmt.Errorf("more than %d lines of output: %w", maxReplLines, ErrAnswerTooLarge)
 			}
 			var l wire.OutputLine
 			if err := dec.Decode(&l); err != nil {
 				return res, err
+			}
+			if size += int64(len(l.Text)) + 1; size > limit+replSlack {
+				return res, fmt.Errorf("output over its limit of %d bytes: %w", limit, ErrAnswerTooLarge)
 			}
 			onLine(l)
 		}

@@ -24,7 +24,7 @@ func FuzzExecStream(f *testing.F) {
 	f.Add([]byte(`{"exit":null}` + "\n"))
 	f.Add(bytes.Repeat([]byte("a"), 2<<20))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = readExecStream(bytes.NewReader(b), func(stream string, data []byte) {
+		_, _ = readExecStream(bytes.NewReader(b), 1<<20, func(stream string, data []byte) {
 			if stream != wire.Stdout && stream != wire.Stderr {
 				t.Fatalf("output for stream %q", stream)
 			}
@@ -41,12 +41,12 @@ func TestExecStreamErrors(t *testing.T) {
 		"huge line":      string(bytes.Repeat([]byte("a"), 2<<20)),
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := readExecStream(bytes.NewReader([]byte(in)), nil); err == nil {
+			if _, err := readExecStream(bytes.NewReader([]byte(in)), 1<<20, nil); err == nil {
 				t.Error("want an error")
 			}
 		})
 	}
-	st, err := readExecStream(bytes.NewReader([]byte(`{"stream":"stderr","data":"/w=="}`+"\n"+`{"exit":{"code":3,"signal":"SIGTERM","duration_ms":2}}`+"\n")), func(s string, d []byte) {
+	st, err := readExecStream(bytes.NewReader([]byte(`{"stream":"stderr","data":"/w=="}`+"\n"+`{"exit":{"code":3,"signal":"SIGTERM","duration_ms":2}}`+"\n")), 1<<20, func(s string, d []byte) {
 		if s != wire.Stderr || !bytes.Equal(d, []byte{0xff}) {
 			t.Errorf("got %s %q", s, d)
 		}

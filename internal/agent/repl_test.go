@@ -13,7 +13,7 @@ import (
 // readAll decodes a REPL answer keeping its lines, as Client.Repl does.
 func readAll(body string) (wire.ReplResult, error) {
 	out := []wire.OutputLine{}
-	res, err := readReplResult(strings.NewReader(body), func(l wire.OutputLine) { out = append(out, l) })
+	res, err := readReplResult(strings.NewReader(body), wire.MaxOutputLimit, func(l wire.OutputLine) { out = append(out, l) })
 	res.Output = out
 	return res, err
 }

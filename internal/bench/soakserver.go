@@ -81,7 +81,9 @@ func StartSoakServer(ctx context.Context, binary string, env []string, prewarm i
 	// of 64 open files and half a CPU, must fit the admission sums of a
 	// 2-CPU host (pid_max 32768, fs.file-max ~2M).
 	s.cmd = warren("serve", "--listen", addr, "--prewarm", strconv.Itoa(prewarm),
-		"--pids", "128", "--open-files", "64", "--cpu-overcommit", "40")
+		"--pids", "128", "--open-files", "64", "--cpu-overcommit", "40",
+		// The soak leaves the host's fs.file-max as it is.
+		"--keep-file-max")
 	s.cmd.Cancel = func() error { return s.cmd.Process.Signal(syscall.SIGTERM) }
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {

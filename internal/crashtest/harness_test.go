@@ -106,7 +106,8 @@ func (s *server) start(wait bool) {
 	addr := ln.Addr().String()
 	_ = ln.Close()
 	fmt.Fprintf(s.log, "--- warren serve on %s at %s\n", addr, time.Now().Format(time.RFC3339Nano))
-	cmd := s.warren(append([]string{"serve", "--listen", addr, "--prewarm", "1"}, s.extra...)...)
+	// --keep-file-max: the test leaves the host's fs.file-max as it is.
+	cmd := s.warren(append([]string{"serve", "--listen", addr, "--prewarm", "1", "--keep-file-max"}, s.extra...)...)
 	cmd.Stderr = s.log
 	if err := cmd.Start(); err != nil {
 		s.t.Fatal(err)

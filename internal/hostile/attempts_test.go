@@ -28,6 +28,7 @@ import (
 	"golang.org/x/net/websocket"
 
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 
 // An attempt is one attack. run reports whether it was contained and why
@@ -86,6 +87,7 @@ var ciAttempts = []string{
 	"ids/uid-shared-with-another-sandbox",
 	"limits/signals-to-pid1",
 	"limits/pids-admission",
+	"limits/file-table",
 }
 
 // limits/open-files-admission is contained but left out of CI: its probe
@@ -164,6 +166,7 @@ func attempts() []attempt {
 		{"limits", "signals-to-pid1", "11", signalsPID1},
 		{"limits", "pids-admission", "7", pidsAdmission},
 		{"limits", "open-files-admission", "10", filesAdmission},
+		{"limits", "file-table", "10", fileTable},
 		{"limits", "fairness", "6", fairness},
 		{"limits", "disk-fill", "4", diskFill},
 		// Last: it leaves the server's heap large, which would hide
@@ -1520,6 +1523,93 @@ func filesAdmission(a *arena) (bool, string) {
 	why := fmt.Sprintf("one sandbox opens %d files%s; the server let %d run at once: %d open files against file-max %d",
 		g.files, capped, f.running, held, fileMax)
 	return held < fileMax, why
+}
+
+// pinFiles is how many files the file-table attempt pins: a few MiB of
+// its sandbox's memory, far below the host's file table (it stays under
+// vm.max_map_count, one process).
+const pinFiles = 20000
+
+// pinProg maps a file of the sandbox's tmpfs pinFiles times, closing each
+// descriptor (so RLIMIT_NOFILE counts none), prints how many it holds and
+// holds them. It calls mmap itself: Python's mmap keeps a descriptor.
+const pinProg = `
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+path = "/dev/shm/pin"
+with open(path, "wb") as f:
+    f.write(b"x" * 4096)
+n, err = 0, 0
+while n < %d:
+    fd = os.open(path, os.O_RDONLY)
+    p = libc.mmap(None, 4096, 1, 1, fd, 0)
+    e = ctypes.get_errno()
+    os.close(fd)
+    if p is None or p == ctypes.c_void_p(-1).value:
+        err = e
+        break
+    n += 1
+print(n, err, flush=True)
+time.sleep(600)
+`
+
+// fileTable is finding 10: files a sandbox maps and closes stay open
+// without a descriptor, bounded only by its memory limit (each is charged
+// to its cgroup), and the kernel refuses a file to every process without
+// CAP_SYS_ADMIN once fs.file-max are open. A sandbox of 64 MiB pins
+// pinFiles files; from the memory that cost it, the attempt works out how
+// many files all the memory the server may grant could pin, and holds the
+// host's file-max to that. Meanwhile an unprivileged host process must
+// still open a file. (The sandbox pins a part of its limit, not all of it:
+// at the limit the kernel's OOM killer picks among its processes.)
+func fileTable(a *arena) (bool, string) {
+	box := "files"
+	before := a.s.sandboxIDs()
+	a.fresh(box, map[string]any{"memory_mib": 64})
+	var id string
+	for _, d := range a.s.sandboxIDs() {
+		if !slices.Contains(before, d) {
+			id = d
+		}
+	}
+	readNr := func() int64 {
+		b, _ := os.ReadFile("/proc/sys/fs/file-nr")
+		n, _ := strconv.ParseInt(strings.Fields(string(b) + " 0")[0], 10, 64)
+		return n
+	}
+	used0, nr0 := a.s.memoryUsage(id), readNr()
+	pid, first := a.hold(box, fmt.Sprintf(pinProg, pinFiles))
+	defer a.release(box, pid)
+	used1, nr1 := a.s.memoryUsage(id), readNr()
+	var pinned, errno int
+	if _, err := fmt.Sscan(first, &pinned, &errno); err != nil || pinned == 0 {
+		return false, fmt.Sprintf("the probe did not pin files: %q", first)
+	}
+	// An unprivileged host user opens a file (and the binary it runs).
+	open := exec.Command("/bin/cat", "/proc/self/stat")
+	open.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, openErr := open.CombinedOutput()
+	if used0 == 0 || used1 <= used0 {
+		return false, fmt.Sprintf("no memory charged to the sandbox's cgroup for %d files (%d -> %d bytes)", pinned, used0, used1)
+	}
+	perFile := float64(used1-used0) / float64(pinned)
+	host, err := sandbox.ReadHost()
+	if err != nil {
+		return false, err.Error()
+	}
+	granted := host.Capacity(1).MemoryBytes
+	could := int64(float64(granted) / perFile)
+	b, _ := os.ReadFile("/proc/sys/fs/file-max")
+	fileMax, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	why := fmt.Sprintf("a 64 MiB sandbox pinned %d mapped files (errno %d; the host's file-nr rose by %d), %.0f bytes of its memory each (%.0f files per MiB): "+
+		"the %d MiB the server may grant could pin %d, with %d open now, against file-max %d; an unprivileged host open(): %v",
+		pinned, errno, nr1-nr0, perFile, float64(mib)/perFile, granted/mib, could, nr0, fileMax, openErr)
+	if openErr != nil {
+		return false, why + " " + strings.TrimSpace(string(out))
+	}
+	return nr0+could <= fileMax, why
 }
 
 func fairness(a *arena) (bool, string) {

@@ -68,6 +68,15 @@ func (s *server) key(ns string) string {
 func startServer(t *testing.T, extra ...string) *server {
 	t.Helper()
 	testenv.RequireRoot(t)
+	// The server raises fs.file-max (finding 10); the suite leaves the
+	// host's as it found it.
+	if b, err := os.ReadFile("/proc/sys/fs/file-max"); err == nil {
+		t.Cleanup(func() {
+			if err := os.WriteFile("/proc/sys/fs/file-max", b, 0); err != nil {
+				t.Errorf("restore fs.file-max: %v", err)
+			}
+		})
+	}
 	s := &server{t: t, bin: testenv.WarrenBinary(t), dir: testenv.SearchableDir(t, "warren-hostile-"), log: &syncBuffer{},
 		client: &http.Client{Timeout: 3 * time.Minute}}
 	s.data, s.run = filepath.Join(s.dir, "data"), filepath.Join(s.dir, "run")
@@ -516,6 +525,33 @@ func (s *server) pidsMax(t *testing.T, id string) int {
 	if n == 0 {
 		t.Fatalf("no pids.max for sandbox %s under the cgroup prefix %s", id, s.cgroupPrefix())
 	}
+	return n
+}
+
+// memoryUsage reads the memory the host's cgroup charges the sandbox with
+// the internal id (memory.current, or v1's memory.usage_in_bytes); 0 when
+// there is none.
+func (s *server) memoryUsage(id string) int64 {
+	suffix := "/" + s.cgroupPrefix() + "/" + id
+	var n int64
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || n > 0 {
+			return nil //nolint:nilerr // a cgroup that vanished while walked is not the sandbox's
+		}
+		if strings.Count(p, "/") > 10 {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(p, suffix) {
+			for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
+				if b, err := os.ReadFile(filepath.Join(p, f)); err == nil {
+					n, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+					break
+				}
+			}
+			return filepath.SkipDir
+		}
+		return nil
+	})
 	return n
 }
 

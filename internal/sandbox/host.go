@@ -97,19 +97,43 @@ func (h Host) Capacity(overcommit float64) Capacity {
 	}
 }
 
-// MappedFileBytes is about the least memory an open file costs the
-// sandbox that holds it without a descriptor: a file mapped and then
-// closed keeps its struct file (the kernel's filp slab object, 192 bytes
-// on the development kernel, /proc/slabinfo) and its mapping (a
-// vm_area_struct, 192 bytes), both charged to the sandbox's cgroup. Up to
-// vm.max_map_count such files per process escape RLIMIT_NOFILE.
-const MappedFileBytes = 384
+// FileBytes is the least memory an open file costs the sandbox that holds
+// it, however it holds it (by a descriptor, as the mapping of a file it
+// closed, in flight on a socket): its struct file, a filp slab object of
+// 192 bytes on the development kernel (grep '^filp ' /proc/slabinfo),
+// which the kernel charges to the memory cgroup of the process that opened
+// the file. A descriptor adds its slot, a mapping its vm_area_struct (a
+// sandbox pinned a mapped file per 500 bytes of its memory, hostile attempt
+// limits/file-table). RLIMIT_NOFILE bounds descriptors only; a sandbox's
+// memory limit bounds all of its files.
+const FileBytes = 192
 
-// FileMaxNeeded is the fs.file-max at which the host's memory, were it
-// all sandboxes' holding mapped files, could not exhaust the host's open
-// files; h.FileMax below it means a few sandboxes can, whatever their
-// descriptors' limit.
-func (h Host) FileMaxNeeded() int64 { return h.MemoryBytes / MappedFileBytes }
+// FileMaxNeeded is the fs.file-max at which the host's memory, were it all
+// sandboxes' holding open files, could not exhaust the host's open files.
+// Running sandboxes are granted at most the memory capacity, so at least a
+// HostReserve part of the table stays for the host's own processes, which
+// without CAP_SYS_ADMIN (unprivileged users, daemons that dropped it) the
+// kernel refuses a file past fs.file-max as it does a sandbox.
+func (h Host) FileMaxNeeded() int64 { return h.MemoryBytes / FileBytes }
+
+// SetFileMax raises fs.file-max to n.
+func SetFileMax(n int64) error { return writeFileMax("/proc", n) }
+
+func writeFileMax(proc string, n int64) error {
+	p := filepath.Join(proc, "sys/fs/file-max")
+	f, err := os.OpenFile(p, os.O_WRONLY, 0) //nolint:gosec // G304: a fixed file under /proc
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strconv.FormatInt(n, 10))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return nil
+}
 
 // Limits are the default caps and settings on h:
 //   - a sandbox may ask for a quarter of the memory capacity (at least

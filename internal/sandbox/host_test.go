@@ -4,7 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 func writeFiles(t *testing.T, root string, files map[string]string) {
@@ -90,11 +94,48 @@ func TestHostCapacityAndLimits(t *testing.T) {
 	if wantL := (Limits{MaxMemoryMiB: 21 << 10 / 4, MaxCPUs: 2, Pids: 1024, OpenFiles: 128}); l != wantL {
 		t.Errorf("limits %+v, want %+v", l, wantL)
 	}
-	if n := h.FileMaxNeeded(); n != 24<<30/MappedFileBytes {
+	if n := h.FileMaxNeeded(); n != 24<<30/FileBytes {
 		t.Errorf("file-max needed: %d", n)
 	}
 	h.FileMax = 1 << 40
 	if l := h.Limits(); l.OpenFiles != 1024 {
 		t.Errorf("open files on a host with files to spare: %d, want the ceiling 1024", l.OpenFiles)
 	}
+}
+
+// TestWriteFileMax: SetFileMax's write lands in fs.file-max, as a number.
+func TestWriteFileMax(t *testing.T) {
+	root := t.TempDir()
+	writeFiles(t, root, kernel)
+	if err := writeFileMax(root, 1<<27); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "sys/fs/file-max")); string(b) != "134217728" {
+		t.Errorf("fs.file-max: %q", b)
+	}
+	if err := writeFileMax(filepath.Join(root, "none"), 1); err == nil {
+		t.Error("a missing fs.file-max: no error")
+	}
+}
+
+// TestFileBytesIsTheLeast: FileBytes is no more than what a struct file
+// costs on this kernel (its filp slab object), so that FileMaxNeeded is
+// never below what sandboxes' memory can hold open.
+func TestFileBytesIsTheLeast(t *testing.T) {
+	testenv.RequireRoot(t)
+	b, err := os.ReadFile("/proc/slabinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		// name active_objs num_objs objsize ...
+		if f := strings.Fields(l); len(f) > 3 && f[0] == "filp" {
+			size, err := strconv.Atoi(f[3])
+			if err != nil || size < FileBytes {
+				t.Fatalf("a struct file costs %q bytes here, less than FileBytes %d: %s", f[3], FileBytes, l)
+			}
+			return
+		}
+	}
+	t.Fatal("no filp cache in /proc/slabinfo")
 }
