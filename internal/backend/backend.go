@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Config describes a sandbox to create.
@@ -61,6 +62,13 @@ const (
 	// DefaultPids bounds a sandbox's processes and threads (fork bombs
 	// stop here).
 	DefaultPids = 1024
+	// AgentPids is the pids budget of a sandbox's agent, kept apart from
+	// the sandbox's own (PidsMax) so that sandbox code taking every pid
+	// it is granted cannot leave the agent without a thread. The agent
+	// holds a thread for each process it waits for (up to
+	// wire.MaxProcesses background ones, plus execs) besides the Go
+	// runtime's few. Admission counts it with each sandbox's pids.
+	AgentPids = wire.MaxProcesses + 128
 	// DefaultHostname is a sandbox's hostname unless one is asked for.
 	DefaultHostname = "sandbox"
 

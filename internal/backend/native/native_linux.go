@@ -691,7 +691,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	// The cgroup's limits are the spec's resources, as an OCI runtime
 	// would read them.
 	res := oci.ResourceLimits(sp.Linux.Resources)
-	limits := cgroup.Limits{MemoryBytes: res.MemoryBytes, CPUs: res.CPUs, PidsMax: res.PidsMax}
+	limits := cgroup.Limits{MemoryBytes: res.MemoryBytes, CPUs: res.CPUs, PidsMax: res.PidsMax, AgentPids: backend.AgentPids}
 	_ = os.RemoveAll(s.run)
 	undo = append(undo, func() { _ = os.RemoveAll(s.run) })
 	// A pooled agent has run nothing of any sandbox yet: its cgroup
@@ -744,6 +744,9 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		undo = append(undo, s.releaseRootLocked)
 	}
 	tPrepare := time.Since(t0)
+	if err := sendWorkload(a, cg); err != nil {
+		return err
+	}
 	if err := a.configure(ctx, gcfg, root); err != nil {
 		return err
 	}

@@ -40,6 +40,12 @@ type Config struct {
 	// which forks every sandbox process, sets this. 0 leaves the
 	// launcher's.
 	TimerSlack uint64 `json:"timer_slack,omitempty"`
+	// Workload, when not zero, is the descriptor through which the
+	// launcher thread joins the sandbox's workload cgroup before it forks
+	// anything (cgroup.Cgroup.OpenWorkload; SendWorkload passes it): the
+	// agent's own threads stay in a cgroup whose pids the workload cannot
+	// take.
+	Workload int `json:"-"`
 }
 
 // Spec is the part of an OCI runtime spec the agent applies, under the OCI

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -50,13 +51,31 @@ func SendConfig(sock *os.File, cfg *Config, rootMount *os.File) error {
 	return err
 }
 
-// ReadConfig reads the config the host sent on sock (SendConfig). A root
-// mount that came with it is cfg.Rootfs.Mount, which the caller owns.
-func ReadConfig(sock *os.File) (*Config, error) {
+// workloadHeader precedes the config when the host passes the sandbox's
+// workload cgroup (SendWorkload): one byte carrying one descriptor.
+const workloadHeader = 'W'
+
+// SendWorkload passes work, the file through which the agent's launcher
+// thread joins the workload's cgroup (cgroup.Cgroup.OpenWorkload), ahead
+// of the config (SendConfig).
+func SendWorkload(sock, work *os.File) error {
 	rc, err := sock.SyscallConn()
 	if err != nil {
-		return nil, err
+		return err
 	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), []byte{workloadHeader}, unix.UnixRights(int(work.Fd())), nil, 0)
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// readHeader reads one header byte from sock and the descriptors (at most
+// one) that came with it.
+func readHeader(rc syscall.RawConn) (byte, []int, error) {
 	p := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(4*4)) // room to see a few too many
 	var n, oobn, flags int
@@ -65,10 +84,10 @@ func ReadConfig(sock *os.File) (*Config, error) {
 		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), p, oob, unix.MSG_CMSG_CLOEXEC)
 		return !errors.Is(rerr, unix.EAGAIN)
 	}); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if rerr != nil {
-		return nil, fmt.Errorf("read config header: %w", rerr)
+		return 0, nil, fmt.Errorf("read config header: %w", rerr)
 	}
 	fds, err := fdpass.Received(oob[:oobn])
 	if err == nil && flags&unix.MSG_CTRUNC != 0 {
@@ -77,7 +96,40 @@ func ReadConfig(sock *os.File) (*Config, error) {
 	if err == nil && len(fds) > 1 {
 		err = fmt.Errorf("config: %d descriptors passed, want at most one", len(fds))
 	}
-	if err == nil && (n != 1 || p[0] != configHeader) {
+	if err == nil && n != 1 {
+		err = errors.New("config: no header (is the host a matching warren?)")
+	}
+	if err != nil {
+		fdpass.Close(fds)
+		return 0, nil, err
+	}
+	return p[0], fds, nil
+}
+
+// ReadConfig reads the config the host sent on sock (SendConfig). A root
+// mount that came with it is cfg.Rootfs.Mount, and a workload cgroup sent
+// before it (SendWorkload) cfg.Workload; the caller owns both.
+func ReadConfig(sock *os.File) (*Config, error) {
+	rc, err := sock.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	h, fds, err := readHeader(rc)
+	if err != nil {
+		return nil, err
+	}
+	work := -1
+	if h == workloadHeader {
+		if len(fds) != 1 {
+			return nil, fmt.Errorf("config: workload header with %d descriptors, want one", len(fds))
+		}
+		work = fds[0]
+		if h, fds, err = readHeader(rc); err != nil {
+			unix.Close(work)
+			return nil, err
+		}
+	}
+	if h != configHeader {
 		err = errors.New("config: no header (is the host a matching warren?)")
 	}
 	var cfg *Config
@@ -93,10 +145,14 @@ func ReadConfig(sock *os.File) (*Config, error) {
 	}
 	if err != nil {
 		fdpass.Close(fds)
+		if work >= 0 {
+			unix.Close(work)
+		}
 		return nil, err
 	}
 	if len(fds) == 1 {
 		cfg.Rootfs.Mount = fds[0]
 	}
+	cfg.Workload = max(work, 0)
 	return cfg, nil
 }
