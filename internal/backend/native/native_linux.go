@@ -7,7 +7,8 @@
 //
 //	<DataDir>/sandboxes/<id>/{upper,work,rootfs}   overlay upper layer kept across stop/start
 //	<RunDir>/<id>/{agent.sock,agent.pid,agent.log} runtime state, removed at stop
-//	cgroup <own cgroup>/warren/<id>                per controller, removed at stop
+//	cgroup <own cgroup>/warren/<id>                per controller, removed at stop;
+//	       <id>/agent and <id>/work                in pids (cgroup.Limits.AgentPids)
 //
 // Shared by the backend's sandboxes: <RunDir>/.agent/warren-agent-<hash>,
 // the agent binary they exec.
