@@ -79,9 +79,10 @@ const (
 	MinCPUs = 0.01
 	// MaxCPUs is the largest CPU quota.
 	MaxCPUs = 1024
-	// MinPids is the smallest process limit. The limit counts threads, and
-	// the sandbox's agent runs about ten of its own; below this the agent
-	// cannot start, or the command cannot fork.
+	// MinPids is the smallest process limit. The limit counts threads
+	// (the agent's launcher thread among them: the agent's others have
+	// their own budget, AgentPids); below this a command's interpreter
+	// can hardly start its own.
 	MinPids = 16
 )
 
@@ -117,7 +118,7 @@ func (c *Config) CheckSettings() error {
 	if c.PidsMax < 0 {
 		errs = append(errs, errors.New("pids: negative"))
 	} else if c.PidsMax > 0 && c.PidsMax < MinPids {
-		errs = append(errs, fmt.Errorf("pids: %d is below the minimum of %d (the limit counts threads, and the sandbox's agent runs about 10)", c.PidsMax, MinPids))
+		errs = append(errs, fmt.Errorf("pids: %d is below the minimum of %d (the limit counts threads)", c.PidsMax, MinPids))
 	}
 	if c.Workdir != "" && !path.IsAbs(c.Workdir) {
 		errs = append(errs, fmt.Errorf("workdir %q: want an absolute path", c.Workdir))
