@@ -196,3 +196,60 @@ func taskTgid(taskDir string) int {
 	}
 	return 0
 }
+
+// TestAgentPidsHoldMaxProcesses: the agent's own pids budget
+// (backend.AgentPids) holds what the API lets a tenant make it wait for:
+// wire.MaxProcesses background processes and a burst of execs beside
+// them, each of which the Go runtime waits for on a thread of its own.
+func TestAgentPidsHoldMaxProcesses(t *testing.T) {
+	h := harness(t)
+	sb := h.Sandbox(t, backend.Config{})
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
+	defer cancel()
+	for i := range wire.MaxProcesses {
+		if _, err := sb.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: []string{"/bin/sleep", "60"}}); err != nil {
+			t.Fatalf("background process %d: %v", i, err)
+		}
+	}
+	errs := make(chan error, 32)
+	for range cap(errs) {
+		go func() {
+			res, err := backend.Exec(ctx, sb, &wire.ExecRequest{Argv: []string{"/bin/sleep", "1"}}, func(string, []byte) {})
+			if err == nil && res.Code != 0 {
+				err = fmt.Errorf("exit %+v", res.ExitStatus)
+			}
+			errs <- err
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	threads := agentThreads(t, sb.(*native.Sandbox).Pid())
+	for range cap(errs) {
+		if err := <-errs; err != nil {
+			t.Errorf("exec beside %d background processes: %v", wire.MaxProcesses, err)
+		}
+	}
+	t.Logf("agent threads with %d background processes and %d execs: %d (budget %d)", wire.MaxProcesses, cap(errs), threads, backend.AgentPids)
+	if _, err := sb.Agent().Health(ctx); err != nil {
+		t.Fatalf("agent after the processes: %v", err)
+	}
+	if threads >= backend.AgentPids {
+		t.Errorf("the agent ran %d threads, at its budget of %d", threads, backend.AgentPids)
+	}
+}
+
+// agentThreads reads the Threads line of the agent's /proc status.
+func agentThreads(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	t.Fatal("no Threads line")
+	return 0
+}
