@@ -58,7 +58,7 @@ func runCmd(ctx context.Context, args []string) error {
 	img := fs.String("image", "host", "image to run: host (the host's /usr, read-only; no download) or a name from 'warren image ls'")
 	mem := fs.String("memory", fmt.Sprintf("%dM", backend.DefaultMemoryBytes>>20), "memory limit (MiB, or with K/M/G suffix); 0 = unlimited")
 	cpus := fs.Float64("cpus", backend.DefaultCPUs, fmt.Sprintf("CPU limit in cores, %v (a 1 ms quota per 100 ms period) up to %d; 0 = unlimited", backend.MinCPUs, backend.MaxCPUs))
-	pids := fs.Int64("pids", backend.DefaultPids, fmt.Sprintf("maximum number of processes and threads, at least %d (the agent runs about 10); 0 = unlimited", backend.MinPids))
+	pids := fs.Int64("pids", backend.DefaultPids, fmt.Sprintf("maximum number of processes and threads, at least %d (the agent's own threads are not counted); 0 = unlimited", backend.MinPids))
 	timeout := fs.Duration("timeout", 0, "kill CMD after this long (e.g. 30s; below 1ms counts as 1ms); 0 = no limit")
 	workdir := fs.String("workdir", "", "working directory inside the sandbox, an absolute path (default: the image's, or /)")
 	netMode := fs.String("net", "none", "network: none (loopback only)")

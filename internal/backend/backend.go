@@ -15,6 +15,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Config describes a sandbox to create.
@@ -61,6 +62,13 @@ const (
 	// DefaultPids bounds a sandbox's processes and threads (fork bombs
 	// stop here).
 	DefaultPids = 1024
+	// AgentPids is the pids budget of a sandbox's agent, kept apart from
+	// the sandbox's own (PidsMax) so that sandbox code taking every pid
+	// it is granted cannot leave the agent without a thread. The agent
+	// holds a thread for each process it waits for (up to
+	// wire.MaxProcesses background ones, plus execs) besides the Go
+	// runtime's few. Admission counts it with each sandbox's pids.
+	AgentPids = wire.MaxProcesses + 128
 	// DefaultHostname is a sandbox's hostname unless one is asked for.
 	DefaultHostname = "sandbox"
 
@@ -71,9 +79,10 @@ const (
 	MinCPUs = 0.01
 	// MaxCPUs is the largest CPU quota.
 	MaxCPUs = 1024
-	// MinPids is the smallest process limit. The limit counts threads, and
-	// the sandbox's agent runs about ten of its own; below this the agent
-	// cannot start, or the command cannot fork.
+	// MinPids is the smallest process limit. The limit counts threads
+	// (the agent's launcher thread among them: the agent's others have
+	// their own budget, AgentPids); below this a command's interpreter
+	// can hardly start its own.
 	MinPids = 16
 )
 
@@ -109,7 +118,7 @@ func (c *Config) CheckSettings() error {
 	if c.PidsMax < 0 {
 		errs = append(errs, errors.New("pids: negative"))
 	} else if c.PidsMax > 0 && c.PidsMax < MinPids {
-		errs = append(errs, fmt.Errorf("pids: %d is below the minimum of %d (the limit counts threads, and the sandbox's agent runs about 10)", c.PidsMax, MinPids))
+		errs = append(errs, fmt.Errorf("pids: %d is below the minimum of %d (the limit counts threads)", c.PidsMax, MinPids))
 	}
 	if c.Workdir != "" && !path.IsAbs(c.Workdir) {
 		errs = append(errs, fmt.Errorf("workdir %q: want an absolute path", c.Workdir))

@@ -88,7 +88,11 @@ func (c *Cgroup) setV1(l Limits, skipZero bool) error {
 			return err
 		}
 	}
-	if d := c.dirOf("pids"); d != "" && !(skipZero && l.PidsMax == 0) {
+	if d := c.dirOf("pids"); d != "" && c.split {
+		if err := c.setSplitPids(d, l); err != nil {
+			return err
+		}
+	} else if d != "" && !(skipZero && l.PidsMax == 0) {
 		if err := writeFile(filepath.Join(d, "pids.max"), maxOr(l.PidsMax)); err != nil {
 			return err
 		}
@@ -119,7 +123,11 @@ func (c *Cgroup) setV2(l Limits, skipZero bool) error {
 			return err
 		}
 	}
-	if c.m.hierOf("pids") >= 0 && !(skipZero && l.PidsMax == 0) {
+	if c.m.hierOf("pids") >= 0 && c.split {
+		if err := c.setSplitPids(d, l); err != nil {
+			return err
+		}
+	} else if c.m.hierOf("pids") >= 0 && !(skipZero && l.PidsMax == 0) {
 		if err := writeFile(filepath.Join(d, "pids.max"), maxOr(l.PidsMax)); err != nil {
 			return err
 		}
@@ -243,12 +251,13 @@ func (c *Cgroup) procs() ([]int, error) {
 	return slices.Compact(out), nil
 }
 
-// Add moves an existing process into the cgroup (every hierarchy). Prefer
+// Add moves an existing process into the cgroup (every hierarchy; the
+// agent's leaf of a split one). Prefer
 // a spawn into a SpawnTarget: a process added after it started has already
 // run outside.
 func (c *Cgroup) Add(pid int) error {
 	for _, d := range c.dirs {
-		if err := writeFile(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		if err := writeFile(filepath.Join(c.leafFor(d), "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("cgroup: add %d to %q: %w", pid, c.name, err)
 		}
 	}
@@ -279,6 +288,7 @@ func (c *Cgroup) OpenSpawnTarget() (SpawnTarget, error) {
 	defer c.mu.Unlock()
 	t := SpawnTarget{V2: c.m.mode == ModeV2}
 	for _, d := range c.dirs {
+		d = c.leafFor(d)
 		p, flag := filepath.Join(d, "tasks"), os.O_WRONLY
 		if t.V2 {
 			p, flag = d, os.O_RDONLY|unix.O_DIRECTORY
@@ -452,6 +462,9 @@ func (c *Cgroup) Destroy() error {
 	// walk below then kills and removes what is there.
 	empty := true
 	for _, d := range c.dirs {
+		if c.split && d == c.splitDir() {
+			removeSplit(d)
+		}
 		if err := unix.Rmdir(d); err != nil && err != unix.ENOENT {
 			empty = false
 		}

@@ -44,6 +44,10 @@
 // the same value where the kernel accounts swap (v1
 // memory.memsw.limit_in_bytes, v2 memory.swap.max=0).
 //
+// With Limits.AgentPids a cgroup is split in the pids controller into a
+// leaf for the sandbox's agent and one for its workload, each with a
+// pids.max of its own (split_linux.go says how, on v1 and v2).
+//
 // Cgroup.Rename works on v1 only: the kernel cannot rename a cgroup v2
 // directory, and Rename returns ErrRenameUnsupported there
 // (Manager.CanRename). Create makes the prefix directories again (and on v2

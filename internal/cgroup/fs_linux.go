@@ -89,10 +89,12 @@ func readKeyed(p string) (map[string]int64, error) {
 	return out, nil
 }
 
-// readPids reads a cgroup.procs file; a missing file reads as empty.
+// readPids reads a cgroup.procs file; a missing file reads as empty, and
+// so does a v2 threaded cgroup's, which the kernel refuses to list
+// (EOPNOTSUPP): its thread root's lists the processes of its whole subtree.
 func readPids(p string) ([]int, error) {
 	b, err := os.ReadFile(p) //nolint:gosec // p is a cgroupfs path built by this package from its own layout
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV) || errors.Is(err, syscall.EOPNOTSUPP) {
 		return nil, nil
 	}
 	if err != nil {

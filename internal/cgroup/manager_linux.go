@@ -55,6 +55,13 @@ type Limits struct {
 	CPUs float64
 	// PidsMax caps the number of tasks (processes and threads).
 	PidsMax int64
+	// AgentPids, when > 0 at Create, splits the cgroup into two leaves
+	// (see SplitLayout): the agent's, with this pids.max of its own, and
+	// the workload's, with PidsMax, so the workload exhausting its pids
+	// leaves the agent's threads alone. SetLimits of a split cgroup
+	// writes both; of an unsplit one (made without it, or by an older
+	// version) it is ignored.
+	AgentPids int64
 }
 
 // Stats are a sandbox cgroup's counters. Fields whose controller is not
@@ -463,10 +470,11 @@ func (m *Manager) checkLimits(l Limits) error {
 
 // Cgroup is one sandbox's cgroup (one directory per hierarchy in v1).
 type Cgroup struct {
-	m    *Manager
-	name string
-	dirs []string // parallel to m.hiers
-	mu   sync.Mutex
+	m     *Manager
+	name  string
+	dirs  []string // parallel to m.hiers
+	split bool     // has the agent and workload leaves (split_linux.go)
+	mu    sync.Mutex
 }
 
 func (m *Manager) cgroup(name string) *Cgroup {
@@ -515,7 +523,7 @@ func (m *Manager) Create(name string, l Limits) (*Cgroup, error) {
 	rollback := func(cause error) error {
 		var errs []error
 		for i := len(made) - 1; i >= 0; i-- {
-			if err := rmdirRetry(made[i], rmdirTimeout); err != nil {
+			if err := removeTree(made[i], rmdirTimeout); err != nil { // with the split's leaves
 				errs = append(errs, err)
 			}
 		}
@@ -550,6 +558,11 @@ func (m *Manager) Create(name string, l Limits) (*Cgroup, error) {
 			return nil, rollback(err)
 		}
 	}
+	if l.AgentPids > 0 {
+		if err := c.makeSplit(); err != nil {
+			return nil, rollback(fmt.Errorf("cgroup: create %q: %w", name, err))
+		}
+	}
 	if err := c.setLimits(l, true); err != nil {
 		return nil, rollback(fmt.Errorf("cgroup: create %q: %w", name, err))
 	}
@@ -572,6 +585,7 @@ func (m *Manager) Open(name string) (*Cgroup, error) {
 			return nil, fmt.Errorf("cgroup: open %q: %s is not a directory: %w", name, d, fs.ErrNotExist)
 		}
 	}
+	c.split = c.hasSplit()
 	return c, nil
 }
 

@@ -94,7 +94,7 @@ func TestMetricsSeries(t *testing.T) {
 		{`warren_sandboxes{namespace="other",state="running"}`, 1},
 		// Two running sandboxes of the default limits, on a server
 		// without a capacity.
-		{`warren_resource_granted{resource="pids"}`, 2 * backend.DefaultPids},
+		{`warren_resource_granted{resource="pids"}`, 2 * (backend.DefaultPids + backend.AgentPids)},
 		{`warren_resource_granted{resource="memory_bytes"}`, 2 * backend.DefaultMemoryBytes},
 		{`warren_resource_granted{resource="cpus"}`, 2 * backend.DefaultCPUs},
 		{`warren_resource_capacity{resource="pids"}`, 0},
@@ -114,8 +114,8 @@ func TestMetricsSeries(t *testing.T) {
 	if _, ok := after[running]; ok || after[stopped] != 1 {
 		t.Errorf("after the stop: running %v, stopped %v", after[running], after[stopped])
 	}
-	if g := after[`warren_resource_granted{resource="pids"}`]; g != backend.DefaultPids {
-		t.Errorf("pids granted after the stop: %v, want one sandbox's %d", g, backend.DefaultPids)
+	if g := after[`warren_resource_granted{resource="pids"}`]; g != backend.DefaultPids+backend.AgentPids {
+		t.Errorf("pids granted after the stop: %v, want one sandbox's %d", g, backend.DefaultPids+backend.AgentPids)
 	}
 	// A key for "met" sees met's series only.
 	keyMet, _, err := e.keys.Create(t.Context(), "met", time.Hour, "")

@@ -89,9 +89,10 @@ func (g *Grant) add(o Grant) {
 }
 
 // grant is what a sandbox with spec s holds while it runs. Every sandbox
-// may open oci.MaxPtys terminals (its devpts instance's max=).
+// may open oci.MaxPtys terminals (its devpts instance's max=). Its pids
+// are its own and its agent's, which are kept apart (backend.AgentPids).
 func (l Limits) grant(s Spec) Grant {
-	return Grant{MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, Pids: l.Pids, Ptys: oci.MaxPtys, Files: l.Pids * l.OpenFiles}
+	return Grant{MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, Pids: l.Pids + backend.AgentPids, Ptys: oci.MaxPtys, Files: l.Pids * l.OpenFiles}
 }
 
 // admit refuses g when, added to used, it exceeds c in any resource: the

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -54,13 +55,14 @@ func TestCaps(t *testing.T) {
 // capacity has shrunk below them.
 func TestAdmissionPids(t *testing.T) {
 	const pids = 1024
-	e := newEnv(t, sandbox.Options{Limits: sandbox.Limits{Pids: pids, OpenFiles: 64}, Capacity: sandbox.Capacity{Pids: 3*pids + 500}})
+	const need = pids + backend.AgentPids // each sandbox's and its agent's
+	e := newEnv(t, sandbox.Options{Limits: sandbox.Limits{Pids: pids, OpenFiles: 64}, Capacity: sandbox.Capacity{Pids: 3*need + 500}})
 	m := e.manager(t)
 	for _, name := range []string{"a", "b", "c"} {
 		mustStart(t, m, name, spec)
 	}
 	_, err := m.Start(t.Context(), "ns", "d", spec, false)
-	if !errors.Is(err, errdefs.ErrLimit) || !strings.Contains(err.Error(), "pids: 500 of 3572 left, this sandbox needs 1024") {
+	if !errors.Is(err, errdefs.ErrLimit) || !strings.Contains(err.Error(), fmt.Sprintf("pids: 500 of %d left, this sandbox needs %d", 3*need+500, need)) {
 		t.Fatalf("fourth start: %v, want limit saying 500 pids are left", err)
 	}
 	if !gone(m, "d") || e.rows(t) != 3 || len(e.be.Running()) != 3 {
@@ -73,7 +75,7 @@ func TestAdmissionPids(t *testing.T) {
 	if _, err := m.Start(t.Context(), "ns", "a", spec, false); !errors.Is(err, errdefs.ErrLimit) {
 		t.Errorf("restart of a stopped sandbox past the capacity: %v", err)
 	}
-	if g, _ := m.Admission(); g.Pids != 3*pids || g.Files != 3*pids*64 || g.Ptys != 3*oci.MaxPtys {
+	if g, _ := m.Admission(); g.Pids != 3*need || g.Files != 3*pids*64 || g.Ptys != 3*oci.MaxPtys {
 		t.Errorf("granted %+v, want 3 sandboxes' pids, files and ptys", g)
 	}
 	// Starting a running sandbox again is no new grant.
@@ -81,17 +83,17 @@ func TestAdmissionPids(t *testing.T) {
 
 	// A server restart with room for one sandbox reattaches all three.
 	m.Close()
-	e.opts.Capacity = sandbox.Capacity{Pids: pids}
+	e.opts.Capacity = sandbox.Capacity{Pids: need}
 	m2 := e.manager(t)
 	for _, name := range []string{"b", "c", "d"} {
 		if st := state(t, m2, name); st != sandbox.Running {
 			t.Errorf("%s after the restart: %s, want running", name, st)
 		}
 	}
-	if g, c := m2.Admission(); g.Pids != 3*pids || c.Pids != pids {
-		t.Errorf("after the restart: granted %d pids of %d, want the reattached sandboxes' %d", g.Pids, c.Pids, 3*pids)
+	if g, c := m2.Admission(); g.Pids != 3*need || c.Pids != need {
+		t.Errorf("after the restart: granted %d pids of %d, want the reattached sandboxes' %d", g.Pids, c.Pids, 3*need)
 	}
-	if _, err := m2.Start(t.Context(), "ns", "a", spec, false); !errors.Is(err, errdefs.ErrLimit) || !strings.Contains(err.Error(), "pids: 0 of 1024 left") {
+	if _, err := m2.Start(t.Context(), "ns", "a", spec, false); !errors.Is(err, errdefs.ErrLimit) || !strings.Contains(err.Error(), fmt.Sprintf("pids: 0 of %d left", need)) {
 		t.Errorf("start while the reattached sandboxes hold more than the capacity: %v", err)
 	}
 	for _, name := range []string{"b", "c"} {

@@ -7,7 +7,8 @@
 //
 //	<DataDir>/sandboxes/<id>/{upper,work,rootfs}   overlay upper layer kept across stop/start
 //	<RunDir>/<id>/{agent.sock,agent.pid,agent.log} runtime state, removed at stop
-//	cgroup <own cgroup>/warren/<id>                per controller, removed at stop
+//	cgroup <own cgroup>/warren/<id>                per controller, removed at stop;
+//	       <id>/agent and <id>/work                in pids (cgroup.Limits.AgentPids)
 //
 // Shared by the backend's sandboxes: <RunDir>/.agent/warren-agent-<hash>,
 // the agent binary they exec.
@@ -753,7 +754,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	// The cgroup's limits are the spec's resources, as an OCI runtime
 	// would read them.
 	res := oci.ResourceLimits(sp.Linux.Resources)
-	limits := cgroup.Limits{MemoryBytes: res.MemoryBytes, CPUs: res.CPUs, PidsMax: res.PidsMax}
+	limits := cgroup.Limits{MemoryBytes: res.MemoryBytes, CPUs: res.CPUs, PidsMax: res.PidsMax, AgentPids: backend.AgentPids}
 	_ = os.RemoveAll(s.run)
 	undo = append(undo, func() { _ = os.RemoveAll(s.run) })
 	// A pooled agent has run nothing of any sandbox yet: its cgroup
@@ -820,6 +821,9 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		}()
 	}
 	tPrepare := time.Since(t0)
+	if err := sendWorkload(a, cg); err != nil {
+		return err
+	}
 	if err := a.configure(ctx, gcfg, root, binds); err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/cgroup"
 )
 
@@ -120,7 +121,9 @@ func (b *Backend) spawnPooled(dir, cgName string) (*agentProc, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
 	}
-	cg, err := b.cgroups.Create(cgName, cgroup.Limits{})
+	// Split like a sandbox's (its limits come at start): the agent is
+	// born in its own leaf.
+	cg, err := b.cgroups.Create(cgName, cgroup.Limits{AgentPids: backend.AgentPids})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err

@@ -240,6 +240,22 @@ func (a *agentProc) configure(ctx context.Context, cfg *boot.Config, rootMount *
 	}
 }
 
+// sendWorkload passes the agent the file through which its launcher
+// thread joins the workload's leaf of cg (package cgroup, split_linux.go),
+// ahead of its config; nothing when cg is not split. The host opens it:
+// the kernel checks the move against the opener's credentials.
+func sendWorkload(a *agentProc, cg *cgroup.Cgroup) error {
+	work, err := cg.OpenWorkload()
+	if err != nil || work == nil {
+		return err
+	}
+	defer func() { _ = work.Close() }()
+	if err := boot.SendWorkload(a.cfgW, work); err != nil {
+		return fmt.Errorf("send the workload cgroup to agent: %w", a.failure(err))
+	}
+	return nil
+}
+
 // failure adds the agent's own log to err, which is where a setup failure's
 // details are.
 func (a *agentProc) failure(err error) error {

@@ -80,16 +80,36 @@ type Launcher struct {
 }
 
 // NewLauncher starts the launcher thread with the capabilities c and the
-// timer slack slack (ns; 0 keeps the thread's). With cgroupNS the thread
-// first enters a new cgroup namespace, rooted at the cgroup the host has
-// placed the agent in. Its children inherit all three.
-func NewLauncher(c *specs.LinuxCapabilities, cgroupNS bool, slack uint64) (*Launcher, error) {
+// timer slack slack (ns; 0 keeps the thread's). When the sandbox's cgroup
+// is split (package cgroup, split_linux.go) the thread first joins the
+// workload's cgroup through the descriptor work (0: none), so that all it
+// forks is charged to the workload's pids, not to the agent's. With
+// cgroupNS it then enters a new cgroup namespace, rooted at the cgroup it
+// is in. Its children inherit all of it.
+func NewLauncher(c *specs.LinuxCapabilities, cgroupNS bool, slack uint64, work int) (*Launcher, error) {
 	return startLauncher(func() error {
+		if err := joinWorkload(work); err != nil {
+			return err
+		}
 		if err := setTimerSlack(slack); err != nil {
 			return err
 		}
 		return narrowLauncher(c, cgroupNS)
 	})
+}
+
+// joinWorkload moves the calling thread into the cgroup whose tasks (v1)
+// or cgroup.threads (v2) file the host opened as fd (0: none). "0" names
+// the calling thread; the kernel checks the move against the opener's
+// credentials.
+func joinWorkload(fd int) error {
+	if fd <= 0 {
+		return nil
+	}
+	if _, err := unix.Write(fd, []byte("0")); err != nil {
+		return fmt.Errorf("launcher: join the workload's cgroup: %w", err)
+	}
+	return nil
 }
 
 // setTimerSlack sets the calling thread's timer slack (ns); 0 keeps it.

@@ -156,15 +156,24 @@ func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launch
 		launcher = staged.takeLauncher(s.Process.Capabilities)
 	}
 	if launcher != nil {
-		if err := launcher.Run(func() error { return finishStaged(cgroupNS, cfg.TimerSlack) }); err != nil {
+		err := launcher.Run(func() error {
+			if err := joinWorkload(cfg.Workload); err != nil {
+				return err
+			}
+			return finishStaged(cgroupNS, cfg.TimerSlack)
+		})
+		if err != nil {
 			launcher.Close()
 			return nil, err
 		}
 	}
 	if launcher == nil {
-		if launcher, err = NewLauncher(s.Process.Capabilities, cgroupNS, cfg.TimerSlack); err != nil {
+		if launcher, err = NewLauncher(s.Process.Capabilities, cgroupNS, cfg.TimerSlack, cfg.Workload); err != nil {
 			return nil, err
 		}
+	}
+	if cfg.Workload > 0 {
+		_ = unix.Close(cfg.Workload) // moves no more threads
 	}
 	mark("launcher")
 	// Installing the filter sets no_new_privs on every thread as well.

@@ -47,6 +47,12 @@ type Config struct {
 	// itself, running as the sandbox's own uids. Passed with the config
 	// (ReadConfig); the agent owns them.
 	BindMounts []int `json:"-"`
+	// Workload, when not zero, is the descriptor through which the
+	// launcher thread joins the sandbox's workload cgroup before it forks
+	// anything (cgroup.Cgroup.OpenWorkload; SendWorkload passes it): the
+	// agent's own threads stay in a cgroup whose pids the workload cannot
+	// take.
+	Workload int `json:"-"`
 }
 
 // Spec is the part of an OCI runtime spec the agent applies, under the OCI

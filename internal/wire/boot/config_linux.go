@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -73,14 +74,31 @@ func SendConfig(sock *os.File, cfg *Config, rootMount *os.File, binds []*os.File
 	return err
 }
 
-// ReadConfig reads the config the host sent on sock (SendConfig). A root
-// mount that came with it is cfg.Rootfs.Mount, bind mounts are
-// cfg.BindMounts; the caller owns them.
-func ReadConfig(sock *os.File) (*Config, error) {
+// workloadHeader precedes the config when the host passes the sandbox's
+// workload cgroup (SendWorkload): one byte carrying one descriptor.
+const workloadHeader = 'W'
+
+// SendWorkload passes work, the file through which the agent's launcher
+// thread joins the workload's cgroup (cgroup.Cgroup.OpenWorkload), ahead
+// of the config (SendConfig).
+func SendWorkload(sock, work *os.File) error {
 	rc, err := sock.SyscallConn()
 	if err != nil {
-		return nil, err
+		return err
 	}
+	var serr error
+	if err := rc.Write(func(fd uintptr) bool {
+		serr = unix.Sendmsg(int(fd), []byte{workloadHeader}, unix.UnixRights(int(work.Fd())), nil, 0)
+		return !errors.Is(serr, unix.EAGAIN)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// readHeader reads one header byte from sock and the descriptors (at most
+// maxMounts) that came with it.
+func readHeader(rc syscall.RawConn) (byte, []int, error) {
 	p := make([]byte, 1)
 	oob := make([]byte, unix.CmsgSpace(4*(maxMounts+4))) // room to see a few too many
 	var n, oobn, flags int
@@ -89,10 +107,10 @@ func ReadConfig(sock *os.File) (*Config, error) {
 		n, oobn, flags, _, rerr = unix.Recvmsg(int(fd), p, oob, unix.MSG_CMSG_CLOEXEC)
 		return !errors.Is(rerr, unix.EAGAIN)
 	}); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if rerr != nil {
-		return nil, fmt.Errorf("read config header: %w", rerr)
+		return 0, nil, fmt.Errorf("read config header: %w", rerr)
 	}
 	fds, err := fdpass.Received(oob[:oobn])
 	if err == nil && flags&unix.MSG_CTRUNC != 0 {
@@ -101,10 +119,45 @@ func ReadConfig(sock *os.File) (*Config, error) {
 	if err == nil && len(fds) > maxMounts {
 		err = fmt.Errorf("config: %d descriptors passed, want at most %d", len(fds), maxMounts)
 	}
-	if err == nil && (n != 1 || (p[0] != configHeader && p[0] != configHeaderRoot)) {
+	if err == nil && n != 1 {
 		err = errors.New("config: no header (is the host a matching warren?)")
 	}
-	if err == nil && p[0] == configHeaderRoot && len(fds) == 0 {
+	if err != nil {
+		fdpass.Close(fds)
+		return 0, nil, err
+	}
+	return p[0], fds, nil
+}
+
+// ReadConfig reads the config the host sent on sock (SendConfig). A root
+// mount that came with it is cfg.Rootfs.Mount, bind mounts are
+// cfg.BindMounts, and a workload cgroup sent before it (SendWorkload)
+// cfg.Workload; the caller owns them.
+func ReadConfig(sock *os.File) (*Config, error) {
+	rc, err := sock.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	h, fds, err := readHeader(rc)
+	if err != nil {
+		return nil, err
+	}
+	work := -1
+	if h == workloadHeader {
+		if len(fds) != 1 {
+			fdpass.Close(fds)
+			return nil, fmt.Errorf("config: workload header with %d descriptors, want one", len(fds))
+		}
+		work = fds[0]
+		if h, fds, err = readHeader(rc); err != nil {
+			unix.Close(work)
+			return nil, err
+		}
+	}
+	if h != configHeader && h != configHeaderRoot {
+		err = errors.New("config: no header (is the host a matching warren?)")
+	}
+	if err == nil && h == configHeaderRoot && len(fds) == 0 {
 		err = errors.New("config: a root mount announced but not passed")
 	}
 	var cfg *Config
@@ -118,30 +171,35 @@ func ReadConfig(sock *os.File) (*Config, error) {
 			cfg, err = decodeConfig(data)
 		}
 	}
-	if err != nil {
-		fdpass.Close(fds)
-		return nil, err
-	}
-	if p[0] == configHeaderRoot {
+	if err == nil && h == configHeaderRoot {
 		cfg.Rootfs.Mount, fds = fds[0], fds[1:]
 	}
-	binds := 0
-	if cfg.Spec != nil {
-		for _, m := range cfg.Spec.Mounts {
-			if m.Type == "bind" && m.Source == "" {
-				binds++
+	if err == nil {
+		binds := 0
+		if cfg.Spec != nil {
+			for _, m := range cfg.Spec.Mounts {
+				if m.Type == "bind" && m.Source == "" {
+					binds++
+				}
 			}
 		}
-	}
-	if len(fds) > 0 && len(fds) != binds {
-		fdpass.Close(fds)
-		if cfg.Rootfs.Mount != 0 {
-			unix.Close(cfg.Rootfs.Mount)
+		if len(fds) > 0 && len(fds) != binds {
+			if cfg.Rootfs.Mount != 0 {
+				unix.Close(cfg.Rootfs.Mount)
+			}
+			err = fmt.Errorf("config: %d bind mounts passed for %d binds", len(fds), binds)
 		}
-		return nil, fmt.Errorf("config: %d bind mounts passed for %d binds", len(fds), binds)
+	}
+	if err != nil {
+		fdpass.Close(fds)
+		if work >= 0 {
+			unix.Close(work)
+		}
+		return nil, err
 	}
 	if len(fds) > 0 {
 		cfg.BindMounts = fds
 	}
+	cfg.Workload = max(work, 0)
 	return cfg, nil
 }

@@ -70,6 +70,52 @@ func TestConfigRoundTrip(t *testing.T) {
 	}
 }
 
+// TestConfigWithWorkload: a workload cgroup's descriptor sent ahead of
+// the config arrives as cfg.Workload, beside the root mount's.
+func TestConfigWithWorkload(t *testing.T) {
+	agent, host := configPair(t)
+	work, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = work.Close() }()
+	root, err := os.Open("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = root.Close() }()
+	done := make(chan error, 1)
+	go func() {
+		err := SendWorkload(host, work)
+		if err == nil {
+			err = SendConfig(host, &Config{Python: "/p"}, root, nil)
+		}
+		_ = host.Close()
+		done <- err
+	}()
+	got, err := ReadConfig(agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(got.Workload)
+	defer unix.Close(got.Rootfs.Mount)
+	for _, c := range []struct {
+		fd   int
+		path string
+	}{{got.Workload, "/dev/null"}, {got.Rootfs.Mount, "/"}} {
+		var a, b unix.Stat_t
+		if c.fd <= 0 || unix.Fstat(c.fd, &a) != nil || unix.Stat(c.path, &b) != nil || a.Ino != b.Ino || a.Dev != b.Dev {
+			t.Errorf("descriptor %d is not %s", c.fd, c.path)
+		}
+	}
+	if got.Python != "/p" {
+		t.Errorf("config changed in transit: %+v", got)
+	}
+}
+
 // TestReadConfigRejects: a stream without the header, with more than one
 // descriptor, or with a malformed config is an error, and no descriptor
 // stays open.
@@ -97,6 +143,21 @@ func TestReadConfigRejects(t *testing.T) {
 		"root announced, none passed": func(h *os.File) error {
 			_, err := h.Write(append([]byte{configHeaderRoot}, encodeConfig(&Config{Spec: &Spec{}})...))
 			return err
+		},
+		"workload without fd": func(h *os.File) error { _, err := h.Write([]byte{workloadHeader}); return err },
+		"workload, no config": func(h *os.File) error { return SendWorkload(h, devnull) },
+		"workload, bad config": func(h *os.File) error {
+			if err := SendWorkload(h, devnull); err != nil {
+				return err
+			}
+			_, err := h.Write([]byte("C{not a config"))
+			return err
+		},
+		"two workloads": func(h *os.File) error {
+			if err := SendWorkload(h, devnull); err != nil {
+				return err
+			}
+			return SendWorkload(h, devnull)
 		},
 		"nothing":     func(h *os.File) error { return nil },
 		"header only": func(h *os.File) error { _, err := h.Write([]byte("C")); return err },
