@@ -494,6 +494,27 @@ func (w *rssWatch) windowPeak() int64 {
 	return w.wpeak
 }
 
+// sandboxCgroup calls read with the sandbox's cgroup directories (the one
+// with the internal id id under the server's prefix, in each hierarchy it
+// is in), until read reports it found what it wanted.
+func (s *server) sandboxCgroup(id string, read func(dir string) bool) {
+	suffix := "/" + s.cgroupPrefix() + "/" + id
+	done := false
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() || done {
+			return nil //nolint:nilerr // a cgroup that vanished while walked is not the sandbox's
+		}
+		if strings.Count(p, "/") > 10 {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(p, suffix) {
+			done = read(p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+}
+
 // pidsMax reads the pids.max the host's cgroup gives the sandbox with the
 // internal id: what it was granted, whatever it uses.
 func (s *server) pidsMax(t *testing.T, id string) int {
@@ -501,26 +522,18 @@ func (s *server) pidsMax(t *testing.T, id string) int {
 	if id == "" {
 		t.Fatal("pidsMax: no sandbox id")
 	}
-	suffix := "/" + s.cgroupPrefix() + "/" + id
 	n := 0
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() || n > 0 {
-			return nil //nolint:nilerr // a cgroup that vanished while walked is not the sandbox's
+	s.sandboxCgroup(id, func(p string) bool {
+		b, err := os.ReadFile(filepath.Join(p, "pids.max"))
+		if err != nil {
+			return false
 		}
-		if strings.Count(p, "/") > 10 {
-			return filepath.SkipDir
+		if v := strings.TrimSpace(string(b)); v == "max" {
+			n = math.MaxInt32
+		} else {
+			n, _ = strconv.Atoi(v)
 		}
-		if strings.HasSuffix(p, suffix) {
-			if b, err := os.ReadFile(filepath.Join(p, "pids.max")); err == nil {
-				if v := strings.TrimSpace(string(b)); v == "max" {
-					n = math.MaxInt32
-				} else {
-					n, _ = strconv.Atoi(v)
-				}
-			}
-			return filepath.SkipDir
-		}
-		return nil
+		return n > 0
 	})
 	if n == 0 {
 		t.Fatalf("no pids.max for sandbox %s under the cgroup prefix %s", id, s.cgroupPrefix())
@@ -532,25 +545,15 @@ func (s *server) pidsMax(t *testing.T, id string) int {
 // the internal id (memory.current, or v1's memory.usage_in_bytes); 0 when
 // there is none.
 func (s *server) memoryUsage(id string) int64 {
-	suffix := "/" + s.cgroupPrefix() + "/" + id
 	var n int64
-	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.IsDir() || n > 0 {
-			return nil //nolint:nilerr // a cgroup that vanished while walked is not the sandbox's
-		}
-		if strings.Count(p, "/") > 10 {
-			return filepath.SkipDir
-		}
-		if strings.HasSuffix(p, suffix) {
-			for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
-				if b, err := os.ReadFile(filepath.Join(p, f)); err == nil {
-					n, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-					break
-				}
+	s.sandboxCgroup(id, func(p string) bool {
+		for _, f := range []string{"memory.current", "memory.usage_in_bytes"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil {
+				n, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+				return n > 0
 			}
-			return filepath.SkipDir
 		}
-		return nil
+		return false
 	})
 	return n
 }

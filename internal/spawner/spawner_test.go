@@ -753,16 +753,11 @@ func TestIDMapNS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = ns.Close() }()
-	mnt, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(mnt)
 	if typ, err := unix.IoctlRetInt(int(ns.Fd()), unix.NS_GET_NSTYPE); err != nil || typ != unix.CLONE_NEWUSER {
 		t.Fatalf("the namespace's type: %#x %v, want a user namespace", typ, err)
 	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns.Fd())}
-	if err := unix.MountSetattr(mnt, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+	mnt, err := idmappedClone(t, dir, ns)
+	if err != nil {
 		if errors.Is(err, unix.EINVAL) && !canIdmap(t, dir) {
 			// The file system (tmpfs before Linux 6.3, say) takes no
 			// idmapped mount from any namespace: the type above is
@@ -771,6 +766,7 @@ func TestIDMapNS(t *testing.T) {
 		}
 		t.Fatalf("idmap a mount with the namespace: %v", err)
 	}
+	defer unix.Close(mnt)
 	var st unix.Stat_t
 	if err := unix.Fstatat(mnt, "f", &st, 0); err != nil {
 		t.Fatal(err)
@@ -816,11 +812,24 @@ func canIdmap(t *testing.T, dir string) bool {
 		t.Fatal(err)
 	}
 	defer func() { _ = ns.Close() }()
+	mnt, err := idmappedClone(t, dir, ns)
+	if err == nil {
+		unix.Close(mnt)
+	}
+	return err == nil
+}
+
+// idmappedClone is a detached mount of dir idmapped through ns.
+func idmappedClone(t *testing.T, dir string, ns *os.File) (int, error) {
+	t.Helper()
 	mnt, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(mnt)
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(ns.Fd())}
-	return unix.MountSetattr(mnt, "", unix.AT_EMPTY_PATH, &attr) == nil
+	if err := unix.MountSetattr(mnt, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(mnt)
+		return -1, err
+	}
+	return mnt, nil
 }
