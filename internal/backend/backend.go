@@ -15,7 +15,6 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/image"
-	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // Config describes a sandbox to create.
@@ -65,10 +64,12 @@ const (
 	// AgentPids is the pids budget of a sandbox's agent, kept apart from
 	// the sandbox's own (PidsMax) so that sandbox code taking every pid
 	// it is granted cannot leave the agent without a thread. The agent
-	// holds a thread for each process it waits for (up to
-	// wire.MaxProcesses background ones, plus execs) besides the Go
-	// runtime's few. Admission counts it with each sandbox's pids.
-	AgentPids = wire.MaxProcesses + 128
+	// waits for its processes on the runtime's poller, not a thread
+	// each: the Go runtime's few threads and those blocked in file
+	// system calls of concurrent requests (9 with wire.MaxProcesses
+	// background processes and 32 execs running). Admission counts it
+	// with each sandbox's pids.
+	AgentPids = 128
 	// DefaultHostname is a sandbox's hostname unless one is asked for.
 	DefaultHostname = "sandbox"
 

@@ -235,6 +235,10 @@ func TestAgentPidsHoldMaxProcesses(t *testing.T) {
 	if threads >= backend.AgentPids {
 		t.Errorf("the agent ran %d threads, at its budget of %d", threads, backend.AgentPids)
 	}
+	// Not a thread per process waited for (the agent waits on the poller).
+	if threads > wire.MaxProcesses/8 {
+		t.Errorf("the agent ran %d threads for %d processes: a thread per wait?", threads, wire.MaxProcesses+cap(errs))
+	}
 }
 
 // agentThreads reads the Threads line of the agent's /proc status.

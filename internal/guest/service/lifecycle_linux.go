@@ -99,6 +99,7 @@ func (p *process) killRunning() {
 // outputs (the agent's read ends) still holds unread bytes, wait goes on
 // waiting, up to maxDrain.
 func (p *process) wait(grace time.Duration, cut func(), outputs ...*os.File) wire.ExitStatus {
+	awaitExit(p.pid)
 	err := p.cmd.Wait()
 	p.mu.Lock()
 	p.exited = true
@@ -194,4 +195,31 @@ func exitStatus(ps *os.ProcessState, waitErr error) wire.ExitStatus {
 		return wire.ExitStatus{Code: 128 + int(ws.Signal()), Signal: unix.SignalName(ws.Signal())}
 	}
 	return wire.ExitStatus{Code: ws.ExitStatus()}
+}
+
+// awaitExit returns once the child pid has exited (not reaped: its owner's
+// Wait reaps it, at once then). It waits on the runtime's poller, through
+// a pidfd, where Wait blocks a thread in waitid: one OS thread per child
+// waited for, taken from the agent's pids budget (up to wire.MaxProcesses
+// background processes and the execs beside them). Where a pidfd cannot be
+// had it returns at once, and Wait blocks as before.
+func awaitExit(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd") // non-blocking: the poller's
+	defer func() { _ = f.Close() }()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	// A pidfd polls readable once its process has exited; the first call
+	// only lets the poller look.
+	first := true
+	_ = rc.Read(func(uintptr) bool {
+		done := !first
+		first = false
+		return done
+	})
 }
