@@ -192,7 +192,7 @@ func TestPoolSeesLaterHostMounts(t *testing.T) {
 	}
 }
 
-// cgroupOf returns pid's cgroup in the cpu controller's hierarchy.
+// cgroupOf returns the cgroup of pid's sandbox in the cpu controller's hierarchy.
 func cgroupOf(t *testing.T, pid int) string {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
@@ -214,7 +214,9 @@ func cgroupOf(t *testing.T, pid int) string {
 			}
 		}
 	}
-	return "/sys/fs/cgroup" + v2
+	// On v2 an agent is in its sandbox's agent leaf ("agent"),
+	// the sandbox's cgroup, with cpu.idle, is its parent.
+	return "/sys/fs/cgroup" + strings.TrimSuffix(v2, "/agent")
 }
 
 // cpuIdle reads cpu.idle of pid's cgroup.

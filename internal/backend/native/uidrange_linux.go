@@ -56,7 +56,7 @@ type idmaps struct {
 }
 
 // maxIdmaps bounds the namespaces (and descriptors) idmaps keeps.
-const maxIdmaps = 16
+const maxIdmaps = 8
 
 // idmapNS is the user namespace mapping the storage range to the range at
 // host: a descriptor of the caller's own, to close.
