@@ -16,7 +16,12 @@ import (
 func TestOutTextPieces(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	alphabet := []string{"\x00", "\x01", "\x1f", "\n", "\t", "\"", "\\", "<", ">", "&", "\u2028", "é", "€", "😀", "\xff", "\xe2\x82", "a", "z"}
-	inputs := []string{"", "plain", strings.Repeat("\x01", 3*textChunk+7), strings.Repeat("é", textChunk)}
+	inputs := []string{"", "plain", strings.Repeat("\x01", 3*textChunk+7), strings.Repeat("é", textChunk), "\u2029\u2028x\xe2\x80", strings.Repeat("\u2028", textChunk)}
+	all := make([]byte, 0, 4*256)
+	for c := range 256 {
+		all = append(all, byte(c), 'a', byte(c))
+	}
+	inputs = append(inputs, string(all))
 	for range 40 {
 		var b strings.Builder
 		for range r.IntN(3 * textChunk) {
@@ -32,7 +37,7 @@ func TestOutTextPieces(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got bytes.Buffer
-			if err := ot.writeTo(&got); err != nil {
+			if err := ot.writeTo(&got, bulk{}); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(got.Bytes(), want) {
