@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -225,12 +224,12 @@ func (s *Server) sandboxShell(ctx context.Context, c *call, p *shellParams) (any
 // execBuffered runs req to its end and answers with its whole output,
 // taken in in b's turns once it is bulk.
 func (s *Server) execBuffered(ctx context.Context, b bulk, ns, name, kind string, req *wire.ExecRequest, binary bool) (any, error) {
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr blocks
 	res, err := s.exec(ctx, ns, name, kind, req, b.output(func(stream string, d []byte) {
 		if stream == wire.Stderr {
-			stderr.Write(d)
+			_, _ = stderr.Write(d)
 		} else {
-			stdout.Write(d)
+			_, _ = stdout.Write(d)
 		}
 	}))
 	if err != nil {

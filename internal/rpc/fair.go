@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"io"
 	"runtime"
 	"sync"
 )
@@ -188,4 +189,82 @@ func (b bulk) output(onOutput func(stream string, data []byte)) func(string, []b
 			onOutput(stream, data) // the client went away: the run ends anyway
 		}
 	}
+}
+
+// blocks holds bulk bytes (a body of unknown length, a run's output) in
+// blocks of blockSize, so that holding tens of MiB never means moving them
+// at once: a bytes.Buffer growing to 64 MiB copies 32 MiB in one go into
+// fresh memory, a copy the Go scheduler cannot interrupt, which held a
+// CPU for most of a second here, page fault by page fault.
+type blocks struct {
+	bs [][]byte
+	n  int
+}
+
+const blockSize = 1 << 20
+
+// room is the free space at the end of the last block, made when there is
+// none: a new block, or the last one grown (to twice its size, up to
+// blockSize: small outputs stay small).
+func (b *blocks) room() []byte {
+	if len(b.bs) == 0 || len(b.bs[len(b.bs)-1]) == blockSize {
+		b.bs = append(b.bs, make([]byte, 0, 4<<10))
+	}
+	last := &b.bs[len(b.bs)-1]
+	if len(*last) == cap(*last) {
+		*last = append(make([]byte, 0, min(blockSize, 2*cap(*last))), *last...)
+	}
+	return (*last)[len(*last):cap(*last)]
+}
+
+// grew counts k bytes written into room.
+func (b *blocks) grew(k int) {
+	last := &b.bs[len(b.bs)-1]
+	*last = (*last)[:len(*last)+k]
+	b.n += k
+}
+
+// Write appends p.
+func (b *blocks) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := copy(b.room(), p)
+		b.grew(k)
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// ReadFrom appends what r has, a block at most per read.
+func (b *blocks) ReadFrom(r io.Reader) (int64, error) {
+	var total int64
+	for {
+		k, err := r.Read(b.room())
+		b.grew(k)
+		total += int64(k)
+		if err == io.EOF {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// Len is how many bytes b holds.
+func (b *blocks) Len() int { return b.n }
+
+// Bytes is b's bytes in one slice, copied a block at a time.
+func (b *blocks) Bytes() []byte {
+	switch len(b.bs) {
+	case 0:
+		return nil
+	case 1:
+		return b.bs[0]
+	}
+	out := make([]byte, 0, b.n)
+	for _, bl := range b.bs {
+		out = append(out, bl...)
+	}
+	return out
 }

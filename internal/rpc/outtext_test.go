@@ -3,6 +3,7 @@ package rpc
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -50,5 +51,62 @@ func TestOutTextPieces(t *testing.T) {
 				t.Fatalf("%d bytes: MarshalJSON differs", len(in))
 			}
 		}
+	}
+}
+
+// BenchmarkOutTextControlBytes: counting and writing an exec answer's
+// 16 MiB of control bytes (96 MiB of JSON), the bulk work of
+// output/control-bytes-x4 in the hostile suite; json.Marshal of the
+// string whole for comparison. Per byte of output:
+//
+//	go test -run - -bench OutTextControlBytes ./internal/rpc/
+func BenchmarkOutTextControlBytes(b *testing.B) {
+	out := bytes.Repeat([]byte{1}, 16<<20)
+	b.Run("pieces", func(b *testing.B) {
+		b.SetBytes(int64(len(out)))
+		for b.Loop() {
+			ot := newOutText(out, false)
+			_ = ot.size()
+			if err := ot.writeTo(io.Discard, bulk{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.SetBytes(int64(len(out)))
+		for b.Loop() {
+			if _, err := json.Marshal(string(out)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestBlocks: blocks hold what is written and read into them, in order,
+// whatever the sizes of the writes.
+func TestBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	want := make([]byte, 3*blockSize+12345)
+	for i := range want {
+		want[i] = byte(r.IntN(256))
+	}
+	var w blocks
+	for rest := want; len(rest) > 0; {
+		n := min(len(rest), r.IntN(3*blockSize/2)+1)
+		_, _ = w.Write(rest[:n])
+		rest = rest[n:]
+	}
+	var rd blocks
+	if n, err := rd.ReadFrom(bytes.NewReader(want)); err != nil || n != int64(len(want)) {
+		t.Fatalf("ReadFrom: %d %v", n, err)
+	}
+	for _, b := range []*blocks{&w, &rd} {
+		if b.Len() != len(want) || !bytes.Equal(b.Bytes(), want) {
+			t.Fatalf("held %d bytes, not what was written (%d)", b.Len(), len(want))
+		}
+	}
+	var empty blocks
+	if empty.Bytes() != nil || empty.Len() != 0 {
+		t.Fatal("empty blocks hold something")
 	}
 }

@@ -336,7 +336,7 @@ func readBody(w http.ResponseWriter, r *http.Request, b bulk) ([]byte, error) {
 		body = make([]byte, r.ContentLength)
 		_, err = io.ReadFull(rd, body)
 	default:
-		var buf bytes.Buffer
+		var buf blocks
 		var n int64
 		if n, err = buf.ReadFrom(io.LimitReader(rd, bulkBytes)); err == nil && n == bulkBytes {
 			if err := b.hold(); err != nil {
@@ -344,7 +344,9 @@ func readBody(w http.ResponseWriter, r *http.Request, b bulk) ([]byte, error) {
 			}
 			_, err = buf.ReadFrom(rd)
 		}
-		body = buf.Bytes()
+		if err == nil {
+			body = buf.Bytes()
+		}
 	}
 	if err != nil {
 		var mbe *http.MaxBytesError
