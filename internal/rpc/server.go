@@ -249,8 +249,19 @@ func ClaimsFrom(ctx context.Context) (auth.Claims, bool) {
 type request struct {
 	JSONRPC string          `json:"jsonrpc"`
 	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params"`
+	Params  borrowed        `json:"params"`
 	ID      json.RawMessage `json:"id"`
+}
+
+// borrowed is a JSON value kept as the slice of the body it is in, not
+// copied as json.RawMessage copies it: params can be tens of MiB, and a
+// copy that size is one the Go scheduler cannot interrupt (see blocks).
+// The body is only read after it is decoded, so the slice stays valid.
+type borrowed []byte
+
+func (b *borrowed) UnmarshalJSON(data []byte) error {
+	*b = data
+	return nil
 }
 
 type response struct {
@@ -303,7 +314,7 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, only string) {
 		s.writeError(w, ctx, req.ID, err, 0)
 		return
 	}
-	result, err := s.call(ctx, claims, req.Method, req.Params, b)
+	result, err := s.call(ctx, claims, req.Method, json.RawMessage(req.Params), b)
 	s.m.observeCall(req.Method, err)
 	if err != nil {
 		s.log.Info("rpc error", "request_id", requestID(ctx), "method", req.Method, "kind", kindOf(err), "err", err.Error())
