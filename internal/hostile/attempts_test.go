@@ -45,14 +45,13 @@ func (at attempt) id() string { return at.class + "/" + at.name }
 // CONTAINED on main, cheap enough for CI. `make test-hostile` runs
 // every attempt. Add an attempt's id here once its finding is fixed.
 var ciAttempts = []string{
-	// Not here: output/control-bytes-x4, huge/body-over-limit,
-	// huge/deep-json and huge/param-strings. They are contained (the
-	// server's memory stays bounded and each is refused), but the CPU the
-	// server spends on one tenant's huge request raises the victims' exec
-	// p99 past 3x their baseline on a 2-CPU host (23 ms -> 200-360 ms while
-	// they run), which is issue 18's latency demand, still open: make
-	// test-hostile runs them and fails on it. rpc's output-memory tests
-	// keep finding 1's bound in CI.
+	// Not here: huge/param-strings. It is contained (each huge parameter
+	// is refused or handled, the server's memory stays bounded), but
+	// decoding tens of MiB of params and passing them to the sandbox's
+	// agent still raises the victims' exec p99 past 3x their baseline on
+	// a 2-CPU host (~30 ms -> ~470 ms while it runs), which is issue 18's
+	// latency demand, still open there: make test-hostile runs it and
+	// fails on it.
 	"socket/vsock",
 	"pty/exhaust",
 	"tar/upload-cut-by-stop",
@@ -75,6 +74,11 @@ var ciAttempts = []string{
 	"slow/slow-body",
 	"slow/websocket-never-reads",
 	"huge/long-path",
+	// Within the victims' bound since bulk requests take turns (rpc's
+	// fair.go); the output attempt at a 16 MiB output_limit here.
+	"huge/body-over-limit",
+	"huge/deep-json",
+	"output/control-bytes-x4",
 	"limits/fork-bomb",
 	// Contained since the fixes of findings 2, 5, 7, 8, 10, 11 and 12 merged.
 	"leak/inherited-fds",

@@ -97,10 +97,27 @@ type call struct {
 	claims auth.Claims
 	params json.RawMessage
 	method string
+	// bulk is the caller's access to the bulk gate (fair.go).
+	bulk bulk
 }
 
 // decode reads params into v; strict decoding refuses unknown fields.
+// Large params are decoded in a bulk turn (fair.go), which ends the bulk
+// of the request's body: what the method does next, perhaps for long, it
+// does without holding up its tenant's next bulk request.
 func (c *call) decode(v any, strict bool) error {
+	if len(c.params) < bulkBytes {
+		return c.decodeNow(v, strict)
+	}
+	defer c.bulk.done()
+	var err error
+	if berr := c.bulk.do(func() error { err = c.decodeNow(v, strict); return nil }); berr != nil {
+		return berr
+	}
+	return err
+}
+
+func (c *call) decodeNow(v any, strict bool) error {
 	d := json.NewDecoder(bytes.NewReader(c.params))
 	if strict {
 		d.DisallowUnknownFields()

@@ -1,7 +1,6 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -73,7 +72,7 @@ func (s *Server) sandboxCommand(ctx context.Context, c *call, p *commandParams) 
 	}
 	argv := append([]string{p.Command}, p.Args...)
 	out := &lineSpool{}
-	res, err := s.exec(ctx, ns, name, "command", &wire.ExecRequest{Argv: argv, TimeoutMs: timeout.Milliseconds(), OutputLimit: s.opts.MaxOutput}, out.add)
+	res, err := s.exec(ctx, ns, name, "command", &wire.ExecRequest{Argv: argv, TimeoutMs: timeout.Milliseconds(), OutputLimit: s.opts.MaxOutput}, c.bulk.output(out.add))
 	if err != nil {
 		out.Close()
 		return nil, err
@@ -207,7 +206,7 @@ func (s *Server) sandboxExec(ctx context.Context, c *call, p *execParams) (any, 
 	if err != nil {
 		return nil, err
 	}
-	return s.execBuffered(ctx, ns, name, "exec", req, p.Binary)
+	return s.execBuffered(ctx, c.bulk, ns, name, "exec", req, p.Binary)
 }
 
 func (s *Server) sandboxShell(ctx context.Context, c *call, p *shellParams) (any, error) {
@@ -219,19 +218,20 @@ func (s *Server) sandboxShell(ctx context.Context, c *call, p *shellParams) (any
 	if err != nil {
 		return nil, err
 	}
-	return s.execBuffered(ctx, ns, name, "shell", req, p.Binary)
+	return s.execBuffered(ctx, c.bulk, ns, name, "shell", req, p.Binary)
 }
 
-// execBuffered runs req to its end and answers with its whole output.
-func (s *Server) execBuffered(ctx context.Context, ns, name, kind string, req *wire.ExecRequest, binary bool) (any, error) {
-	var stdout, stderr bytes.Buffer
-	res, err := s.exec(ctx, ns, name, kind, req, func(stream string, d []byte) {
+// execBuffered runs req to its end and answers with its whole output,
+// taken in in b's turns once it is bulk.
+func (s *Server) execBuffered(ctx context.Context, b bulk, ns, name, kind string, req *wire.ExecRequest, binary bool) (any, error) {
+	var stdout, stderr blocks
+	res, err := s.exec(ctx, ns, name, kind, req, b.output(func(stream string, d []byte) {
 		if stream == wire.Stderr {
-			stderr.Write(d)
+			_, _ = stderr.Write(d)
 		} else {
-			stdout.Write(d)
+			_, _ = stdout.Write(d)
 		}
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +240,15 @@ func (s *Server) execBuffered(ctx context.Context, ns, name, kind string, req *w
 	}
 	out := execResult{ExitCode: res.Code, Signal: res.Signal, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled,
 		Truncated: res.Truncated, DurationMs: res.DurationMs}
-	out.Stdout, out.Stderr = newOutText(stdout.Bytes(), binary), newOutText(stderr.Bytes(), binary)
+	shape := func() error {
+		out.Stdout, out.Stderr = newOutText(stdout.Bytes(), binary), newOutText(stderr.Bytes(), binary)
+		return nil
+	}
+	if stdout.Len()+stderr.Len() < bulkBytes {
+		_ = shape()
+	} else if err := b.do(shape); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 

@@ -12,3 +12,10 @@ func (s *Server) MethodNames() []string {
 	sort.Strings(names)
 	return names
 }
+
+// BulkBytes is the size from which a body or an output is bulk (fair.go).
+const BulkBytes = bulkBytes
+
+// BulkWaiting is how many of tenant's requests are or wait to be its bulk
+// request.
+func (s *Server) BulkWaiting(tenant string) int { return s.bulk.waiting(tenant) }

@@ -15,6 +15,8 @@ import (
 // bytes took ~400 MB to marshal, and as much again to send, per call.
 type outText struct {
 	b []byte // valid UTF-8 (or base64)
+	// n is the length of its JSON, once size has counted it.
+	n int64
 	// marker: while set, MarshalJSON writes it instead (writeStreamed).
 	marker []byte
 }
@@ -31,7 +33,8 @@ func newOutText(out []byte, binary bool) *outText {
 	return &outText{b: []byte(text(out))}
 }
 
-// textChunk is how much of the text one piece escapes.
+// textChunk is how much of the text one piece escapes: one turn of bulk
+// work (fair.go) of well under a millisecond.
 const textChunk = 64 << 10
 
 // MarshalJSON is the string whole, for the answers that are not streamed
@@ -43,38 +46,109 @@ func (t *outText) MarshalJSON() ([]byte, error) {
 	return json.Marshal(string(t.b))
 }
 
-// pieces hands the string's JSON to f in pieces, quotes included, each
-// escaped exactly as json.Marshal escapes the whole: b is valid UTF-8 and
-// cut only at the start of a character, and escaping is by character.
-func (t *outText) pieces(f func([]byte) error) error {
-	if err := f([]byte(`"`)); err != nil {
-		return err
+// size is the length of the string's JSON, quotes included.
+func (t *outText) size() int64 {
+	if t.n == 0 {
+		t.n = 2 + escapedLen(t.b)
 	}
+	return t.n
+}
+
+// writeTo writes the string's JSON, escaping it a piece at a time in b's
+// turns and writing each piece outside them. b is valid UTF-8, cut only at
+// the start of a character, and escaping is by character, so the pieces
+// make what json.Marshal makes of the whole.
+func (t *outText) writeTo(w io.Writer, bk bulk) error {
+	buf := make([]byte, 0, 6*textChunk+2)
+	buf = append(buf, '"')
 	for s := t.b; len(s) > 0; {
 		n := min(len(s), textChunk)
 		for n < len(s) && n > 0 && !utf8.RuneStart(s[n]) {
 			n--
 		}
-		b, err := json.Marshal(string(s[:n]))
-		if err != nil {
+		escape := func() error { buf = appendEscaped(buf, s[:n]); return nil }
+		if len(t.b) < bulkBytes {
+			_ = escape()
+		} else if err := bk.do(escape); err != nil {
 			return err
 		}
-		if err := f(b[1 : len(b)-1]); err != nil {
+		if _, err := w.Write(buf); err != nil {
 			return err
 		}
-		s = s[n:]
+		buf, s = buf[:0], s[n:]
 	}
-	return f([]byte(`"`))
+	_, err := w.Write(append(buf, '"'))
+	return err
 }
 
-// size is the length of the string's JSON.
-func (t *outText) size() int64 {
-	var n int64
-	_ = t.pieces(func(b []byte) error { n += int64(len(b)); return nil })
+// escapes is the JSON escape of each ASCII byte json.Marshal escapes
+// (control bytes, the quote, the backslash, and <, > and & as HTML-safe
+// JSON has them); nil for those it keeps.
+var escapes = func() (e [utf8.RuneSelf][]byte) {
+	const hex = "0123456789abcdef"
+	for c := range utf8.RuneSelf {
+		switch {
+		case c == '"' || c == '\\':
+			e[c] = []byte{'\\', byte(c)}
+		case c == '\b':
+			e[c] = []byte(`\b`)
+		case c == '\f':
+			e[c] = []byte(`\f`)
+		case c == '\n':
+			e[c] = []byte(`\n`)
+		case c == '\r':
+			e[c] = []byte(`\r`)
+		case c == '\t':
+			e[c] = []byte(`\t`)
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			e[c] = []byte{'\\', 'u', '0', '0', hex[c>>4], hex[c&0xF]}
+		}
+	}
+	return e
+}()
+
+// escapedLen is the length of valid UTF-8 s escaped as appendEscaped does.
+func escapedLen(s []byte) int64 {
+	n := int64(len(s))
+	for i, c := range s {
+		switch {
+		case c < utf8.RuneSelf:
+			if e := escapes[c]; e != nil {
+				n += int64(len(e)) - 1
+			}
+		case isLineSep(s, i):
+			n += 3 // \u2028 is 6 bytes, the character 3
+		}
+	}
 	return n
 }
 
-// writeTo writes the string's JSON.
-func (t *outText) writeTo(w io.Writer) error {
-	return t.pieces(func(b []byte) error { _, err := w.Write(b); return err })
+// isLineSep: s[i:] starts with U+2028 or U+2029, which json.Marshal
+// escapes for JavaScript's sake.
+func isLineSep(s []byte, i int) bool {
+	return s[i] == 0xE2 && i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9)
+}
+
+// appendEscaped appends valid UTF-8 s as the inside of a JSON string,
+// escaped byte for byte as json.Marshal escapes a string.
+func appendEscaped(dst, s []byte) []byte {
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c < utf8.RuneSelf:
+			e := escapes[c]
+			if e == nil {
+				continue
+			}
+			dst = append(append(dst, s[start:i]...), e...)
+		case isLineSep(s, i):
+			dst = append(append(dst, s[start:i]...), '\\', 'u', '2', '0', '2', "89"[s[i+2]-0xA8])
+			i += 2
+		default:
+			continue
+		}
+		start = i + 1
+	}
+	return append(dst, s[start:]...)
 }

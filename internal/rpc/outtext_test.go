@@ -3,6 +3,7 @@ package rpc
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -16,7 +17,12 @@ import (
 func TestOutTextPieces(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	alphabet := []string{"\x00", "\x01", "\x1f", "\n", "\t", "\"", "\\", "<", ">", "&", "\u2028", "é", "€", "😀", "\xff", "\xe2\x82", "a", "z"}
-	inputs := []string{"", "plain", strings.Repeat("\x01", 3*textChunk+7), strings.Repeat("é", textChunk)}
+	inputs := []string{"", "plain", strings.Repeat("\x01", 3*textChunk+7), strings.Repeat("é", textChunk), "\u2029\u2028x\xe2\x80", strings.Repeat("\u2028", textChunk)}
+	all := make([]byte, 0, 4*256)
+	for c := range 256 {
+		all = append(all, byte(c), 'a', byte(c))
+	}
+	inputs = append(inputs, string(all))
 	for range 40 {
 		var b strings.Builder
 		for range r.IntN(3 * textChunk) {
@@ -32,7 +38,7 @@ func TestOutTextPieces(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got bytes.Buffer
-			if err := ot.writeTo(&got); err != nil {
+			if err := ot.writeTo(&got, bulk{}); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(got.Bytes(), want) {
@@ -45,5 +51,62 @@ func TestOutTextPieces(t *testing.T) {
 				t.Fatalf("%d bytes: MarshalJSON differs", len(in))
 			}
 		}
+	}
+}
+
+// BenchmarkOutTextControlBytes: counting and writing an exec answer's
+// 16 MiB of control bytes (96 MiB of JSON), the bulk work of
+// output/control-bytes-x4 in the hostile suite; json.Marshal of the
+// string whole for comparison. Per byte of output:
+//
+//	go test -run - -bench OutTextControlBytes ./internal/rpc/
+func BenchmarkOutTextControlBytes(b *testing.B) {
+	out := bytes.Repeat([]byte{1}, 16<<20)
+	b.Run("pieces", func(b *testing.B) {
+		b.SetBytes(int64(len(out)))
+		for b.Loop() {
+			ot := newOutText(out, false)
+			_ = ot.size()
+			if err := ot.writeTo(io.Discard, bulk{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		b.SetBytes(int64(len(out)))
+		for b.Loop() {
+			if _, err := json.Marshal(string(out)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestBlocks: blocks hold what is written and read into them, in order,
+// whatever the sizes of the writes.
+func TestBlocks(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	want := make([]byte, 3*blockSize+12345)
+	for i := range want {
+		want[i] = byte(r.IntN(256))
+	}
+	var w blocks
+	for rest := want; len(rest) > 0; {
+		n := min(len(rest), r.IntN(3*blockSize/2)+1)
+		_, _ = w.Write(rest[:n])
+		rest = rest[n:]
+	}
+	var rd blocks
+	if n, err := rd.ReadFrom(bytes.NewReader(want)); err != nil || n != int64(len(want)) {
+		t.Fatalf("ReadFrom: %d %v", n, err)
+	}
+	for _, b := range []*blocks{&w, &rd} {
+		if b.Len() != len(want) || !bytes.Equal(b.Bytes(), want) {
+			t.Fatalf("held %d bytes, not what was written (%d)", b.Len(), len(want))
+		}
+	}
+	var empty blocks
+	if empty.Bytes() != nil || empty.Len() != 0 {
+		t.Fatal("empty blocks hold something")
 	}
 }

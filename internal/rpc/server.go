@@ -77,6 +77,7 @@ type Server struct {
 	log     *slog.Logger
 	methods map[string]method
 	m       *serverMetrics
+	bulk    *bulkGate
 	closing atomic.Bool
 }
 
@@ -104,7 +105,7 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxOutput, err = maxOutput(opts.MaxOutput); err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, mgr: opts.Manager, log: opts.Logger}
+	s := &Server{opts: opts, mgr: opts.Manager, log: opts.Logger, bulk: newBulkGate(bulkSlots())}
 	s.methods = s.methodTable()
 	s.m = newServerMetrics(opts.Metrics, opts.Manager, s.methods)
 	return s, nil
@@ -248,8 +249,19 @@ func ClaimsFrom(ctx context.Context) (auth.Claims, bool) {
 type request struct {
 	JSONRPC string          `json:"jsonrpc"`
 	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params"`
+	Params  borrowed        `json:"params"`
 	ID      json.RawMessage `json:"id"`
+}
+
+// borrowed is a JSON value kept as the slice of the body it is in, not
+// copied as json.RawMessage copies it: params can be tens of MiB, and a
+// copy that size is one the Go scheduler cannot interrupt (see blocks).
+// The body is only read after it is decoded, so the slice stays valid.
+type borrowed []byte
+
+func (b *borrowed) UnmarshalJSON(data []byte) error {
+	*b = data
+	return nil
 }
 
 type response struct {
@@ -282,17 +294,19 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, only string) {
 		s.writeError(w, ctx, nil, err, 0)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBody))
+	b := s.newBulk(ctx, claims.Namespace)
+	defer b.done()
+	body, err := readBody(w, r, b)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			s.writeError(w, ctx, nil, errdefs.Errorf(errdefs.ErrTooLarge, "request body is larger than %d MiB (sandbox.file.write takes at most %d MiB of data; send bigger files with the tar upload route)", MaxBody>>20, MaxFileWrite>>20), 0)
-			return
-		}
-		s.writeError(w, ctx, nil, errdefs.Errorf(errInvalidRequest, "read body: %w", err), 0)
+		s.writeError(w, ctx, nil, err, 0)
 		return
 	}
-	req, err := decodeRequest(body)
+	var req request
+	if len(body) < bulkBytes {
+		req, err = decodeRequest(body)
+	} else if berr := b.do(func() error { req, err = decodeRequest(body); return nil }); berr != nil {
+		return // the client went away while it waited
+	}
 	if err == nil && only != "" && req.Method != only {
 		err = errdefs.Errorf(errInvalidRequest, "%s serves only %s, not %.64q; post other methods to /api/v1/rpc", r.URL.Path, only, req.Method)
 	}
@@ -300,14 +314,59 @@ func (s *Server) serveRPC(w http.ResponseWriter, r *http.Request, only string) {
 		s.writeError(w, ctx, req.ID, err, 0)
 		return
 	}
-	result, err := s.Call(ctx, claims, req.Method, req.Params)
+	result, err := s.call(ctx, claims, req.Method, json.RawMessage(req.Params), b)
 	s.m.observeCall(req.Method, err)
 	if err != nil {
 		s.log.Info("rpc error", "request_id", requestID(ctx), "method", req.Method, "kind", kindOf(err), "err", err.Error())
 		s.writeError(w, ctx, req.ID, err, 0)
 		return
 	}
-	writeJSON(w, http.StatusOK, response{JSONRPC: "2.0", Result: result, ID: req.ID})
+	writeAnswer(w, http.StatusOK, b, response{JSONRPC: "2.0", Result: result, ID: req.ID})
+}
+
+// readBody reads a JSON-RPC body of at most MaxBody bytes. A body that
+// says it is larger is refused before a byte of it is read; one of a
+// given length is read into a buffer of that length, not grown to it. A
+// body of bulkBytes or more is bulk (fair.go): the request reads it as its
+// tenant's bulk request, and stays that until its params are decoded.
+func readBody(w http.ResponseWriter, r *http.Request, b bulk) ([]byte, error) {
+	tooLarge := errdefs.Errorf(errdefs.ErrTooLarge, "request body is larger than %d MiB (sandbox.file.write takes at most %d MiB of data; send bigger files with the tar upload route)", MaxBody>>20, MaxFileWrite>>20)
+	if r.ContentLength > MaxBody {
+		return nil, tooLarge
+	}
+	rd := http.MaxBytesReader(w, r.Body, MaxBody)
+	var body []byte
+	var err error
+	switch {
+	case r.ContentLength >= bulkBytes:
+		if err := b.hold(); err != nil {
+			return nil, err
+		}
+		fallthrough
+	case r.ContentLength > 0:
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(rd, body)
+	default:
+		var buf blocks
+		var n int64
+		if n, err = buf.ReadFrom(io.LimitReader(rd, bulkBytes)); err == nil && n == bulkBytes {
+			if err := b.hold(); err != nil {
+				return nil, err
+			}
+			_, err = buf.ReadFrom(rd)
+		}
+		if err == nil {
+			body = buf.Bytes()
+		}
+	}
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooLarge
+		}
+		return nil, errdefs.Errorf(errInvalidRequest, "read body: %w", err)
+	}
+	return body, nil
 }
 
 // decodeRequest parses and checks the envelope. On error the returned
@@ -354,7 +413,16 @@ func decodeRequest(body []byte) (request, error) {
 
 // Call runs one method as the caller with claims (the RPC endpoint and MCP
 // both come through here).
-func (s *Server) Call(ctx context.Context, claims auth.Claims, name string, params json.RawMessage) (_ any, err error) {
+func (s *Server) Call(ctx context.Context, claims auth.Claims, name string, params json.RawMessage) (any, error) {
+	b := s.newBulk(ctx, claims.Namespace)
+	defer b.done()
+	return s.call(ctx, claims, name, params, b)
+}
+
+// call runs one method; its bulk work takes turns with b (fair.go), whose
+// tenant is the namespace the caller's key is for ("*" for a key for
+// every namespace).
+func (s *Server) call(ctx context.Context, claims auth.Claims, name string, params json.RawMessage, b bulk) (_ any, err error) {
 	defer func() {
 		// A bug in one method must not take the server down with it.
 		if r := recover(); r != nil {
@@ -369,7 +437,7 @@ func (s *Server) Call(ctx context.Context, claims auth.Claims, name string, para
 	if len(params) == 0 || bytes.Equal(params, []byte("null")) {
 		params = json.RawMessage("{}")
 	}
-	return m.run(ctx, &call{s: s, claims: claims, params: params, method: name})
+	return m.run(ctx, &call{s: s, claims: claims, params: params, method: name, bulk: b})
 }
 
 func truncate(s string, n int) string {
@@ -380,9 +448,15 @@ func truncate(s string, n int) string {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeAnswer(w, status, bulk{}, v)
+}
+
+// writeAnswer writes v; the bulk of its streamed parts is written in b's
+// turns.
+func writeAnswer(w http.ResponseWriter, status int, bk bulk, v any) {
 	if r, ok := v.(response); ok {
 		if parts, markers, done := streamedParts(r.Result); parts != nil {
-			writeStreamed(w, status, v, parts, markers, done)
+			writeStreamed(w, status, bk, v, parts, markers, done)
 			return
 		}
 	}

@@ -140,8 +140,8 @@ func (sp *lineSpool) done() error {
 // size is the length of the array's JSON.
 func (sp *lineSpool) size() int64 { return 2 + int64(sp.mem.Len()) + sp.fn }
 
-// writeTo writes the array's JSON.
-func (sp *lineSpool) writeTo(w io.Writer) error {
+// writeTo writes the array's JSON: a copy, no bulk work to take turns for.
+func (sp *lineSpool) writeTo(w io.Writer, _ bulk) error {
 	if _, err := io.WriteString(w, "["); err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func (sp *lineSpool) MarshalJSON() ([]byte, error) {
 	}
 	var b bytes.Buffer
 	b.Grow(int(sp.size()))
-	if err := sp.writeTo(&b); err != nil {
+	if err := sp.writeTo(&b, bulk{}); err != nil {
 		return nil, fmt.Errorf("read spooled output: %w", err)
 	}
 	return b.Bytes(), nil
@@ -202,7 +202,7 @@ var textMarkers = [2][]byte{
 // than marshaled with the rest: the length of its JSON, and its JSON.
 type streamedPart interface {
 	size() int64
-	writeTo(io.Writer) error
+	writeTo(io.Writer, bulk) error
 }
 
 // streamedParts returns the parts of result that are streamed, with the
@@ -241,7 +241,7 @@ func spoolOf(result any) *lineSpool {
 // place: the rest is marshaled with the parts' markers standing in for
 // them (until done), then cut at the markers. Parts that hold a file are
 // closed once written.
-func writeStreamed(w http.ResponseWriter, status int, v any, parts []streamedPart, markers [][]byte, done func()) {
+func writeStreamed(w http.ResponseWriter, status int, bk bulk, v any, parts []streamedPart, markers [][]byte, done func()) {
 	defer func() {
 		for _, p := range parts {
 			if c, ok := p.(interface{ Close() }); ok {
@@ -277,7 +277,7 @@ func writeStreamed(w http.ResponseWriter, status int, v any, parts []streamedPar
 		if _, err := w.Write(b[from:c.i]); err != nil {
 			return
 		}
-		if err := c.part.writeTo(w); err != nil {
+		if err := c.part.writeTo(w, bk); err != nil {
 			return // the client sees a short body
 		}
 		from = c.i + c.mark
