@@ -214,12 +214,13 @@ func awaitExit(pid int) {
 	if err != nil {
 		return
 	}
-	// A pidfd polls readable once its process has exited; the first call
-	// only lets the poller look.
-	first := true
-	_ = rc.Read(func(uintptr) bool {
-		done := !first
-		first = false
-		return done
+	// A pidfd polls readable once its process has exited. Each call looks
+	// for itself: the poller's edge-triggered event for an exit that came
+	// before the wait was armed is dropped when the wait is armed, and
+	// would never come again.
+	_ = rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}} //nolint:gosec // a descriptor number fits an int32
+		n, err := unix.Poll(pfd, 0)
+		return err != nil || n > 0
 	})
 }

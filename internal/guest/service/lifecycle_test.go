@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -198,5 +200,30 @@ func TestExecKeepsUnreadOutput(t *testing.T) {
 	}
 	if st.Code != 0 || string(got) != "first\nsecond\n" {
 		t.Errorf("exit %+v, output %q; want 0 and both lines", st, got)
+	}
+}
+
+// TestAwaitExit: awaitExit returns for a child that exited before it was
+// called (the poller's edge-triggered event then comes as the pidfd is
+// registered, before the wait is armed) and for one that exits during it.
+func TestAwaitExit(t *testing.T) {
+	for i := range 20 {
+		cmd := exec.Command("/bin/sh", "-c", "sleep 0.0$0", strconv.Itoa(i%2*5))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			time.Sleep(20 * time.Millisecond) // exited before the wait
+		}
+		done := make(chan struct{})
+		go func() { awaitExit(cmd.Process.Pid); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run %d: awaitExit still waits 10 s after its child exited", i)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
