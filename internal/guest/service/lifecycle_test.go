@@ -2,10 +2,13 @@ package service
 
 import (
 	"context"
+	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -148,6 +151,13 @@ func TestProcessTimeoutWithOutput(t *testing.T) {
 // its output open is reported exited after a grace, with what it wrote, on
 // pipes and on a terminal.
 func TestProcessDrainsDescendants(t *testing.T) {
+	// On a terminal the shell's exit hangs the background sleep up. A
+	// test run under nohup has SIGHUP ignored, which its children would
+	// inherit (the agent's do not: warren-spawner resets every signal):
+	// handled here, it is the default in them again.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	ps := NewProcs(testRunner())
 	defer ps.KillAll()
 	for _, tty := range []bool{false, true} {
