@@ -751,6 +751,9 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := s.ensureScratchDirs(); err != nil {
+		return err
+	}
 	// The cgroup's limits are the spec's resources, as an OCI runtime
 	// would read them.
 	res := oci.ResourceLimits(sp.Linux.Resources)
@@ -892,6 +895,28 @@ func (s *Sandbox) adoptPoolCgroup(a *agentProc, limits cgroup.Limits) (*cgroup.C
 		s.b.log.Warn("remove a pooled agent's cgroup", "err", err.Error())
 	}
 	return cg, nil
+}
+
+// ensureScratchDirs makes the sandbox's overlay work directory (and the
+// rootfs mount point) again where they are missing: Create makes upper,
+// work and rootfs one after another, and a crash between them leaves a
+// sandbox whose upper directory (what Open looks for) exists without the
+// rest. Neither holds anything of the sandbox's.
+func (s *Sandbox) ensureScratchDirs() error {
+	uid, gid := s.b.RootIDs()
+	for _, d := range []string{"work", "rootfs"} {
+		p := filepath.Join(s.dir, d)
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := os.Mkdir(p, 0o755); err != nil { //nolint:gosec // 0755 and the sandbox root's, as Create makes it
+			return err
+		}
+		if err := os.Chown(p, uid, gid); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // maxLowerOpts keeps the overlay's option string, which the kernel takes

@@ -1,6 +1,7 @@
 package native_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -129,5 +130,28 @@ func TestVolumeWrittenAsStorageRoot(t *testing.T) {
 	}
 	if uid := sandboxRootUID(t, sb); uid == int(base) {
 		t.Errorf("the sandbox runs as the storage range (%d)", uid)
+	}
+}
+
+// TestStartAfterCreateCutShort: a crash in Create can leave a sandbox's
+// upper directory without its work directory; the next start makes it
+// again (the crash-recovery suite found a sandbox that could never start).
+func TestStartAfterCreateCutShort(t *testing.T) {
+	h := harness(t)
+	sb, err := h.Backend.Create(t.Context(), backend.Config{ID: "cut-short", Image: h.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sb.Remove(context.Background()) }()
+	for _, d := range []string{"work", "rootfs"} {
+		if err := os.Remove(filepath.Join(sharedDirs.data, "sandboxes", sb.ID(), d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sb.Start(t.Context()); err != nil {
+		t.Fatalf("start without a work directory: %v", err)
+	}
+	if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo ok > /f && cat /f"); r.Stdout != "ok\n" {
+		t.Errorf("write after the start: %+v %q %s", r.ExitStatus, r.Stdout, r.Stderr)
 	}
 }
