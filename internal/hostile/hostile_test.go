@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,6 +38,24 @@ const latencyFloor = 50 * time.Millisecond
 // output attempt does not make a smaller bound).
 const memBudget = 4 * 6 * 64 * mib
 
+// verdicts are TestHostile's failures, printed again after every test has
+// reported (TestMain): CI shows a run's last lines, which the server log
+// and the subtests' list would otherwise fill.
+var (
+	verdictMu sync.Mutex
+	verdicts  []string
+)
+
+// failf fails t and keeps the reason for the closing summary.
+func failf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	verdictMu.Lock()
+	verdicts = append(verdicts, t.Name()+": "+msg)
+	verdictMu.Unlock()
+	t.Error(msg)
+}
+
 // TestHostile runs the attempts against a real server while three victim
 // sandboxes serve execs, then checks the victims' latency, the server's
 // memory and that nothing is left behind.
@@ -65,6 +84,11 @@ func TestHostile(t *testing.T) {
 	}
 
 	var report []string
+	type spell struct {
+		id  string
+		p99 time.Duration
+	}
+	var spells []spell // the victims' p99 while each attempt ran
 	for _, at := range attempts() {
 		if !*all && !slices.Contains(ciAttempts, at.id()) {
 			continue
@@ -74,7 +98,7 @@ func TestHostile(t *testing.T) {
 			began := time.Now()
 			ok, why := at.run(a)
 			if !s.healthy() {
-				t.Errorf("the server is unhealthy after %s", at.id())
+				failf(t, "the server is unhealthy after %s", at.id())
 			}
 			why = clip(why, 600)
 			tag := ""
@@ -82,10 +106,11 @@ func TestHostile(t *testing.T) {
 				tag = " [finding " + at.finding + "]"
 			}
 			p99, n := v.p99Since(began)
+			spells = append(spells, spell{at.id(), p99})
 			line := fmt.Sprintf("CONTAINED %s%s: %s (%.1f s; victims' p99 meanwhile %v over %d execs)", at.id(), tag, why, time.Since(began).Seconds(), p99.Round(time.Millisecond), n)
 			if !ok {
 				line = fmt.Sprintf("BREACH %s%s: %s", at.id(), tag, why)
-				t.Error(line)
+				failf(t, "%s", line)
 			}
 			fmt.Println(line)
 			report = append(report, line)
@@ -93,13 +118,13 @@ func TestHostile(t *testing.T) {
 	}
 	a.t = t
 	if err := s.remove(s.attacker, nsAttacker, a.box); err != nil {
-		t.Errorf("remove the attacker's sandbox: %v", err)
+		failf(t, "remove the attacker's sandbox: %v", err)
 	}
 	v.stop()
 
 	// Victims: every exec answered, p99 within its bound.
 	if len(v.errs) > 0 {
-		t.Errorf("victim execs failed (%d), first: %s", len(v.errs), strings.Join(v.errs[:min(len(v.errs), 5)], "; "))
+		failf(t, "victim execs failed (%d), first: %s", len(v.errs), strings.Join(v.errs[:min(len(v.errs), 5)], "; "))
 	}
 	b50, nb := v.percentile(0, 0.50)
 	b99, _ := v.percentile(0, 0.99)
@@ -109,10 +134,15 @@ func TestHostile(t *testing.T) {
 	fmt.Printf("victims: baseline p50 %v p99 %v (%d execs); under attack p50 %v p99 %v (%d execs); bound %v\n",
 		b50.Round(100*time.Microsecond), b99.Round(100*time.Microsecond), nb, a50.Round(100*time.Microsecond), a99.Round(100*time.Microsecond), na, bound)
 	if nb < 20 || na < 20 {
-		t.Errorf("too few victim execs to judge: %d baseline, %d under attack", nb, na)
+		failf(t, "too few victim execs to judge: %d baseline, %d under attack", nb, na)
 	}
 	if a99 > bound {
-		t.Errorf("victims' exec p99 under attack %v > bound %v (baseline p99 %v)", a99, bound, b99)
+		slices.SortFunc(spells, func(a, b spell) int { return int(b.p99 - a.p99) })
+		var worst []string
+		for _, sp := range spells[:min(3, len(spells))] {
+			worst = append(worst, fmt.Sprintf("%s %v", sp.id, sp.p99.Round(time.Millisecond)))
+		}
+		failf(t, "victims' exec p99 under attack %v > bound %v (baseline p99 %v); worst while: %s", a99, bound, b99, strings.Join(worst, ", "))
 	}
 
 	// Memory: the peak stays under idle + memBudget.
@@ -120,24 +150,24 @@ func TestHostile(t *testing.T) {
 	memBound := idle + memBudget
 	fmt.Printf("server RSS: %d MiB idle, peak %d MiB, bound %d MiB\n", idle/mib, peak/mib, memBound/mib)
 	if peak > memBound {
-		t.Errorf("server RSS peaked at %d MiB > bound %d MiB", peak/mib, memBound/mib)
+		failf(t, "server RSS peaked at %d MiB > bound %d MiB", peak/mib, memBound/mib)
 	}
 
 	// Nothing of the attacker's is left; then nothing at all once the
 	// victims are removed and the server stopped.
 	if left, err := s.sandboxes(nsAttacker); err != nil || len(left) > 0 {
-		t.Errorf("attacker sandboxes left: %v %v", left, err)
+		failf(t, "attacker sandboxes left: %v %v", left, err)
 	}
 	for _, n := range victimNames {
 		if err := s.remove(s.victim, nsVictim, n); err != nil {
-			t.Errorf("remove victim %s: %v", n, err)
+			failf(t, "remove victim %s: %v", n, err)
 		}
 	}
 	if err := s.stop(); err != nil {
-		t.Errorf("server stop: %v", err)
+		failf(t, "server stop: %v", err)
 	}
 	if left := s.leftovers(); len(left) > 0 {
-		t.Errorf("left behind: %s", strings.Join(left, "; "))
+		failf(t, "left behind: %s", strings.Join(left, "; "))
 	}
 	fmt.Printf("hostile suite: %d attempts in %.0f s\n", len(report), time.Since(start).Seconds())
 }
@@ -161,5 +191,11 @@ func clip(s string, n int) string {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	testenv.RemoveWarrenBinary()
+	if len(verdicts) > 0 {
+		fmt.Println("hostile suite failed:")
+		for _, v := range verdicts {
+			fmt.Println("  " + clip(v, 400))
+		}
+	}
 	os.Exit(code)
 }

@@ -252,26 +252,19 @@ type capped struct {
 }
 
 func (c *capped) copy(stream string, r io.Reader) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			c.mu.Lock()
-			keep := int64(n)
-			if c.used+keep > c.limit {
-				keep = c.limit - c.used
-				c.truncated = true
-			}
-			if keep > 0 {
-				c.used += keep
-				c.emit(wire.ExecEvent{Stream: stream, Data: bytes.Clone(buf[:keep])})
-			}
-			c.mu.Unlock()
+	pump(r, func(b []byte) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		keep := int64(len(b))
+		if c.used+keep > c.limit {
+			keep = c.limit - c.used
+			c.truncated = true
 		}
-		if err != nil {
-			return
+		if keep > 0 {
+			c.used += keep
+			c.emit(wire.ExecEvent{Stream: stream, Data: bytes.Clone(b[:keep])})
 		}
-	}
+	})
 }
 
 // apiError is an error with an agent error kind.

@@ -187,7 +187,7 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 		p.outputs = []*os.File{master}
 		closeAfterStart = append(closeAfterStart, slave)
 		closeOnFailure = append(closeOnFailure, master)
-		readers = append(readers, func() { _, _ = io.Copy(p.stdout, master) })
+		readers = append(readers, func() { pumpTo(p.stdout, master) })
 	} else {
 		outR, outW, errR, errW, err := stdPipes()
 		if err != nil {
@@ -198,8 +198,8 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 		closeAfterStart = append(closeAfterStart, outW, errW)
 		closeOnFailure = append(closeOnFailure, outR, errR)
 		readers = append(readers,
-			func() { _, _ = io.Copy(p.stdout, outR); _ = outR.Close() },
-			func() { _, _ = io.Copy(p.stderr, errR); _ = errR.Close() })
+			func() { pumpTo(p.stdout, outR); _ = outR.Close() },
+			func() { pumpTo(p.stderr, errR); _ = errR.Close() })
 		if cmd.Stdin == nil {
 			inR, inW, err := os.Pipe()
 			if err != nil {
