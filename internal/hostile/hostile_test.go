@@ -26,9 +26,17 @@ const maxRunning = 48
 // attack.
 const baselineFor = 10 * time.Second
 
-// latencyFloor: the victims' p99 under attack may reach 3× the baseline's
-// p99, or this, whichever is larger (so a 2 ms baseline does not make 7 ms
-// a failure).
+// latencyFactor and latencyFloor: the victims' p99 under attack may reach
+// latencyFactor × the baseline's p99, or latencyFloor, whichever is larger
+// (so a 2 ms baseline does not make 7 ms a failure). The factor is what
+// fair-share contention costs on this 2-CPU host: attackers may use every
+// CPU and pid their admitted sandboxes hold, which took the victims' p99
+// to 60-70 ms against a 25 ms baseline while the flood of
+// limits/pids-admission ran (and a CI run over 3×); the harms the bound is
+// there to catch, work done outside any sandbox's quota, cost 4-20× (246
+// and 470 ms; docs/security.md).
+const latencyFactor = 4
+
 const latencyFloor = 50 * time.Millisecond
 
 // memBudget is what the server may grow by over the whole run: four
@@ -130,7 +138,7 @@ func TestHostile(t *testing.T) {
 	b99, _ := v.percentile(0, 0.99)
 	a50, na := v.percentile(1, 0.50)
 	a99, _ := v.percentile(1, 0.99)
-	bound := max(3*b99, latencyFloor)
+	bound := max(latencyFactor*b99, latencyFloor)
 	fmt.Printf("victims: baseline p50 %v p99 %v (%d execs); under attack p50 %v p99 %v (%d execs); bound %v\n",
 		b50.Round(100*time.Microsecond), b99.Round(100*time.Microsecond), nb, a50.Round(100*time.Microsecond), a99.Round(100*time.Microsecond), na, bound)
 	if nb < 20 || na < 20 {
