@@ -26,6 +26,7 @@ func commands() []command {
 		{"key", "create, list and revoke API keys", keyCmd},
 		{"ps", "list a server's sandboxes", psCmd},
 		{"logs", "print a sandbox's log from a server", logsCmd},
+		{"egress", "show or change a server sandbox's network rules, print its connection log", egressCmd},
 		{"exec", "run a command in a server's sandbox", execCmd},
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
 		{"image", "import, list and remove images in the local store", imageCmd},

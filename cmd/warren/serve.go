@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/mcp"
 	"github.com/warren-sandbox/warren/internal/metrics"
@@ -45,6 +46,7 @@ Examples:
 // serveConfig is everything serve needs, from flags.
 type serveConfig struct {
 	hf               hostFlags
+	net              netFlags
 	listen           string
 	dev              bool
 	prewarm          int
@@ -78,6 +80,7 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren serve", "warren serve [flags]", serveAbout)
 	var c serveConfig
 	c.hf.register(fs)
+	c.net.register(fs)
 	fs.StringVar(&c.listen, "listen", envOr("WARREN_LISTEN", "127.0.0.1:5555"), "address to listen on (env WARREN_LISTEN)")
 	fs.BoolVar(&c.dev, "dev", false, "development mode: no API keys needed, every caller may use every namespace")
 	fs.IntVar(&c.prewarm, "prewarm", 2, "agents kept spawned ahead of time so starts are faster (0 = none)")
@@ -173,7 +176,17 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	c.hf.log = log // the backend logs into the server's log
-	be, err := c.hf.backend(native.Options{Prewarm: c.prewarm})
+	nw, err := c.net.start(c.hf.runDir, log)
+	if err != nil {
+		return err
+	}
+	nopts := native.Options{Prewarm: c.prewarm}
+	var egressReg *egress.Registry
+	if nw != nil {
+		defer func() { _ = nw.Close() }()
+		nopts.Net, egressReg = nw.Plumb, nw.Registry
+	}
+	be, err := c.hf.backend(nopts)
 	if err != nil {
 		return err
 	}
@@ -205,7 +218,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
 		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
-		Limits: limits, Capacity: capacity,
+		Limits: limits, Capacity: capacity, Egress: egressReg,
 	})
 	if err != nil {
 		return err
@@ -229,7 +242,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "dev", c.dev, "data_dir", c.hf.dataDir,
-		"python_image", c.pythonImage, "node_image", c.nodeImage, "pull_on_demand", c.pull)
+		"python_image", c.pythonImage, "node_image", c.nodeImage, "pull_on_demand", c.pull, "network", nw != nil)
 	log.Info("sandbox limits", "max_memory_mib", limits.MaxMemoryMiB, "max_cpus", limits.MaxCPUs, "pids", limits.Pids, "open_files", limits.OpenFiles,
 		"capacity_memory_mib", capacity.MemoryBytes>>20, "capacity_cpus", capacity.CPUs, "capacity_pids", capacity.Pids,
 		"capacity_ptys", capacity.Ptys, "capacity_open_files", capacity.Files)

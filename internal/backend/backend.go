@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"path"
 	"regexp"
 	"strings"
@@ -35,17 +36,26 @@ type Config struct {
 	// NoFile is RLIMIT_NOFILE of the sandbox's processes; zero means the
 	// spec's default (oci.DefaultNoFile).
 	NoFile int64
-	// Network is "none" (loopback only), the only mode so far.
+	// Network is NetworkNone ("" too) or NetworkEgress.
 	Network string
-	// Ports are published on the host. They need a network: with "none"
-	// there is nothing to publish them from, and CheckSettings refuses
-	// them rather than drop them.
+	// Ports are published on the host. Not yet supported: CheckSettings
+	// refuses them rather than drop them.
 	Ports []PortMapping
 	// Volumes are bind-mounted into the sandbox, after its own mounts.
 	// Their sources must have passed CheckVolumeSource under the caller's
 	// policy.
 	Volumes []Volume
 }
+
+// Network modes (Config.Network).
+const (
+	// NetworkNone is loopback only.
+	NetworkNone = "none"
+	// NetworkEgress gives the sandbox a link of its own to the host,
+	// whose resolver and proxy decide what of its traffic leaves
+	// (internal/netplumb steers it there; internal/egress decides).
+	NetworkEgress = "egress"
+)
 
 var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
 
@@ -124,13 +134,13 @@ func (c *Config) CheckSettings() error {
 	if c.Workdir != "" && !path.IsAbs(c.Workdir) {
 		errs = append(errs, fmt.Errorf("workdir %q: want an absolute path", c.Workdir))
 	}
-	if c.Network != "" && c.Network != "none" {
-		errs = append(errs, fmt.Errorf("network %q: only \"none\" (loopback only) is supported", c.Network))
+	if c.Network != "" && c.Network != NetworkNone && c.Network != NetworkEgress {
+		errs = append(errs, fmt.Errorf("network %q: want %q (loopback only) or %q", c.Network, NetworkNone, NetworkEgress))
 	}
 	if err := ValidatePorts(c.Ports); err != nil {
 		errs = append(errs, err)
-	} else if len(c.Ports) > 0 && (c.Network == "" || c.Network == "none") {
-		errs = append(errs, fmt.Errorf("ports %s: publishing ports needs the sandbox network, and sandboxes on this server have loopback only (network \"none\")", portList(c.Ports)))
+	} else if len(c.Ports) > 0 {
+		errs = append(errs, fmt.Errorf("ports %s: publishing ports of the sandbox network is not supported yet", portList(c.Ports)))
 	}
 	if err := ValidateVolumes(c.Volumes); err != nil {
 		errs = append(errs, err)
@@ -162,6 +172,8 @@ func portList(ps []PortMapping) string {
 //     (without it, a restart keeps the Config the sandbox was made with).
 //   - DiskUser: the space a sandbox's own files take on the host (without
 //     it, disk usage is not reported).
+//   - Networked: the address of a running sandbox's own link (without
+//     it, the sandbox has loopback only whatever Config.Network says).
 //
 // internal/backend/native is the real backend; internal/backend/fake is an
 // in-memory one for tests of what sits above the contract.
@@ -219,6 +231,13 @@ type Reconfigurer interface {
 // writable layer), in bytes.
 type DiskUser interface {
 	DiskUsage() (int64, error)
+}
+
+// Networked is a sandbox with a network link of its own (Config.Network
+// NetworkEgress): NetAddr is its address on that link while it runs (the
+// source of its packets as the host sees them), the zero Addr otherwise.
+type Networked interface {
+	NetAddr() netip.Addr
 }
 
 // Stats is a sandbox's resource usage.

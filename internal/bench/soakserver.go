@@ -3,8 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/backend/native"
 )
 
 // SoakServer is a `warren serve` started for a soak: API keys on, its own
@@ -257,8 +257,7 @@ func (s *SoakServer) leftovers(pool bool) []string {
 // cgroupPrefix is the native backend's cgroup for this run directory
 // (native.Options.CgroupPrefix's default).
 func (s *SoakServer) cgroupPrefix() string {
-	sum := sha256.Sum256([]byte(s.runDir()))
-	return "warren-" + hex.EncodeToString(sum[:4])
+	return native.InstancePrefix(s.runDir())
 }
 
 // cgroupDirs are the server's sandbox cgroup directories in each

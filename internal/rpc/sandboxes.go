@@ -30,6 +30,15 @@ type startConfig struct {
 	Shell     string            `json:"shell"`
 	Scripts   map[string]string `json:"scripts"`
 	Exec      string            `json:"exec"`
+	// Warren holds Warren's extensions to microsandbox's config, which
+	// a microsandbox server ignores.
+	Warren *startExtensions `json:"warren"`
+}
+
+// startExtensions are the settings of Warren's own a microsandbox start
+// may carry under "warren".
+type startExtensions struct {
+	Egress []string `json:"egress"`
 }
 
 func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any, error) {
@@ -69,6 +78,9 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 		return nil, err
 	}
 	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols, Ports: ports}
+	if cfg.Warren != nil {
+		spec.Egress = cfg.Warren.Egress
+	}
 	return s.startSpec(ctx, ns, p.Sandbox, spec, sandbox.Plan{DependsOn: cfg.DependsOn, Command: run})
 }
 
@@ -251,8 +263,6 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 		return nil, errdefs.Errorf(errInvalidParams, "workspace: workspaces are not configured on this server")
 	case len(p.Secrets) > 0:
 		return nil, errdefs.Errorf(errInvalidParams, "secrets: no secret store is configured on this server")
-	case len(p.Egress) > 0:
-		return nil, errdefs.Errorf(errInvalidParams, "egress: sandboxes have no network but loopback; egress rules are not supported yet")
 	}
 	// Unset memory, cpus and image stay zero: the manager fills in the
 	// server's defaults. The periods' bound is the manager's too; it is
@@ -271,7 +281,7 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 		return nil, err
 	}
 	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
-		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols}
+		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Egress: p.Egress}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, name, spec, true)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"regexp"
 	"slices"
 	"sync"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/store"
@@ -77,6 +79,10 @@ type Spec struct {
 	// Ports are published on the host; the backend refuses them while
 	// sandboxes have no network (backend.Config.CheckSettings).
 	Ports []backend.PortMapping `json:"ports,omitempty"`
+	// Egress is the sandbox's allowlist (package egress's rules); empty =
+	// nothing leaves the sandbox. It needs the server's networking
+	// (Options.Egress).
+	Egress []string `json:"egress,omitempty"`
 	// IdleTimeout stops the sandbox after this long without a request;
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -146,6 +152,9 @@ func (s *Spec) Validate() error {
 			errs = append(errs, fmt.Errorf("env %.40q: want K=V with K of [A-Za-z0-9_.-], at most %d bytes", e, MaxEnvLen))
 			break
 		}
+	}
+	if err := checkEgress(s.Egress); err != nil {
+		errs = append(errs, err)
 	}
 	if len(s.Workdir) > 4096 {
 		errs = append(errs, fmt.Errorf("workdir %.40q: longer than 4096 bytes", s.Workdir))
@@ -252,6 +261,10 @@ type Options struct {
 	// start beyond it is refused (ErrLimit). Sandboxes reattached at
 	// New are counted, never refused.
 	Capacity Capacity
+	// Egress, when set, turns networking on: sandboxes get a link of
+	// their own (backend.Config.Network "egress") and their egress state
+	// is registered here under its address while they run (egress.go).
+	Egress *egress.Registry
 }
 
 // Manager owns the server's sandboxes.
@@ -294,6 +307,12 @@ type entry struct {
 	// why is the reason of the last stop or removal, for the operations
 	// it cut short.
 	why string
+
+	// egress is the sandbox's egress state once it first ran with a
+	// network; netAddr the address it is registered under while it
+	// runs (egress.go).
+	egress  *egress.Sandbox
+	netAddr netip.Addr
 
 	busy       atomic.Int32
 	lastActive atomic.Int64 // unix nanoseconds
@@ -461,6 +480,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err := m.checkVolumes(spec.Volumes); err != nil {
 		return Info{}, err
 	}
+	if len(spec.Egress) > 0 && !m.networking() {
+		return Info{}, errNoNetwork
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -619,8 +641,7 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	if err != nil {
 		return err
 	}
-	cfg := spec.config(e.id, img)
-	cfg.PidsMax, cfg.NoFile = m.limits.Pids, m.limits.OpenFiles
+	cfg := m.config(spec, e.id, img)
 	if e.sb == nil {
 		sb, err := m.be.Open(ctx, cfg)
 		if err != nil {
@@ -637,7 +658,25 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	}
 	// The request's cancellation must not leave a half-started sandbox:
 	// the start runs to its own deadline.
-	return e.sb.Start(context.WithoutCancel(ctx))
+	if err := e.sb.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	if err := m.netUp(e, e.sb); err != nil {
+		_ = e.sb.Stop(context.WithoutCancel(ctx))
+		return err
+	}
+	return nil
+}
+
+// config is the backend's configuration for a sandbox of spec, under the
+// server's settings.
+func (m *Manager) config(spec Spec, id string, img *image.Image) backend.Config {
+	cfg := spec.config(id, img)
+	cfg.PidsMax, cfg.NoFile = m.limits.Pids, m.limits.OpenFiles
+	if m.networking() {
+		cfg.Network = backend.NetworkEgress
+	}
+	return cfg
 }
 
 // image resolves the image e starts from. The first start resolves the
@@ -728,8 +767,9 @@ func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 			return
 		}
 		m.persist(e)
-		// Release what it held (cgroup, runtime directory).
+		// Release what it held (cgroup, runtime directory, link).
 		e.life.Lock()
+		m.netDown(e)
 		_ = sb.Stop(context.Background())
 		e.life.Unlock()
 	}()
@@ -769,6 +809,7 @@ func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 	// running, which it would find dead and mark errored.
 	m.persist(e)
 	var err error
+	m.netDown(e)
 	if e.sb != nil {
 		err = e.sb.Stop(context.WithoutCancel(ctx))
 	}
@@ -814,6 +855,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 	if _, err := m.stmts.Exec(context.Background(), `UPDATE sandboxes SET state = ? WHERE id = ?`, removingState, e.id); err != nil {
 		m.log.Error("persist sandbox removal", "id", e.id, "err", err)
 	}
+	m.netDown(e)
 	if e.sb != nil {
 		if err := e.sb.Remove(context.WithoutCancel(ctx)); err != nil {
 			m.mu.Lock()
@@ -891,17 +933,25 @@ func (m *Manager) insert(ctx context.Context, e *entry) error {
 // persist writes e's state; a failure is logged (the in-memory state is
 // the truth while the daemon runs; recovery re-checks the host).
 func (m *Manager) persist(e *entry) {
+	if err := m.persistErr(context.Background(), e); err != nil {
+		m.log.Error("persist sandbox state", "id", e.id, "err", err)
+	}
+}
+
+// persistErr is persist for a caller that answers with its error.
+func (m *Manager) persistErr(ctx context.Context, e *entry) error {
 	m.mu.Lock()
 	if e.removed {
 		m.mu.Unlock()
-		return
+		return nil
 	}
 	spec, _ := json.Marshal(e.spec)
 	args := []any{string(e.state), e.err, spec, unixNano(e.started), unixNano(e.stopped), e.id}
 	m.mu.Unlock()
-	if _, err := m.stmts.Exec(context.Background(), `UPDATE sandboxes SET state = ?, error = ?, spec = ?, started = ?, stopped = ? WHERE id = ?`, args...); err != nil {
-		m.log.Error("persist sandbox state", "id", e.id, "err", err)
+	if _, err := m.stmts.Exec(ctx, `UPDATE sandboxes SET state = ?, error = ?, spec = ?, started = ?, stopped = ? WHERE id = ?`, args...); err != nil {
+		return fmt.Errorf("record sandbox: %w", err)
 	}
+	return nil
 }
 
 func unixNano(t time.Time) int64 {

@@ -66,7 +66,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		img, err := m.image(ctx, e, e.spec.Image)
 		var sb backend.Sandbox
 		if err == nil {
-			sb, err = m.be.Open(ctx, e.spec.config(e.id, img))
+			sb, err = m.be.Open(ctx, m.config(e.spec, e.id, img))
 		}
 		switch {
 		case err != nil:
@@ -78,7 +78,11 @@ func (m *Manager) recover(ctx context.Context) error {
 		case was == Running:
 			e.sb = sb
 			e.usage.reset(sb, time.Now())
-			e.logf("reattached after a daemon restart")
+			if err := m.netUp(e, sb); err != nil {
+				e.logf("reattached after a daemon restart, without its network policy: %v", err)
+			} else {
+				e.logf("reattached after a daemon restart")
+			}
 			m.watch(e, sb)
 		default:
 			// Half-started or half-stopped: finish the stop.

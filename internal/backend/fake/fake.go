@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sync"
 
@@ -47,6 +48,7 @@ type Backend struct {
 	sandboxes map[string]*Sandbox // created and not removed
 	calls     []Call
 	startHook func(id string) error
+	nextAddr  netip.Addr // the next running sandbox's link address
 }
 
 // New returns an empty backend.
@@ -181,7 +183,8 @@ type Sandbox struct {
 	client  *agent.Client
 	stats   backend.Stats
 	disk    int64
-	fs      *fsys // kept across stops, as a writable layer is
+	fs      *fsys      // kept across stops, as a writable layer is
+	addr    netip.Addr // its link's, while it runs with NetworkEgress
 }
 
 func closed() chan struct{} {
@@ -235,6 +238,9 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	case s.agent != nil:
 		return nil // already running
 	}
+	if s.cfg.Network == backend.NetworkEgress {
+		s.addr = s.b.takeAddr()
+	}
 	s.done = make(chan struct{})
 	s.agent = serveAgent(s, s.fs, s.done)
 	s.client = agent.NewClientDial(s.agent.dial)
@@ -269,13 +275,33 @@ func (s *Sandbox) Die() { s.kill() }
 func (s *Sandbox) kill() {
 	s.mu.Lock()
 	a, client := s.agent, s.client
-	s.agent, s.client = nil, nil
+	s.agent, s.client, s.addr = nil, nil, netip.Addr{}
 	s.mu.Unlock()
 	if a == nil {
 		return
 	}
 	a.close()
 	client.Close()
+}
+
+// NetAddr implements backend.Networked: a sandbox running with
+// NetworkEgress has an address of its own (from 10.99.0.0/16, one per
+// start, never reused), with nothing behind it.
+func (s *Sandbox) NetAddr() netip.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}
+
+func (b *Backend) takeAddr() netip.Addr {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.nextAddr.IsValid() {
+		b.nextAddr = netip.MustParseAddr("10.99.0.2")
+	}
+	a := b.nextAddr
+	b.nextAddr = a.Next()
+	return a
 }
 
 // Stop implements backend.Sandbox.

@@ -70,6 +70,11 @@ func (s *Sandbox) attach() error {
 	s.proc = watchProc(pid, pidfd)
 	s.cg = cg
 	s.client = agent.NewClient(filepath.Join(s.run, "agent.sock"))
+	if err := s.restoreNet(); err != nil {
+		// Running, but its traffic would reach nothing with its rules:
+		// the sandbox is attached and its network reported broken.
+		s.b.log.Warn("sandbox network not restored", "id", s.cfg.ID, "err", err.Error())
+	}
 	return nil
 }
 

@@ -40,6 +40,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/seccomp"
 	"github.com/warren-sandbox/warren/internal/spawner"
@@ -70,6 +71,9 @@ type Options struct {
 	RunDir      string // default /run/warren
 	AgentPath   string // the warren-agent binary
 	SpawnerPath string // the warren-spawner binary (package spawner)
+	// Net gives sandboxes of Config.Network backend.NetworkEgress their
+	// link (net_linux.go); nil: such a start is refused.
+	Net *netplumb.Host
 	UserNS      string // UserNSAuto (default), UserNSOn, UserNSOff
 	UIDBase     uint32 // default DefaultUIDBase
 	// UIDRanges is UIDRangesAuto (default), UIDRangesOn or UIDRangesOff:
@@ -164,15 +168,7 @@ func New(opts Options) (*Backend, error) {
 		opts.UIDBase = DefaultUIDBase
 	}
 	if opts.CgroupPrefix == "" {
-		// Instances with different run directories must not share a
-		// prefix: ReapOrphans takes a cgroup under its prefix without a
-		// live agent in its own run directory for an orphan, and would
-		// kill the other instance's sandboxes.
-		opts.CgroupPrefix = "warren"
-		if abs, err := filepath.Abs(opts.RunDir); err == nil && abs != "/run/warren" {
-			sum := sha256.Sum256([]byte(abs))
-			opts.CgroupPrefix = "warren-" + hex.EncodeToString(sum[:4])
-		}
+		opts.CgroupPrefix = InstancePrefix(opts.RunDir)
 	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 10 * time.Second
@@ -592,6 +588,21 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 	return sb, nil
 }
 
+// InstancePrefix names what a backend of run directory runDir makes on the
+// host outside its directories (its cgroups, its network's table and
+// links): "warren" for the default /run/warren, "warren-<8 hex>" for
+// another. Instances with different run directories must not share a
+// prefix: ReapOrphans takes a cgroup under its prefix without a live agent
+// in its own run directory for an orphan, and would kill the other
+// instance's sandboxes.
+func InstancePrefix(runDir string) string {
+	if abs, err := filepath.Abs(runDir); err == nil && abs != "/run/warren" {
+		sum := sha256.Sum256([]byte(abs))
+		return "warren-" + hex.EncodeToString(sum[:4])
+	}
+	return "warren"
+}
+
 // Sandbox is one native sandbox.
 type Sandbox struct {
 	b   *Backend
@@ -609,6 +620,9 @@ type Sandbox struct {
 	// kept across stops; rootTimer runs while it is kept stopped.
 	root      *rootMount
 	rootTimer *time.Timer
+	// link is the running sandbox's network link (net_linux.go); zero
+	// without one.
+	link netplumb.Link
 }
 
 // The contract and the optional abilities this backend provides.
@@ -617,6 +631,7 @@ var (
 	_ backend.Sandbox      = (*Sandbox)(nil)
 	_ backend.Reconfigurer = (*Sandbox)(nil)
 	_ backend.DiskUser     = (*Sandbox)(nil)
+	_ backend.Networked    = (*Sandbox)(nil)
 )
 
 // ID implements backend.Sandbox.
@@ -823,6 +838,14 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 			}
 		}()
 	}
+	var link netplumb.Link
+	if s.cfg.Network == backend.NetworkEgress {
+		if link, err = s.attachNet(a.proc.pid); err != nil {
+			return err
+		}
+		undo = append(undo, func() { _ = s.b.opts.Net.Detach(s.cfg.ID) })
+		gcfg.Nameserver = link.Gateway.String()
+	}
 	tPrepare := time.Since(t0)
 	if err := sendWorkload(a, cg); err != nil {
 		return err
@@ -831,7 +854,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		return err
 	}
 	_ = a.statusR.Close()
-	s.proc, s.cg, s.lifeline = a.proc, cg, a.lifeW
+	s.proc, s.cg, s.lifeline, s.link = a.proc, cg, a.lifeW, link
 	s.client = agent.NewClientConn(filepath.Join(s.run, "agent.sock"), a.conn)
 	a.conn = nil
 	// The phases are built only for a debug log: this is every start's path.
@@ -1028,12 +1051,16 @@ type held struct {
 	client   *agent.Client
 	lifeline *os.File
 	run      string
+	net      *netplumb.Host // set when the run had a link
 }
 
 // takeLocked detaches what the sandbox holds, leaving it stopped.
 func (s *Sandbox) takeLocked() held {
 	h := held{id: s.cfg.ID, proc: s.proc, cg: s.cg, client: s.client, lifeline: s.lifeline, run: s.run}
-	s.proc, s.cg, s.client, s.lifeline = nil, nil, nil, nil
+	if s.link.Addr.IsValid() {
+		h.net = s.b.opts.Net
+	}
+	s.proc, s.cg, s.client, s.lifeline, s.link = nil, nil, nil, nil, netplumb.Link{}
 	return h
 }
 
@@ -1053,6 +1080,13 @@ func (h held) release() error {
 	}
 	if h.lifeline != nil {
 		_ = h.lifeline.Close()
+	}
+	if h.net != nil {
+		// The pair went with the agent's namespace; this frees the
+		// address and the rules that named it.
+		if err := h.net.Detach(h.id); err != nil {
+			errs = append(errs, fmt.Errorf("network: %w", err))
+		}
 	}
 	if err := os.RemoveAll(h.run); err != nil {
 		errs = append(errs, err)

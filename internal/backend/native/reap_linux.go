@@ -176,5 +176,8 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 		}
 		removed = append(removed, id)
 	}
+	if err := b.sweepNet(); err != nil {
+		errs = append(errs, err)
+	}
 	return removed, errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package setup
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path"
 	"strconv"
@@ -109,6 +110,11 @@ func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launch
 			if err := readonlyPath(p); err != nil {
 				return nil, fmt.Errorf("make %s read-only: %w", p, err)
 			}
+		}
+	}
+	if cfg.Nameserver != "" {
+		if err := writeResolvConf(cfg.Nameserver); err != nil {
+			return nil, err
 		}
 	}
 	if s.Root.Readonly {
@@ -532,4 +538,34 @@ func setRlimit(rl specs.POSIXRlimit) error {
 		return fmt.Errorf("set %s: %w", rl.Type, err)
 	}
 	return nil
+}
+
+// writeResolvConf makes /etc/resolv.conf name only ns, the host's resolver
+// for this sandbox. An image's resolv.conf may be a symlink (into /run, for
+// systemd-resolved) or name a loopback stub that does not exist here; it is
+// replaced, in the sandbox's own upper layer, by a plain file.
+func writeResolvConf(ns string) error {
+	a, err := netip.ParseAddr(ns)
+	if err != nil || !a.Is4() {
+		return fmt.Errorf("nameserver %.40q: want an IPv4 address", ns)
+	}
+	if err := os.MkdirAll("/etc", 0o755); err != nil { //nolint:gosec // 0755: the usual mode of /etc
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	if fi, err := os.Lstat("/etc/resolv.conf"); err == nil && !fi.Mode().IsRegular() {
+		if err := os.Remove("/etc/resolv.conf"); err != nil {
+			return fmt.Errorf("resolv.conf: replace the image's %v: %w", fi.Mode().Type(), err)
+		}
+	}
+	// O_NOFOLLOW: the sandbox's root is its own, but a symlink here was
+	// just removed and nothing else runs yet; this keeps it so.
+	f, err := os.OpenFile("/etc/resolv.conf", os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_NOFOLLOW, 0o644) //nolint:gosec // 0644: every process reads resolv.conf
+	if err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	if _, err := fmt.Fprintf(f, "nameserver %s\n", a); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
+	return f.Close()
 }

@@ -29,6 +29,11 @@ type Config struct {
 	// Lifeline makes the agent exit when the read end of FDLifeline reports
 	// EOF, that is when the host process that started it is gone.
 	Lifeline bool `json:"lifeline,omitempty"`
+	// Nameserver, when set, is the IPv4 address the sandbox resolves
+	// names with (the gateway of its network link, where the host's
+	// resolver answers for it): the agent writes /etc/resolv.conf
+	// naming it, replacing whatever the image had there.
+	Nameserver string `json:"nameserver,omitempty"`
 	// Procs is how many threads may run the agent's Go code at once
 	// (GOMAXPROCS) once the sandbox is set up: its CPU limit rounded up, 0
 	// for none (every CPU). Agents start with one, which a start's burst of

@@ -39,6 +39,7 @@ func encodeConfig(c *Config) []byte {
 	e.str(c.Node)
 	e.str(c.User)
 	e.bool(c.Lifeline)
+	e.str(c.Nameserver)
 	e.uint(uint64(c.Procs))
 	e.uint(c.TimerSlack)
 	return e.b
@@ -62,6 +63,7 @@ func decodeConfig(b []byte) (*Config, error) {
 	c.Node = d.str()
 	c.User = d.str()
 	c.Lifeline = d.bool()
+	c.Nameserver = d.str()
 	c.Procs = d.uint32()
 	c.TimerSlack = d.uint()
 	if d.err == nil && len(d.b) > 0 {

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+const egressAbout = `
+Shows and changes what a sandbox of a running server may reach on the
+network (docs/network.md), and prints its connection log.
+
+  warren egress get NAME              its rules, one per line
+  warren egress set NAME [RULE...]    replace them (none: nothing leaves);
+                                      new connections follow at once
+  warren egress log NAME              every DNS query and connection, with
+                                      its verdict and the rule that decided
+
+A rule is a host name (pypi.org), a suffix wildcard (*.githubusercontent.com),
+or an address or CIDR (203.0.113.7, 10.0.0.0/8), each with an optional
+:PORT (none = 80 and 443; :* = any port).`
+
+func egressCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren egress", "warren egress get|set|log [flags] NAME [RULE...]", egressAbout)
+	c, ns := clientFlags(fs)
+	since := fs.Uint64("since", 0, "log: only records after this sequence number")
+	limit := fs.Int("limit", 0, "log: at most this many records (0 = up to 1000)")
+	if len(args) == 0 {
+		fs.Usage()
+		return exitError{2}
+	}
+	sub := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() < 1 || (sub != "set" && fs.NArg() != 1) {
+		fs.Usage()
+		return exitError{2}
+	}
+	ref := map[string]any{"namespace": *ns, "sandbox": fs.Arg(0)}
+	var rules struct {
+		Rules []string `json:"rules"`
+	}
+	switch sub {
+	case "get":
+		if err := c.call(ctx, "sandbox.egress.get", ref, &rules); err != nil {
+			return err
+		}
+	case "set":
+		ref["rules"] = append([]string{}, fs.Args()[1:]...)
+		if err := c.call(ctx, "sandbox.egress.set", ref, &rules); err != nil {
+			return err
+		}
+	case "log":
+		ref["since"], ref["limit"] = *since, *limit
+		var out struct {
+			Records []struct {
+				Seq      uint64    `json:"seq"`
+				Time     time.Time `json:"time"`
+				Kind     string    `json:"kind"`
+				Name     string    `json:"name"`
+				Addr     string    `json:"addr"`
+				Port     uint16    `json:"port"`
+				Verdict  string    `json:"verdict"`
+				Rule     string    `json:"rule"`
+				Reason   string    `json:"reason"`
+				BytesOut int64     `json:"bytes_out"`
+				BytesIn  int64     `json:"bytes_in"`
+				Duration float64   `json:"duration_ms"`
+			} `json:"records"`
+		}
+		if err := c.call(ctx, "sandbox.egress.log", ref, &out); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tNAME\tADDRESS\tVERDICT\tRULE/REASON\tOUT\tIN\tMS")
+		for _, r := range out.Records {
+			addr := r.Addr
+			if r.Port != 0 {
+				addr = fmt.Sprintf("%s:%d", r.Addr, r.Port)
+			}
+			why := r.Rule
+			if r.Reason != "" {
+				why = strings.TrimSpace(why + " " + r.Reason)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\n", r.Seq, r.Time.Local().Format("15:04:05.000"),
+				r.Kind, dash(r.Name), dash(addr), r.Verdict, dash(why), r.BytesOut, r.BytesIn, r.Duration)
+		}
+		return tw.Flush()
+	default:
+		fs.Usage()
+		return exitError{2}
+	}
+	for _, r := range rules.Rules {
+		fmt.Println(r)
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+
+	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/network"
+)
+
+// netFlags choose the sandboxes' network (docs/network.md).
+type netFlags struct {
+	mode      string // auto, on, off
+	upstreams string // comma-separated ADDR[:PORT]
+	pool      string // CIDR
+}
+
+func (n *netFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&n.mode, "network", envOr("WARREN_NETWORK", "auto"), "sandboxes' network (env WARREN_NETWORK): on = a link of their own whose traffic\nonly leaves as their egress rules allow (deny-all by default); off = loopback only;\nauto = on where the host can (nftables, veth: see warren doctor), else off with a warning")
+	fs.StringVar(&n.upstreams, "dns-upstream", envOr("WARREN_DNS_UPSTREAM", ""), "resolvers that sandboxes' allowed names are looked up with, comma-separated ADDR[:PORT]\n(env WARREN_DNS_UPSTREAM; default: the host's /etc/resolv.conf)")
+	fs.StringVar(&n.pool, "net-pool", envOr("WARREN_NET_POOL", "10.201.0.0/16"), "IPv4 range sandboxes' links are addressed from, a /30 each (env WARREN_NET_POOL)")
+}
+
+// start starts the host side of sandbox networking for the backend of
+// runDir, or returns nil when it is off (or unavailable under auto).
+func (n *netFlags) start(runDir string, log *slog.Logger) (*network.Network, error) {
+	switch n.mode {
+	case "off":
+		return nil, nil
+	case "on", "auto":
+	default:
+		return nil, fmt.Errorf("--network %q: want auto, on or off", n.mode)
+	}
+	pool, err := netip.ParsePrefix(n.pool)
+	if err != nil || !pool.Addr().Is4() || pool.Bits() > 28 {
+		return nil, fmt.Errorf("--net-pool %q: want an IPv4 range like 10.201.0.0/16, at most /28", n.pool)
+	}
+	var ups []netip.AddrPort
+	for _, u := range strings.Split(n.upstreams, ",") {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		ap, err := netip.ParseAddrPort(u)
+		if err != nil {
+			a, aerr := netip.ParseAddr(u)
+			if aerr != nil {
+				return nil, fmt.Errorf("--dns-upstream %q: want ADDR or ADDR:PORT (IPv6 as [ADDR]:PORT)", u)
+			}
+			ap = netip.AddrPortFrom(a, 53)
+		}
+		ups = append(ups, ap)
+	}
+	nw, err := network.Start(network.Options{Prefix: native.InstancePrefix(runDir), Pool: pool.Masked(), Upstreams: ups, Logger: log})
+	if err != nil {
+		if n.mode == "on" {
+			return nil, fmt.Errorf("%w (--network on; see warren doctor)", err)
+		}
+		log.Warn("sandboxes get loopback only: their network is unavailable on this host (see warren doctor; --network off silences this)", "err", err.Error())
+		return nil, nil
+	}
+	return nw, nil
+}

@@ -1,0 +1,169 @@
+// Package network is the host side of sandbox networking, started as one:
+// the plumbing that gives each sandbox a link and steers its traffic
+// (internal/netplumb), the resolver that answers its DNS queries
+// (internal/egress/resolver), the transparent proxy its TCP connections
+// reach (internal/egress/tproxy), and the registry through which both
+// find the sandbox a packet came from (internal/egress). warren serve
+// and warren run each start one; the native backend attaches sandboxes to
+// its plumbing, the sandbox manager registers them.
+package network
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+
+	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/egress/resolver"
+	"github.com/warren-sandbox/warren/internal/egress/tproxy"
+	"github.com/warren-sandbox/warren/internal/netplumb"
+)
+
+// Options configure a Network.
+type Options struct {
+	// Prefix names the instance's table and links (the backend's
+	// InstancePrefix).
+	Prefix string
+	// Pool is where sandboxes' link addresses come from (netplumb's
+	// default when zero).
+	Pool netip.Prefix
+	// Upstreams are the resolvers names are looked up with (the host's
+	// /etc/resolv.conf when empty).
+	Upstreams []netip.AddrPort
+	Logger    *slog.Logger
+}
+
+// Network is a running host side of sandbox networking.
+type Network struct {
+	Registry *egress.Registry
+	Plumb    *netplumb.Host
+
+	res   *resolver.Server
+	proxy *tproxy.Proxy
+	udp   net.PacketConn
+	tcp   net.Listener // the resolver's
+	pln   net.Listener // the proxy's
+	wg    sync.WaitGroup
+}
+
+// Start listens for the resolver and the proxy, then opens the plumbing
+// steering sandboxes' traffic to them.
+func Start(opts Options) (n *Network, err error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	n = &Network{Registry: egress.NewRegistry()}
+	defer func() {
+		if err != nil {
+			n.closeListeners()
+		}
+	}()
+	// The listeners take any address: the plumbing redirects a
+	// sandbox's packets to its link's gateway address, which is on a
+	// link made later. What does not come from a registered sandbox is
+	// refused by both (Lookup answers nil).
+	if n.udp, n.tcp, err = listenPair(); err != nil {
+		return nil, fmt.Errorf("network: resolver: %w", err)
+	}
+	if n.pln, err = net.Listen("tcp4", "0.0.0.0:0"); err != nil {
+		return nil, fmt.Errorf("network: proxy: %w", err)
+	}
+	reg := n.Registry
+	if n.res, err = resolver.New(resolver.Config{
+		Lookup: func(a netip.Addr) resolver.Sandbox {
+			if s := reg.Lookup(a); s != nil {
+				return s
+			}
+			return nil // not a typed nil
+		},
+		Upstreams: opts.Upstreams,
+	}); err != nil {
+		return nil, fmt.Errorf("network: resolver: %w", err)
+	}
+	n.proxy = tproxy.New(tproxy.Config{
+		Lookup: func(a netip.Addr) tproxy.Sandbox {
+			if s := reg.Lookup(a); s != nil {
+				return s
+			}
+			return nil
+		},
+	})
+	if n.Plumb, err = netplumb.Open(netplumb.Config{
+		Prefix: opts.Prefix, Pool: opts.Pool,
+		ResolverPort: port(n.tcp.Addr()), ProxyPort: port(n.pln.Addr()),
+	}); err != nil {
+		return nil, fmt.Errorf("network: %w", err)
+	}
+	n.serve(opts.Logger, "resolver (udp)", func() error { return n.res.ServeUDP(n.udp) })
+	n.serve(opts.Logger, "resolver (tcp)", func() error { return n.res.ServeTCP(n.tcp) })
+	n.serve(opts.Logger, "proxy", func() error { return n.proxy.Serve(n.pln) })
+	return n, nil
+}
+
+func (n *Network) serve(log *slog.Logger, what string, f func() error) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		if err := f(); err != nil && !errors.Is(err, net.ErrClosed) {
+			log.Error("network: "+what+" stopped", "err", err.Error())
+		}
+	}()
+}
+
+// listenPair listens on one port number for both UDP and TCP (the
+// plumbing redirects DNS over either to one port).
+func listenPair() (net.PacketConn, net.Listener, error) {
+	var last error
+	for range 16 {
+		ln, err := net.Listen("tcp4", "0.0.0.0:0")
+		if err != nil {
+			return nil, nil, err
+		}
+		pc, err := net.ListenPacket("udp4", "0.0.0.0:"+strconv.Itoa(int(port(ln.Addr()))))
+		if err == nil {
+			return pc, ln, nil
+		}
+		last = err
+		_ = ln.Close()
+	}
+	return nil, nil, fmt.Errorf("no port free for both udp and tcp: %w", last)
+}
+
+func port(a net.Addr) uint16 {
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap.Port()
+	}
+	return 0
+}
+
+// Close stops the resolver and the proxy (ending the connections it
+// carries). The plumbing stays: sandboxes outlive the server, and the
+// next one on the same directories takes it over (netplumb.Open).
+func (n *Network) Close() error {
+	var errs []error
+	if n.res != nil {
+		errs = append(errs, n.res.Close())
+	}
+	if n.proxy != nil {
+		errs = append(errs, n.proxy.Close())
+	}
+	n.closeListeners()
+	n.wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (n *Network) closeListeners() {
+	if n.udp != nil {
+		_ = n.udp.Close()
+	}
+	if n.tcp != nil {
+		_ = n.tcp.Close()
+	}
+	if n.pln != nil {
+		_ = n.pln.Close()
+	}
+}

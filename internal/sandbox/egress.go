@@ -1,0 +1,157 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+)
+
+// A sandbox's network policy, seen from the manager. The backend gives a
+// running sandbox a link of its own (backend.Networked); the manager puts
+// the sandbox's egress state (egress.Sandbox: rules, pins, log) in the
+// registry under the link's address, where the host's resolver and proxy
+// find it by a packet's source. Invariants:
+//   - a sandbox is in the registry only while it runs: it is registered
+//     once its start succeeded and taken out BEFORE its backend stop, which
+//     frees its address for the next sandbox; so an address never names
+//     the wrong sandbox;
+//   - the rules in the registry are the spec's: a live change is written
+//     to the store first, then swapped in, and the next start compiles
+//     the stored ones;
+//   - the egress state (its log, its pins) outlives stops: the log of a
+//     stopped sandbox stays readable, and pins are checked against the
+//     addresses this sandbox's resolver handed out, whoever held them
+//     before.
+
+// networking reports whether sandboxes get a link (and so egress rules).
+func (m *Manager) networking() bool { return m.opts.Egress != nil }
+
+// netUp registers e's egress state under its sandbox's address. Holds
+// e.life; sb runs.
+func (m *Manager) netUp(e *entry, sb backend.Sandbox) error {
+	if !m.networking() {
+		return nil
+	}
+	nw, ok := sb.(backend.Networked)
+	if !ok {
+		return nil
+	}
+	addr := nw.NetAddr()
+	if !addr.IsValid() {
+		return nil
+	}
+	m.mu.Lock()
+	rules := e.spec.Egress
+	es := e.egress
+	m.mu.Unlock()
+	p, err := egress.Compile(rules)
+	if err != nil {
+		// Validated when stored; a server with a stricter parser than
+		// the one that stored them says which rule.
+		return errdefs.Errorf(errdefs.ErrInvalid, "egress: %w", err)
+	}
+	if es == nil {
+		es = egress.NewSandbox(e.ns, e.name, p)
+	} else {
+		es.SetPolicy(p)
+	}
+	m.mu.Lock()
+	e.egress, e.netAddr = es, addr
+	m.mu.Unlock()
+	m.opts.Egress.Add(addr, es)
+	return nil
+}
+
+// netDown takes e out of the registry; before the backend stops it.
+func (m *Manager) netDown(e *entry) {
+	m.mu.Lock()
+	addr := e.netAddr
+	e.netAddr = netip.Addr{}
+	m.mu.Unlock()
+	if addr.IsValid() && m.opts.Egress != nil {
+		m.opts.Egress.Remove(addr)
+	}
+}
+
+// Egress returns ns/name's egress rules.
+func (m *Manager) Egress(ns, name string) ([]string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e := m.entries[key{ns, name}]
+	if e == nil || e.removed {
+		return nil, notFound(ns, name)
+	}
+	return append([]string{}, e.spec.Egress...), nil
+}
+
+// SetEgress replaces ns/name's egress rules, at once for a running
+// sandbox's new connections and queries, and for its later starts.
+func (m *Manager) SetEgress(ctx context.Context, ns, name string, rules []string) ([]string, error) {
+	if !m.networking() {
+		return nil, errNoNetwork
+	}
+	p, err := egress.Compile(rules)
+	if err != nil {
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "egress: %w", err)
+	}
+	m.mu.Lock()
+	e := m.entries[key{ns, name}]
+	m.mu.Unlock()
+	if e == nil {
+		return nil, notFound(ns, name)
+	}
+	e.life.Lock()
+	defer e.life.Unlock()
+	m.mu.Lock()
+	if e.removed {
+		m.mu.Unlock()
+		return nil, notFound(ns, name)
+	}
+	e.spec.Egress = p.Rules()
+	es := e.egress
+	m.mu.Unlock()
+	if err := m.persistErr(ctx, e); err != nil {
+		return nil, err
+	}
+	if es != nil {
+		es.SetPolicy(p)
+	}
+	e.logf("egress rules set: %d rule(s)", len(p.Rules()))
+	return p.Rules(), nil
+}
+
+// EgressLog returns ns/name's connection log after seq since, at most
+// limit records (oldest first).
+func (m *Manager) EgressLog(ns, name string, since uint64, limit int) ([]egress.Record, error) {
+	m.mu.Lock()
+	e := m.entries[key{ns, name}]
+	var es *egress.Sandbox
+	if e != nil && !e.removed {
+		es = e.egress
+	}
+	m.mu.Unlock()
+	if e == nil || e.removed {
+		return nil, notFound(ns, name)
+	}
+	if es == nil {
+		return []egress.Record{}, nil
+	}
+	return es.Log(since, limit), nil
+}
+
+var errNoNetwork = errdefs.Errorf(errdefs.ErrInvalid, "egress: this server gives sandboxes no network (warren serve --network off, or the host cannot: see warren doctor)")
+
+// checkEgress validates rules for a spec.
+func checkEgress(rules []string) error {
+	if len(rules) == 0 {
+		return nil
+	}
+	if _, err := egress.Compile(rules); err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+	return nil
+}
