@@ -246,12 +246,12 @@ func (s *Sandbox) Decide(dst netip.AddrPort, wireName, wireKind string) Verdict 
 		}
 		return deny(fmt.Sprintf("no name resolved to %s is allowed at port %d", a, port))
 	}
-	var what string
+	var what, ok string
 	switch wireKind {
 	case "tls":
-		what = "SNI"
+		what, ok = "SNI", "SNI allowed"
 	case "http":
-		what = "Host"
+		what, ok = "Host", "Host allowed"
 	case "":
 		if port == 80 || port == 443 {
 			return deny(fmt.Sprintf("unrecognised protocol on port %d (TLS with SNI or HTTP with Host needed)", port))
@@ -267,8 +267,8 @@ func (s *Sandbox) Decide(dst netip.AddrPort, wireName, wireKind string) Verdict 
 	if !valid {
 		return deny(fmt.Sprintf("%s %s is not a host name", what, show(wireName)))
 	}
-	wrule, ok := p.AllowsNamePort(wn, port)
-	if !ok {
+	wrule, allowed := p.AllowsNamePort(wn, port)
+	if !allowed {
 		if _, any := p.AllowsName(wn); any {
 			return deny(fmt.Sprintf("%s %s not allowed at port %d", what, wn, port))
 		}
@@ -277,7 +277,7 @@ func (s *Sandbox) Decide(dst netip.AddrPort, wireName, wireKind string) Verdict 
 	if !s.pinned(wn, a, now) {
 		return deny(fmt.Sprintf("%s %s not pinned to %s", what, wn, a))
 	}
-	return Verdict{Allow: true, Name: wn, Rule: wrule, Reason: what + " allowed"}
+	return Verdict{Allow: true, Name: wn, Rule: wrule, Reason: ok}
 }
 
 func deny(reason string) Verdict { return Verdict{Reason: reason} }
