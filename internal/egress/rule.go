@@ -313,13 +313,13 @@ func parseName(s string) (name string, wildcard bool, err error) {
 	}
 	name, ok := checkName(s)
 	if !ok {
-		return "", false, bad("%q is not a valid host name (letters, digits and hyphens; labels of 1-63, at most 253 in all)", s)
+		return "", false, bad("not a valid host name (letters, digits and hyphens; labels of 1-63, at most 253 in all)")
 	}
 	if wildcard && len(name)+2 > maxNameLen {
 		return "", false, bad("wildcard suffix too long for any name to match")
 	}
 	if last := name[strings.LastIndexByte(name, '.')+1:]; isAddrLike(last) {
-		return "", false, bad("%q is not a host name (its last label is a number) nor an IP address", s)
+		return "", false, bad("not a host name (its last label is a number) nor an IP address")
 	}
 	return name, wildcard, nil
 }

@@ -3,9 +3,16 @@ package egress
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
+
+// strict reports whether a is a strict special address (see Special).
+func strict(a netip.Addr) bool {
+	_, s, _ := classify(a)
+	return s
+}
 
 func TestParseRuleAccepts(t *testing.T) {
 	name := func(n string, wild bool, port uint16, anyPort bool) Rule {
@@ -216,6 +223,38 @@ func FuzzParseRule(f *testing.F) {
 		}
 		if (r.Name != "") == r.Prefix.IsValid() {
 			t.Fatalf("%q: rule is not exactly one of a name and an address: %#v", s, r)
+		}
+		// A policy of the rule allows what the rule names, and no more.
+		p, err := Compile([]string{s})
+		if err != nil || !slices.Equal(p.Rules(), []string{c}) {
+			t.Fatalf("Compile(%q) = %v, %v", s, p.Rules(), err)
+		}
+		port := r.Port
+		if port == 0 {
+			port = 443
+		}
+		switch {
+		case r.IsAddr():
+			if got, ok := p.AllowsAddr(netip.AddrPortFrom(r.Prefix.Addr(), port)); !ok && !strict(r.Prefix.Addr()) || ok && got != c {
+				t.Fatalf("%q does not allow its own network's first address", c)
+			}
+			if _, ok := p.AllowsName("a.example"); ok {
+				t.Fatalf("address rule %q allows a name", c)
+			}
+		case r.Wildcard:
+			if got, ok := p.AllowsNamePort("x."+r.Name, port); !ok || got != c {
+				t.Fatalf("%q does not allow x.%s", c, r.Name)
+			}
+			if _, ok := p.AllowsName(r.Name); ok {
+				t.Fatalf("%q allows its bare suffix", c)
+			}
+		default:
+			if got, ok := p.AllowsNamePort(strings.ToUpper(r.Name)+".", port); !ok || got != c {
+				t.Fatalf("%q does not allow its name", c)
+			}
+			if _, ok := p.AllowsName("x." + r.Name); ok {
+				t.Fatalf("exact rule %q allows a subdomain", c)
+			}
 		}
 	})
 }

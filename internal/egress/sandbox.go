@@ -99,9 +99,28 @@ func (s *Sandbox) SetPolicy(p *Policy) {
 		p = &Policy{}
 	}
 	s.policy.Store(p)
-	s.Record(Record{Kind: "policy", Verdict: "set", Rules: p.Rules(),
-		Reason: fmt.Sprintf("%d rules", p.Len())})
+	// The record shares the policy's (immutable) rule texts, at most
+	// maxListed bytes of them, so a thousand changes to a long policy
+	// cannot hold much memory.
+	n, size := 0, 0
+	for ; n < p.Len() && size+len(p.text[n]) <= maxListed; n++ {
+		size += len(p.text[n])
+	}
+	r := Record{Kind: "policy", Verdict: "set", Reason: fmt.Sprintf("%d rules", p.Len())}
+	if n > 0 {
+		r.Rules = p.text[:n:n]
+	}
+	if n < p.Len() {
+		r.Reason += fmt.Sprintf(" (the first %d listed)", n)
+	}
+	s.Record(r)
 }
+
+// maxListed bounds the rule texts one policy record lists, in bytes.
+const maxListed = 4096
+
+// ID returns the sandbox's namespace and name.
+func (s *Sandbox) ID() (namespace, name string) { return s.namespace, s.name }
 
 // AllowName reports whether a rule allows name (at some port).
 func (s *Sandbox) AllowName(name string) (rule string, ok bool) {
@@ -282,6 +301,14 @@ func (s *Sandbox) Decide(dst netip.AddrPort, wireName, wireKind string) Verdict 
 
 func deny(reason string) Verdict { return Verdict{Reason: reason} }
 
+// clip cuts s to at most n bytes, marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
 // show renders a hostile string for a reason: short and quoted unless it
 // is a plain host name.
 func show(s string) string {
@@ -296,8 +323,16 @@ func show(s string) string {
 
 // Record appends r to the sandbox's log, filling Seq, Time (when zero),
 // Namespace and Sandbox, and counts it under its Kind when its Verdict is
-// "allow" or "deny". The log keeps the newest LogSize records.
+// "allow" or "deny". The log keeps the newest LogSize records. Strings a
+// sandbox chose (a queried name, an SNI, a Host) are cut to bounded
+// lengths, so the log's memory is bounded too.
 func (s *Sandbox) Record(r Record) {
+	r.Kind = clip(r.Kind, 16)
+	r.Name = clip(r.Name, maxNameLen+2)
+	r.Addr = clip(r.Addr, 64)
+	r.Verdict = clip(r.Verdict, 16)
+	r.Rule = clip(r.Rule, MaxRuleLen)
+	r.Reason = clip(r.Reason, 512)
 	s.logMu.Lock()
 	defer s.logMu.Unlock()
 	s.seq++
@@ -326,7 +361,8 @@ func (s *Sandbox) Record(r Record) {
 
 // Log returns up to limit records with Seq > since, oldest first (limit
 // <= 0 or above LogSize means LogSize). Records older than the log's
-// bound are gone; a caller sees that from a gap in Seq.
+// bound are gone; a caller sees that from a gap in Seq. A record's Rules
+// are shared and must not be modified.
 func (s *Sandbox) Log(since uint64, limit int) []Record {
 	if limit <= 0 || limit > LogSize {
 		limit = LogSize

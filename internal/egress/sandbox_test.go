@@ -487,3 +487,37 @@ func TestRegistry(t *testing.T) {
 		t.Fatalf("%d addresses left, want 2", r.Len())
 	}
 }
+
+func TestRecordBounds(t *testing.T) {
+	s, _ := newTestSandbox(t)
+	huge := strings.Repeat("x", 1<<20)
+	s.Record(Record{Kind: huge, Name: huge, Addr: huge, Verdict: "deny", Rule: huge, Reason: huge})
+	r := s.Log(0, 0)[0]
+	for field, v := range map[string]string{"kind": r.Kind, "name": r.Name, "addr": r.Addr, "rule": r.Rule, "reason": r.Reason} {
+		if len(v) > 512 || !strings.HasSuffix(v, "...") {
+			t.Errorf("%s kept %d bytes", field, len(v))
+		}
+	}
+	if r.Verdict != "deny" || s.Counts()[r.Kind].Denied != 1 {
+		t.Errorf("a short field was changed: %+v", r)
+	}
+
+	// A long policy's record lists a bounded prefix of its rules.
+	rules := make([]string, MaxRules)
+	for i := range rules {
+		rules[i] = fmt.Sprintf("%s.%s.%s-%d.example.com", strings.Repeat("n", 55), strings.Repeat("o", 55), strings.Repeat("p", 55), i)
+	}
+	s.SetPolicy(mustCompile(t, rules...))
+	r = s.Log(1, 0)[0]
+	size := 0
+	for _, x := range r.Rules {
+		size += len(x)
+	}
+	if len(r.Rules) == 0 || size > maxListed || !slices.Equal(r.Rules, rules[:len(r.Rules)]) ||
+		r.Reason != fmt.Sprintf("256 rules (the first %d listed)", len(r.Rules)) {
+		t.Fatalf("policy record lists %d rules, %d bytes: %q", len(r.Rules), size, r.Reason)
+	}
+	if ns, name := s.ID(); ns != "ns" || name != "box" {
+		t.Fatalf("ID() = %s, %s", ns, name)
+	}
+}
