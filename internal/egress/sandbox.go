@@ -60,6 +60,7 @@ type Sandbox struct {
 	namespace, name string
 	now             func() time.Time
 	policy          atomic.Pointer[Policy]
+	setMu           sync.Mutex // orders SetPolicy's swaps as its records
 
 	pinMu sync.RWMutex
 	pins  map[netip.Addr]map[string]time.Time // address → name → expiry
@@ -98,6 +99,8 @@ func (s *Sandbox) SetPolicy(p *Policy) {
 	if p == nil {
 		p = &Policy{}
 	}
+	s.setMu.Lock()
+	defer s.setMu.Unlock()
 	s.policy.Store(p)
 	// The record shares the policy's (immutable) rule texts, at most
 	// maxListed bytes of them, so a thousand changes to a long policy

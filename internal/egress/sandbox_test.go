@@ -521,3 +521,24 @@ func TestRecordBounds(t *testing.T) {
 		t.Fatalf("ID() = %s, %s", ns, name)
 	}
 }
+
+// TestSetPolicyOrder: however changes race, the last policy record names
+// the policy in force.
+func TestSetPolicyOrder(t *testing.T) {
+	s := NewSandbox("ns", "box", nil)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		p := mustCompile(t, fmt.Sprintf("g%d.example.com", g))
+		wg.Go(func() {
+			for range 100 {
+				s.SetPolicy(p)
+			}
+		})
+	}
+	wg.Wait()
+	log := s.Log(0, 0)
+	last := log[len(log)-1]
+	if !slices.Equal(last.Rules, s.Policy().Rules()) {
+		t.Fatalf("last record lists %q, the policy is %q", last.Rules, s.Policy().Rules())
+	}
+}
