@@ -34,6 +34,10 @@ type Count struct {
 // its resolver handed it (pins), and its log. It is safe for concurrent
 // use; Decide and AllowName take no lock but a read lock on the pins.
 //
+// A nil *Sandbox (Registry.Lookup's answer for an unknown source, easily
+// wrapped by mistake in a non-nil interface) denies everything and
+// records nothing, rather than crashing the resolver or the proxy.
+//
 // Decide's invariants, in the order it applies them (dst is unwrapped
 // from IPv4-mapped IPv6 first):
 //
@@ -90,8 +94,13 @@ func NewSandbox(namespace, name string, p *Policy) *Sandbox {
 	return s
 }
 
-// Policy is the sandbox's current policy.
-func (s *Sandbox) Policy() *Policy { return s.policy.Load() }
+// Policy is the sandbox's current policy (never nil).
+func (s *Sandbox) Policy() *Policy {
+	if s == nil {
+		return &Policy{}
+	}
+	return s.policy.Load()
+}
 
 // SetPolicy replaces the policy (nil: nothing allowed) for every later
 // decision and logs a "policy" record listing the new rules.
@@ -133,6 +142,9 @@ func (s *Sandbox) AllowName(name string) (rule string, ok bool) {
 // Rebinding reports whether name's answer a must be refused: a is special
 // and no address rule names it.
 func (s *Sandbox) Rebinding(name string, a netip.Addr) (why string, refused bool) {
+	if s == nil {
+		return "unknown sandbox", true
+	}
 	kind, special := Special(a)
 	if !special || s.Policy().NamesRange(a) {
 		return "", false
@@ -146,7 +158,7 @@ func (s *Sandbox) Rebinding(name string, a netip.Addr) (why string, refused bool
 func (s *Sandbox) Pin(name string, a netip.Addr, ttl time.Duration) {
 	name, ok := canonName(name)
 	a = a.Unmap().WithZone("")
-	if !ok || !a.IsValid() {
+	if s == nil || !ok || !a.IsValid() {
 		return
 	}
 	ttl = min(max(ttl, MinPinTTL), MaxPinTTL)
@@ -248,6 +260,9 @@ func (s *Sandbox) allowedPin(p *Policy, a netip.Addr, port uint16, now time.Time
 // "http" (wireName is the Host without port, "" when absent). See
 // Sandbox for the rules.
 func (s *Sandbox) Decide(dst netip.AddrPort, wireName, wireKind string) Verdict {
+	if s == nil {
+		return deny("unknown sandbox")
+	}
 	p := s.Policy()
 	a := dst.Addr().Unmap().WithZone("")
 	port := dst.Port()
@@ -330,6 +345,9 @@ func show(s string) string {
 // sandbox chose (a queried name, an SNI, a Host) are cut to bounded
 // lengths, so the log's memory is bounded too.
 func (s *Sandbox) Record(r Record) {
+	if s == nil {
+		return
+	}
 	r.Kind = clip(r.Kind, 16)
 	r.Name = clip(r.Name, maxNameLen+2)
 	r.Addr = clip(r.Addr, 64)

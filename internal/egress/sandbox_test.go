@@ -542,3 +542,38 @@ func TestSetPolicyOrder(t *testing.T) {
 		t.Fatalf("last record lists %q, the policy is %q", last.Rules, s.Policy().Rules())
 	}
 }
+
+// The method sets the resolver and the proxy declare for a sandbox (they
+// do not import this type): *Sandbox must keep satisfying them.
+var (
+	_ interface {
+		AllowName(name string) (rule string, ok bool)
+		Rebinding(name string, a netip.Addr) (why string, refused bool)
+		Pin(name string, a netip.Addr, ttl time.Duration)
+		Record(r Record)
+	} = (*Sandbox)(nil)
+	_ interface {
+		Decide(dst netip.AddrPort, wireName, wireKind string) Verdict
+		Record(r Record)
+	} = (*Sandbox)(nil)
+)
+
+// TestNilSandbox: an unknown source wrapped in an interface denies
+// everything instead of crashing.
+func TestNilSandbox(t *testing.T) {
+	var s *Sandbox
+	if _, ok := s.AllowName("allowed.test"); ok {
+		t.Error("AllowName allowed")
+	}
+	if _, refused := s.Rebinding("allowed.test", ip("203.0.113.1")); !refused {
+		t.Error("Rebinding not refused")
+	}
+	s.Pin("allowed.test", ip("203.0.113.1"), time.Minute)
+	s.Record(Record{Kind: "tcp", Verdict: "allow"})
+	if v := s.Decide(ap("203.0.113.1:443"), "allowed.test", "tls"); v.Allow || v.Reason != "unknown sandbox" {
+		t.Errorf("Decide = %+v", v)
+	}
+	if s.Policy().Len() != 0 {
+		t.Error("Policy of nil has rules")
+	}
+}
