@@ -189,7 +189,10 @@ func ParseRule(s string) (Rule, error) {
 			i := strings.IndexByte(s, ':')
 			host, port, hasPort = s[:i], s[i+1:], true
 		case n > 1:
-			return Rule{}, bad("write an IPv6 address or network in brackets, as in [2001:db8::1]:443")
+			if looksV6(s) {
+				return Rule{}, bad("write an IPv6 address or network in brackets, as in [2001:db8::1]:443")
+			}
+			return Rule{}, bad("more than one ':' (one separates the port)")
 		}
 		if host == "" {
 			return Rule{}, bad("no host before the port")
@@ -238,6 +241,20 @@ func isAddrLike(host string) bool {
 		}
 	}
 	return true
+}
+
+// looksV6 reports whether s, or s without a ":PORT" tail, is an IPv6
+// address or network, for a helpful error.
+func looksV6(s string) bool {
+	for _, c := range []string{s, s[:strings.LastIndexByte(s, ':')]} {
+		if _, err := netip.ParseAddr(c); err == nil {
+			return true
+		}
+		if _, err := netip.ParsePrefix(c); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // parseNet parses an address or a network in canonical form.
