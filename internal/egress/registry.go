@@ -10,7 +10,7 @@ import (
 // connection only by where it comes from (trustworthy: the host drops
 // spoofed sources). Addresses are unwrapped from IPv4-mapped IPv6, as a
 // dual-stack listener reports them. It is safe for concurrent use;
-// Lookup takes a read lock only.
+// Lookup takes a read lock only. The zero Registry is empty and ready.
 type Registry struct {
 	mu sync.RWMutex
 	m  map[netip.Addr]*Sandbox
@@ -27,6 +27,9 @@ func regKey(a netip.Addr) netip.Addr { return a.Unmap().WithZone("") }
 func (r *Registry) Add(a netip.Addr, s *Sandbox) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[netip.Addr]*Sandbox{}
+	}
 	r.m[regKey(a)] = s
 }
 

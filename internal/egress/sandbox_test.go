@@ -449,6 +449,14 @@ func TestRegistry(t *testing.T) {
 	if r.Lookup(ip("::ffff:10.201.0.2")) != a || r.Lookup(ip("10.201.0.6")) != b {
 		t.Fatal("lookup of a registered address")
 	}
+	var zero Registry
+	if zero.Lookup(ip("10.201.0.2")) != nil {
+		t.Fatal("the zero registry knows an address")
+	}
+	zero.Add(ip("10.201.0.2"), a)
+	if zero.Lookup(ip("10.201.0.2")) != a {
+		t.Fatal("the zero registry lost an address")
+	}
 	if r.Lookup(ip("10.201.0.10")) != nil || r.Lookup(netip.Addr{}) != nil {
 		t.Fatal("lookup of an unknown address is not nil")
 	}
