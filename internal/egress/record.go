@@ -30,10 +30,12 @@ type Record struct {
 	Name      string    `json:"name,omitempty"` // the queried name, SNI or Host
 	Addr      string    `json:"addr,omitempty"` // the destination or answered address
 	Port      uint16    `json:"port,omitempty"`
-	Verdict   string    `json:"verdict"` // "allow" or "deny"
+	Verdict   string    `json:"verdict"` // "allow" or "deny"; "set" for a policy record
 	Rule      string    `json:"rule,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	BytesOut  int64     `json:"bytes_out,omitempty"` // sandbox → remote
 	BytesIn   int64     `json:"bytes_in,omitempty"`
 	Duration  float64   `json:"duration_ms,omitempty"`
+	// Rules are the new rules of a "policy" record, in canonical form.
+	Rules []string `json:"rules,omitempty"`
 }
