@@ -85,8 +85,13 @@ func TestEgressRegistration(t *testing.T) {
 	if err != nil || len(recs) == 0 {
 		t.Errorf("log after stop: %d records, %v", len(recs), err)
 	}
-	// Restarted: registered again with the stored rules.
-	mustStart(t, m, "a", sandbox.Spec{})
+	// Restarted as it last ran (as sandbox.start without a config does):
+	// registered again with the stored rules.
+	stored, err := m.Get("ns", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustStart(t, m, "a", stored.Spec)
 	es2 := reg.Lookup(netAddr(t, e, m, "a"))
 	if es2 == nil {
 		t.Fatal("restarted sandbox not registered")
