@@ -35,7 +35,7 @@ type upstream struct {
 	queries map[string]int // by "udp name" / "tcp name"
 }
 
-func newUpstream(t *testing.T, zones map[string]zone) *upstream {
+func newUpstream(t testing.TB, zones map[string]zone) *upstream {
 	t.Helper()
 	u := &upstream{zones: zones, queries: make(map[string]int)}
 	var pc net.PacketConn
@@ -176,7 +176,10 @@ func (s *sandbox) AllowName(name string) (string, bool) {
 }
 
 func (s *sandbox) Rebinding(_ string, a netip.Addr) (string, bool) {
-	for _, p := range s.ranges {
+	s.mu.Lock()
+	ranges := s.ranges
+	s.mu.Unlock()
+	for _, p := range ranges {
 		if p.Contains(a) {
 			return "", false
 		}

@@ -215,7 +215,9 @@ func TestRebinding(t *testing.T) {
 	}
 	// A range a rule names is handed out (the check is per sandbox, on
 	// the cached answer).
+	sb.mu.Lock()
 	sb.ranges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	sb.mu.Unlock()
 	if p := ask(t, s, "rebind-10.test", dnsmessage.TypeA); len(p.addrs) != 1 {
 		t.Fatalf("rebind-10 with a range rule: %+v", p)
 	}
