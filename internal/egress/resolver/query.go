@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -189,7 +190,7 @@ func hasEDNS(p *dnsmessage.Parser) (bool, error) {
 	edns := false
 	for {
 		rh, err := p.AdditionalHeader()
-		if err == dnsmessage.ErrSectionDone { //nolint:errorlint // a sentinel the parser returns as is
+		if errors.Is(err, dnsmessage.ErrSectionDone) {
 			return edns, nil
 		}
 		if err != nil {
