@@ -112,9 +112,12 @@ func (s *Server) handle(ctx context.Context, sb Sandbox, msg []byte) []byte {
 	ttl := clampTTL(a.expires.Sub(start).Truncate(time.Second))
 	var given []netip.Addr
 	var refused []string
+	dropped := 0
 	for _, ad := range a.addrs {
 		if why, bad := sb.Rebinding(name, ad); bad {
-			refused = append(refused, ad.String()+" "+why)
+			if dropped++; len(refused) < MaxAnswers {
+				refused = append(refused, ad.String()+" "+why)
+			}
 			continue
 		}
 		if len(given) < MaxAnswers {
@@ -124,17 +127,22 @@ func (s *Server) handle(ctx context.Context, sb Sandbox, msg []byte) []byte {
 	for _, ad := range given {
 		sb.Pin(name, ad, ttl)
 	}
-	s.n.allowed.Add(1)
+	if dropped > len(refused) {
+		refused = append(refused, fmt.Sprintf("%d more", dropped-len(refused)))
+	}
 	switch {
-	case len(refused) > 0 && len(given) == 0:
+	case dropped > 0 && len(given) == 0:
 		s.n.rebinding.Add(1)
-		lg.verdict("deny", "rebinding: "+strings.Join(refused, ", "), nil)
-	case len(refused) > 0:
+		lg.deny("rebinding: " + strings.Join(refused, ", "))
+	case dropped > 0:
 		s.n.rebinding.Add(1)
+		s.n.allowed.Add(1)
 		lg.allow("rebinding, dropped: "+strings.Join(refused, ", "), given)
 	case len(given) == 0:
+		s.n.allowed.Add(1)
 		lg.allow("no address upstream", nil)
 	default:
+		s.n.allowed.Add(1)
 		lg.allow("", given)
 	}
 	return reply(h, &q, dnsmessage.RCodeSuccess, edns, given, ttl)

@@ -151,7 +151,7 @@ type Stats struct {
 	Queries     uint64 // queries from sandboxes (answered or not)
 	Allowed     uint64 // answered with addresses (or an empty answer for AAAA)
 	Denied      uint64 // NXDOMAIN: the rules do not allow the name
-	Rebinding   uint64 // answers that lost an address to the rebinding check
+	Rebinding   uint64 // answers that lost addresses to the rebinding check (not Allowed when they lost all)
 	Refused     uint64 // REFUSED/NOTIMP: a type, class or opcode not served
 	RateLimited uint64 // REFUSED: over the sandbox's rate or in-flight limit
 	Malformed   uint64 // FORMERR or dropped: not a well-formed query

@@ -37,6 +37,7 @@ func testZones() map[string]zone {
 		"loop2.test":      {cname: "loop.test", ttl: 30},
 		"big.test":        {addrs: bigAddrs(20), ttl: 60, tc: true},
 		"gone.test":       {nx: true},
+		"rebind-all.test": {addrs: privateAddrs(12), ttl: 60},
 		"empty.test":      {ttl: 60},
 		"a.wild.test":     {addrs: []string{"203.0.113.60"}, ttl: 60},
 		"wild.test":       {addrs: []string{"203.0.113.61"}, ttl: 60},
@@ -52,11 +53,19 @@ func bigAddrs(n int) []string {
 	return out
 }
 
+func privateAddrs(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, netip.AddrFrom4([4]byte{192, 168, 0, byte(i + 1)}).String())
+	}
+	return out
+}
+
 func testSandbox() *sandbox {
 	return &sandbox{allow: []string{
 		"allowed.test", "short.test", "long.test", "rebind-lo.test", "rebind-md.test",
 		"rebind-10.test", "mixed.test", "cname.test", "loop.test", "big.test", "gone.test",
-		"empty.test", "*.wild.test",
+		"empty.test", "*.wild.test", "rebind-all.test",
 	}}
 }
 
@@ -221,7 +230,14 @@ func TestRebinding(t *testing.T) {
 	if p := ask(t, s, "rebind-10.test", dnsmessage.TypeA); len(p.addrs) != 1 {
 		t.Fatalf("rebind-10 with a range rule: %+v", p)
 	}
-	if st := s.Stats(); st.Rebinding != 4 {
+	// The record lists a bounded number of the dropped addresses.
+	if p := ask(t, s, "rebind-all.test", dnsmessage.TypeA); len(p.addrs) != 0 {
+		t.Fatalf("rebind-all: %+v", p)
+	}
+	if r := sb.lastRecord(t); r.Verdict != "deny" || !strings.HasSuffix(r.Reason, "192.168.0.8 private, 4 more") {
+		t.Fatalf("rebind-all: record %+v", r)
+	}
+	if st := s.Stats(); st.Rebinding != 5 || st.Allowed != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }
