@@ -116,7 +116,10 @@ func (s *Server) handle(ctx context.Context, sb Sandbox, msg []byte) []byte {
 	for _, ad := range a.addrs {
 		if why, bad := sb.Rebinding(name, ad); bad {
 			if dropped++; len(refused) < MaxAnswers {
-				refused = append(refused, ad.String()+" "+why)
+				if !strings.Contains(why, ad.String()) { // the record names the address
+					why = ad.String() + " " + why
+				}
+				refused = append(refused, why)
 			}
 			continue
 		}

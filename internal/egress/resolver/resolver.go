@@ -49,7 +49,15 @@ type Sandbox interface {
 type Config struct {
 	// Lookup maps a query's source address to its sandbox; nil means the
 	// source is not a sandbox, and its query gets no answer. Called for
-	// every query: it must be fast and safe for concurrent use.
+	// every query: it must be fast and safe for concurrent use. It must
+	// return an untyped nil, not a nil *egress.Sandbox in the interface:
+	//
+	//	func(a netip.Addr) resolver.Sandbox {
+	//		if sb := registry.Lookup(a); sb != nil {
+	//			return sb
+	//		}
+	//		return nil
+	//	}
 	Lookup func(src netip.Addr) Sandbox
 	// Upstreams are the resolvers allowed names are forwarded to, tried
 	// in order. Empty: the nameservers of ResolvConf.

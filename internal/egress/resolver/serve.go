@@ -51,8 +51,12 @@ func (s *Server) ServeUDP(pc net.PacketConn) error {
 		}
 		msg := append([]byte(nil), buf[:n]...)
 		ok := s.spawn(func() {
-			defer func() { <-s.inflight; s.limits.release(src) }()
-			if out := s.handle(s.ctx, sb, msg); out != nil {
+			out := s.handle(s.ctx, sb, msg)
+			// Released before the answer leaves: a client that asks again
+			// once answered finds its slot free.
+			<-s.inflight
+			s.limits.release(src)
+			if out != nil {
 				_, _ = pc.WriteTo(out, from)
 			}
 		})
