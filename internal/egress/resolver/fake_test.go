@@ -23,6 +23,7 @@ type zone struct {
 	ttl   uint32
 	tc    bool // over UDP, answer truncated (with no records)
 	nx    bool
+	delay time.Duration // before answering
 }
 
 // upstream is an authoritative DNS server on 127.0.0.1 (UDP and TCP on one
@@ -62,9 +63,11 @@ func newUpstream(t testing.TB, zones map[string]zone) *upstream {
 			if err != nil {
 				return
 			}
-			if out := u.answer(buf[:n], false); out != nil {
-				_, _ = pc.WriteTo(out, from)
-			}
+			go func(m []byte) {
+				if out := u.answer(m, false); out != nil {
+					_, _ = pc.WriteTo(out, from)
+				}
+			}(append([]byte(nil), buf[:n]...))
 		}
 	}()
 	go func() {
@@ -118,6 +121,7 @@ func (u *upstream) answer(msg []byte, tcp bool) []byte {
 	u.mu.Unlock()
 	rh := dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true}
 	z, ok := u.zones[name]
+	time.Sleep(z.delay)
 	if !ok || z.nx {
 		rh.RCode = dnsmessage.RCodeNameError
 	}

@@ -92,17 +92,11 @@ func (s *Server) handle(ctx context.Context, sb Sandbox, msg []byte) []byte {
 		return reply(h, &q, dnsmessage.RCodeSuccess, edns, nil, 0)
 	}
 
-	a := s.cache.get(name, start)
-	if a != nil {
-		s.n.cacheHits.Add(1)
-	} else {
-		s.n.cacheMisses.Add(1)
-		if a, err = s.resolve(ctx, name); err != nil {
-			s.n.servFail.Add(1)
-			lg.allow("SERVFAIL: "+err.Error(), nil)
-			return reply(h, &q, dnsmessage.RCodeServerFailure, edns, nil, 0)
-		}
-		s.cache.put(name, a, start)
+	a, err := s.lookup(ctx, name, start)
+	if err != nil {
+		s.n.servFail.Add(1)
+		lg.allow("SERVFAIL: "+err.Error(), nil)
+		return reply(h, &q, dnsmessage.RCodeServerFailure, edns, nil, 0)
 	}
 	if a.nx {
 		s.n.allowed.Add(1)

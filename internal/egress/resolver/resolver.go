@@ -186,6 +186,8 @@ type Server struct {
 	inflight  chan struct{} // MaxInFlight slots
 	upstream  chan struct{} // MaxUpstream slots
 	tcpConns  chan struct{} // MaxTCPConns slots
+	flightMu  sync.Mutex
+	flights   map[string]*flight // upstream resolutions under way, by name
 	n         counters
 	ctx       context.Context // cancelled by Close: ends upstream queries
 	cancel    context.CancelFunc
@@ -228,6 +230,7 @@ func New(cfg Config) (*Server, error) {
 		inflight:  make(chan struct{}, cfg.MaxInFlight),
 		upstream:  make(chan struct{}, cfg.MaxUpstream),
 		tcpConns:  make(chan struct{}, cfg.MaxTCPConns),
+		flights:   make(map[string]*flight),
 		sockets:   make(map[closer]struct{}),
 		done:      make(chan struct{}),
 	}

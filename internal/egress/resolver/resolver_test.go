@@ -37,6 +37,7 @@ func testZones() map[string]zone {
 		"loop2.test":      {cname: "loop.test", ttl: 30},
 		"big.test":        {addrs: bigAddrs(20), ttl: 60, tc: true},
 		"gone.test":       {nx: true},
+		"slow.test":       {addrs: []string{"203.0.113.70"}, ttl: 60, delay: 200 * time.Millisecond},
 		"rebind-all.test": {addrs: privateAddrs(12), ttl: 60},
 		"empty.test":      {ttl: 60},
 		"a.wild.test":     {addrs: []string{"203.0.113.60"}, ttl: 60},
@@ -65,7 +66,7 @@ func testSandbox() *sandbox {
 	return &sandbox{allow: []string{
 		"allowed.test", "short.test", "long.test", "rebind-lo.test", "rebind-md.test",
 		"rebind-10.test", "mixed.test", "cname.test", "loop.test", "big.test", "gone.test",
-		"empty.test", "*.wild.test", "rebind-all.test",
+		"empty.test", "*.wild.test", "rebind-all.test", "slow.test",
 	}}
 }
 
@@ -541,5 +542,40 @@ func TestRateLimit(t *testing.T) {
 	}
 	if r := sb.records()[0]; !strings.Contains(r.Reason, "long name (133 bytes, 5 labels)") {
 		t.Fatalf("record %+v", r)
+	}
+}
+
+// TestConcurrentMisses: queries for one name that miss the cache at the
+// same time, from several sandboxes, make one upstream query; each
+// sandbox gets its answer and its pins.
+func TestConcurrentMisses(t *testing.T) {
+	u := newUpstream(t, testZones())
+	a, b := testSandbox(), testSandbox()
+	bAddr := netip.MustParseAddr("127.0.0.3")
+	s := newServer(t, Config{Upstreams: []netip.AddrPort{u.addr}}, map[netip.Addr]*sandbox{sbAddr: a, bAddr: b})
+	errs := make(chan error, 10)
+	for i := range 10 {
+		from := sbAddr
+		if i%2 == 1 {
+			from = bAddr
+		}
+		go func() {
+			m, err := exchangeUDP(t, s.udp, from, query(t, uint16(i), "slow.test.", dnsmessage.TypeA, false), 5*time.Second)
+			if err == nil && len(parse(t, m).addrs) != 1 {
+				err = errors.New("no address")
+			}
+			errs <- err
+		}()
+	}
+	for range 10 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := u.count("udp", "slow.test"); n != 1 {
+		t.Fatalf("upstream asked %d times", n)
+	}
+	if len(a.pinned()) != 5 || len(b.pinned()) != 5 {
+		t.Fatalf("pins %d and %d", len(a.pinned()), len(b.pinned()))
 	}
 }

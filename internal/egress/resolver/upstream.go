@@ -26,6 +26,47 @@ var (
 // are looked at.
 const maxUpstreamRecords = 64
 
+// flight is one upstream resolution that queries for the same name, from
+// any sandbox, wait for instead of asking again.
+type flight struct {
+	done chan struct{}
+	a    *answer
+	err  error
+}
+
+// lookup returns name's answer from the cache, or from the upstreams,
+// once for all the queries that miss the cache at the same time.
+func (s *Server) lookup(ctx context.Context, name string, now time.Time) (*answer, error) {
+	if a := s.cache.get(name, now); a != nil {
+		s.n.cacheHits.Add(1)
+		return a, nil
+	}
+	s.n.cacheMisses.Add(1)
+	s.flightMu.Lock()
+	if f := s.flights[name]; f != nil {
+		s.flightMu.Unlock()
+		select {
+		case <-f.done:
+			return f.a, f.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f := &flight{done: make(chan struct{})}
+	s.flights[name] = f // at most one per query in flight: bounded by MaxInFlight
+	s.flightMu.Unlock()
+
+	f.a, f.err = s.resolve(ctx, name)
+	if f.err == nil {
+		s.cache.put(name, f.a, now)
+	}
+	s.flightMu.Lock()
+	delete(s.flights, name)
+	s.flightMu.Unlock()
+	close(f.done)
+	return f.a, f.err
+}
+
 // resolve asks the upstreams, in turn, for name's A records.
 func (s *Server) resolve(ctx context.Context, name string) (*answer, error) {
 	select {
