@@ -1,6 +1,7 @@
 package resolver
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -162,5 +163,69 @@ func TestResolvConf(t *testing.T) {
 	}
 	if _, err := New(Config{Lookup: func(netip.Addr) Sandbox { return nil }, ResolvConf: p}); err == nil {
 		t.Fatal("no nameserver: no error")
+	}
+}
+
+// TestClose: Close ends the queries waiting on an upstream and the TCP
+// connections at once, and the Serve methods return nil.
+func TestClose(t *testing.T) {
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = silent.Close() }()
+	sb := testSandbox()
+	s, err := New(Config{
+		Lookup:          func(netip.Addr) Sandbox { return sb },
+		Upstreams:       []netip.AddrPort{silent.LocalAddr().(*net.UDPAddr).AddrPort()},
+		UpstreamTimeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- s.ServeUDP(pc) }()
+	go func() { errs <- s.ServeTCP(ln) }()
+	c, err := net.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	if _, err := c.Write(query(t, 1, "allowed.test.", dnsmessage.TypeA, false)); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tc.Close() }()
+	waitFor(t, func() bool { return s.Stats().CacheMisses == 1 })
+
+	start := time.Now()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	}
+	_ = tc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := tc.Read(make([]byte, 1)); err == nil {
+		t.Fatal("TCP connection open after Close")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	if err := s.ServeUDP(pc); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("ServeUDP after Close: %v", err)
 	}
 }

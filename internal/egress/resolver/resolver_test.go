@@ -579,3 +579,29 @@ func TestConcurrentMisses(t *testing.T) {
 		t.Fatalf("pins %d and %d", len(a.pinned()), len(b.pinned()))
 	}
 }
+
+// TestTCPRateLimit: queries over TCP draw on the same bucket as over UDP.
+func TestTCPRateLimit(t *testing.T) {
+	s, _, sb := setup(t, Config{Rate: 0.001, Burst: 2, TCPQueries: 3})
+	if p := ask(t, s, "allowed.test", dnsmessage.TypeA); p.h.RCode != dnsmessage.RCodeSuccess {
+		t.Fatalf("UDP: %+v", p)
+	}
+	msgs := [][]byte{
+		query(t, 1, "allowed.test.", dnsmessage.TypeA, false),
+		query(t, 2, "allowed.test.", dnsmessage.TypeA, false),
+		query(t, 3, "denied.test.", dnsmessage.TypeA, false),
+	}
+	out, _ := exchangeTCP(t, s.tcp, sbAddr, msgs, 5*time.Second)
+	var got []dnsmessage.RCode
+	for _, m := range out {
+		got = append(got, parse(t, m).h.RCode)
+	}
+	want := []dnsmessage.RCode{dnsmessage.RCodeSuccess, dnsmessage.RCodeRefused, dnsmessage.RCodeRefused}
+	if !slices.Equal(got, want) {
+		t.Fatalf("answers %v, want %v", got, want)
+	}
+	_ = s.Close()
+	if rs := sb.records(); rs[len(rs)-1].Reason != "rate limit: 2 queries refused" {
+		t.Fatalf("records %+v", rs)
+	}
+}
