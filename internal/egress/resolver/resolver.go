@@ -157,7 +157,7 @@ func setDefault[T int | float64 | time.Duration](p *T, v T) {
 // Stats are the server's counters since it started.
 type Stats struct {
 	Queries     uint64 // queries from sandboxes (answered or not)
-	Allowed     uint64 // answered with addresses (or an empty answer for AAAA)
+	Allowed     uint64 // allowed names answered: addresses, or none (AAAA, upstream NXDOMAIN or no data)
 	Denied      uint64 // NXDOMAIN: the rules do not allow the name
 	Rebinding   uint64 // answers that lost addresses to the rebinding check (not Allowed when they lost all)
 	Refused     uint64 // REFUSED/NOTIMP: a type, class or opcode not served
