@@ -45,7 +45,7 @@ type Sandbox interface {
 	Record(r egress.Record)                                         // the connection log (Kind "dns")
 }
 
-// Config configures a Server. Zero limits take the defaults below.
+// Config configures a Server. A zero limit takes the default its comment names.
 type Config struct {
 	// Lookup maps a query's source address to its sandbox; nil means the
 	// source is not a sandbox, and its query gets no answer. Called for
