@@ -350,7 +350,7 @@ func (s *Sandbox) Record(r Record) {
 	}
 	r.Kind = clip(r.Kind, 16)
 	r.Name = clip(r.Name, maxNameLen+2)
-	r.Addr = clip(r.Addr, 64)
+	r.Addr = clip(r.Addr, 8*40) // up to 8 addresses a DNS answer gave
 	r.Verdict = clip(r.Verdict, 16)
 	r.Rule = clip(r.Rule, MaxRuleLen)
 	r.Reason = clip(r.Reason, 512)
