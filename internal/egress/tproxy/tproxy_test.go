@@ -185,7 +185,7 @@ func (h *harness) connect(src netip.Addr, dst string) *net.TCPConn {
 }
 
 // serve runs handle for each connection on a new loopback listener.
-func serve(t *testing.T, handle func(net.Conn)) net.Listener {
+func serve(t testing.TB, handle func(net.Conn)) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
