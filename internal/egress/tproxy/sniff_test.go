@@ -83,6 +83,9 @@ func TestTLSSNI(t *testing.T) {
 			for _, h := range [][]byte{hello, reframe(hello, 1), reframe(hello, 7), reframe(hello, 300)} {
 				// Every prefix is "more, please", asking for more than it has.
 				for i := range len(h) {
+					if len(h) > 4000 && i%13 != 0 && i < len(h)-30 {
+						continue // 1-byte records: a sample, as each call reads them all
+					}
 					sni, need, err := tlsSNI(h[:i])
 					if err != nil || need <= i || sni != "" {
 						t.Fatalf("prefix %d of %d: %q, %d, %v", i, len(h), sni, need, err)

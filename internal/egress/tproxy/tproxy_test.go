@@ -627,23 +627,23 @@ func TestHalfClose(t *testing.T) {
 
 func TestIdle(t *testing.T) {
 	sb := newSandbox([]string{"203.0.113.7"})
-	h := newHarness(t, Config{IdleTimeout: 400 * time.Millisecond}, map[netip.Addr]*fakeSandbox{sandboxA: sb})
+	h := newHarness(t, Config{IdleTimeout: 800 * time.Millisecond}, map[netip.Addr]*fakeSandbox{sandboxA: sb})
 	h.host("203.0.113.7:7", serve(t, echo))
 
 	// Busy for longer than the idle timeout: stays open.
 	busy := h.connect(sandboxA, "203.0.113.7:7")
-	for range 10 {
+	for range 12 {
 		echoes(t, busy)
 		time.Sleep(100 * time.Millisecond)
 	}
 	_ = busy.Close()
-	if r := sb.record(t); r.BytesOut != 40 || strings.Contains(r.Reason, "idle") {
+	if r := sb.record(t); r.BytesOut != 48 || strings.Contains(r.Reason, "idle") {
 		t.Fatalf("record %+v", r)
 	}
 	// A download only: the sandbox sends nothing for longer than the
 	// timeout, the data coming in keeps the connection.
 	h.host("203.0.113.7:19", serve(t, func(c net.Conn) {
-		for range 10 {
+		for range 12 {
 			if _, err := io.WriteString(c, "chargen\n"); err != nil {
 				return
 			}
@@ -652,11 +652,11 @@ func TestIdle(t *testing.T) {
 	}))
 	dl := h.connect(sandboxA, "203.0.113.7:19")
 	_ = dl.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if got, err := io.ReadAll(dl); err != nil || len(got) != 80 {
+	if got, err := io.ReadAll(dl); err != nil || len(got) != 96 {
 		t.Fatalf("download: %d bytes, %v", len(got), err)
 	}
 	_ = dl.CloseWrite()
-	if r := sb.record(t); r.BytesIn != 80 || strings.Contains(r.Reason, "idle") {
+	if r := sb.record(t); r.BytesIn != 96 || strings.Contains(r.Reason, "idle") {
 		t.Fatalf("record %+v", r)
 	}
 	// Quiet: ended.
@@ -703,6 +703,11 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	if st := p.Stats(); st.Active != 5 {
 		t.Fatalf("stats %+v", st)
+	}
+	// Two goroutines a connection in the proxy, one in the echo server,
+	// and the two accept loops.
+	if n := runtime.NumGoroutine() - base; n > 5*3+2 {
+		t.Fatalf("%d goroutines for 5 connections", n)
 	}
 	closed := make(chan struct{})
 	go func() { _ = p.Close(); close(closed) }()
