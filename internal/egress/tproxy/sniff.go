@@ -26,7 +26,13 @@ const (
 	maxNameLen = 253
 )
 
-var errNeedMore = errors.New("need more bytes")
+var (
+	errNeedMore = errors.New("need more bytes")
+	// errNotHTTP: the first line is not an HTTP/1.x request line, so the
+	// bytes are some other protocol that begins with a method's word
+	// (a Redis inline "GET key"); a server cannot read a Host from them.
+	errNotHTTP = errors.New("not HTTP/1.x")
+)
 
 // tlsSNI reads a TLS ClientHello from the start of b (one or more
 // handshake records) and returns its server_name ("" when it has none).
@@ -252,8 +258,19 @@ func headerEnd(b []byte) int {
 // returns the host it is for, without port, lower-cased: from an
 // absolute-form target (which a server takes over the Host field, RFC
 // 9112 3.2.2) or CONNECT's authority, else from the Host field; "" when
-// there is none (HTTP/1.0). errNeedMore: the head is not complete yet.
+// there is none (HTTP/1.0). errNeedMore: the head is not complete yet;
+// errNotHTTP: the first line does not end in an HTTP/1.x version. A line
+// that does and is malformed otherwise is an error, as is every malformed
+// header field: a server may read them differently.
 func httpHost(b []byte) (string, error) {
+	nl := bytes.IndexByte(b, '\n')
+	if nl < 0 {
+		return "", errNeedMore
+	}
+	first := strings.TrimSuffix(string(b[:nl]), "\r")
+	if v := len(first) - len(" HTTP/1.1"); v < 0 || first[v:v+len(" HTTP/1.")] != " HTTP/1." || first[v+len(" HTTP/1.")] < '0' || first[v+len(" HTTP/1.")] > '9' {
+		return "", errNotHTTP
+	}
 	end := headerEnd(b)
 	if end < 0 {
 		return "", errNeedMore
@@ -263,7 +280,7 @@ func httpHost(b []byte) (string, error) {
 		lines[i] = strings.TrimSuffix(l, "\r")
 	}
 	parts := strings.Split(lines[0], " ")
-	if len(parts) != 3 || !strings.HasPrefix(parts[2], "HTTP/1.") || len(parts[2]) != len("HTTP/1.1") {
+	if len(parts) != 3 {
 		return "", errors.New("malformed HTTP request line")
 	}
 	method, target := parts[0], parts[1]

@@ -158,7 +158,10 @@ func TestHTTPHost(t *testing.T) {
 		{"GET / HTTP/1.1\r\nHost: pypi.org:80x\r\n\r\n", "", "bad port"},
 		{"GET / HTTP/1.1\r\nHost: [fe80::1%eth0]\r\n\r\n", "", "IPv6"},
 		{"GET /  HTTP/1.1\r\nHost: pypi.org\r\n\r\n", "", "request line"},
-		{"GET / HTTP/2.0\r\n\r\n", "", "request line"},
+		{"GET / HTTP/2.0\r\n\r\n", "", "not HTTP"},
+		{"GET key\r\n", "", "not HTTP"},
+		{"GET / HTTP/1.\r\n\r\n", "", "not HTTP"},
+		{"GET /x\r\n", "", "not HTTP"},
 		{"GET pypi.org HTTP/1.1\r\n\r\n", "", "request target"},
 		{"CONNECT :443 HTTP/1.1\r\n\r\n", "", "empty host"},
 	} {
@@ -221,7 +224,7 @@ func FuzzHost(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		host, err := httpHost(b)
-		if errors.Is(err, errNeedMore) != (headerEnd(b) < 0) {
+		if errors.Is(err, errNeedMore) && headerEnd(b) >= 0 || err == nil && headerEnd(b) < 0 {
 			t.Fatalf("need more: %v, head end %d", err, headerEnd(b))
 		}
 		if err != nil && host != "" {

@@ -530,6 +530,9 @@ func (p *Proxy) peek(client *net.TCPConn, web bool) (first []byte, kind, name, r
 				if errors.Is(perr, errNeedMore) {
 					break
 				}
+				if errors.Is(perr, errNotHTTP) {
+					return buf, "", "", ""
+				}
 				if perr != nil {
 					return nil, "", "", perr.Error()
 				}

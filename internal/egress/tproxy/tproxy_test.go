@@ -754,3 +754,32 @@ func waitStats(t *testing.T, p *Proxy, ok func(Stats) bool) {
 		}
 	}
 }
+
+// A protocol whose first word is an HTTP method's, without an HTTP
+// version: forwarded by its address elsewhere, refused on 80 and 443.
+func TestNotHTTP(t *testing.T) {
+	sb := newSandbox([]string{"203.0.113.7"})
+	h := newHarness(t, Config{}, map[netip.Addr]*fakeSandbox{sandboxA: sb})
+	h.host("203.0.113.7:6379", serve(t, echo))
+	h.host("203.0.113.7:80", serve(t, echo))
+
+	c := h.connect(sandboxA, "203.0.113.7:6379")
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET key\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(c).ReadString('\n'); err != nil || line != "GET key\r\n" {
+		t.Fatalf("echo %q, %v", line, err)
+	}
+	_ = c.Close()
+	if r := sb.record(t); r.Verdict != "allow" || r.BytesOut != 9 {
+		t.Fatalf("record %+v", r)
+	}
+
+	c = h.connect(sandboxA, "203.0.113.7:80")
+	_, _ = io.WriteString(c, "GET key\r\n")
+	refused(t, c)
+	if r := sb.record(t); r.Verdict != "deny" || r.Reason != "neither TLS nor HTTP on port 80" {
+		t.Fatalf("record %+v", r)
+	}
+}
