@@ -364,7 +364,7 @@ func (p *Proxy) handle(client *net.TCPConn) {
 	}
 	up, err := p.dial(dst)
 	if err != nil {
-		refuse("connect: " + err.Error())
+		refuse("connect: " + errText(err))
 		return
 	}
 	p.mu.Lock()
@@ -414,9 +414,9 @@ func (p *Proxy) handle(client *net.TCPConn) {
 	case p.ctx.Err() != nil && (outErr != nil || in.err != nil):
 		rec.Reason = joinReason(rec.Reason, "ended: egress proxy closed")
 	case outErr != nil:
-		rec.Reason = joinReason(rec.Reason, "ended: "+outErr.Error())
+		rec.Reason = joinReason(rec.Reason, "ended: sandbox side: "+errText(outErr))
 	case in.err != nil:
-		rec.Reason = joinReason(rec.Reason, "ended: "+in.err.Error())
+		rec.Reason = joinReason(rec.Reason, "ended: destination side: "+errText(in.err))
 	}
 	sb.Record(rec)
 }
@@ -431,6 +431,20 @@ func joinReason(a, b string) string {
 		return b
 	}
 	return a + "; " + b
+}
+
+// errText is err without the addresses a net.OpError spells out (the
+// record has them): "connection reset by peer".
+func errText(err error) string {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		err = op.Err
+	}
+	var sys *os.SyscallError
+	if errors.As(err, &sys) {
+		err = sys.Err
+	}
+	return err.Error()
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -623,6 +623,15 @@ func TestHalfClose(t *testing.T) {
 	if r := sb.record(t); r.BytesOut != 12 || r.BytesIn != 6 || r.Reason != "address" {
 		t.Fatalf("record %+v", r)
 	}
+
+	// A reset from the sandbox ends both sides, and says so.
+	h.host("203.0.113.7:7", serve(t, echo))
+	c = h.connect(sandboxA, "203.0.113.7:7")
+	echoes(t, c)
+	reset(c)
+	if r := sb.record(t); r.BytesOut != 4 || r.Reason != "address; ended: sandbox side: connection reset by peer" {
+		t.Fatalf("record %+v", r)
+	}
 }
 
 func TestIdle(t *testing.T) {
