@@ -373,19 +373,29 @@ func (p *Proxy) handle(client *net.TCPConn) {
 	// From here on the destination may speak first, whatever the sandbox
 	// sends (or does not).
 	down := make(chan copyResult, 1)
+	var downFailed atomic.Bool
 	go func() {
 		n, err := p.pump(client, client, up, &p.bytesIn)
 		if err != nil {
+			downFailed.Store(true)
 			abort(client, up) // the other way cannot go on either
 		}
 		down <- copyResult{n, err}
 	}()
-	var idle bool
+	var outN int64
+	var outErr error
+	forward := true
 	if !web {
 		var reason string
 		first, reason = p.decideWire(client, sb, dst, false, &v, &rec)
-		idle = reason == reasonIdle
-		if reason != "" && !idle {
+		switch {
+		case reason == reasonIdle:
+			forward, outErr = false, errIdle
+		case reason != "" && downFailed.Load():
+			// The destination's side ended it (idle, a reset) while the
+			// sandbox had yet to speak: an allowed connection that ended.
+			forward = false
+		case reason != "":
 			refuse(reason)
 			<-down
 			return
@@ -393,9 +403,7 @@ func (p *Proxy) handle(client *net.TCPConn) {
 	}
 
 	p.allowed.Add(1)
-	var outN int64
-	outErr := errIdle
-	if !idle {
+	if forward {
 		outN, outErr = p.forward(client, up, first)
 	}
 	if outErr != nil {
@@ -504,7 +512,9 @@ func (p *Proxy) peek(client *net.TCPConn, web bool) (first []byte, kind, name, r
 			if len(buf) >= MaxPeek {
 				return nil, "", "", fmt.Sprintf("%s over %d bytes", what(buf), MaxPeek)
 			}
-			buf = append(buf[:cap(buf)], make([]byte, min(cap(buf), MaxPeek-cap(buf)))...)[:len(buf)]
+			nb := make([]byte, len(buf), min(2*cap(buf), MaxPeek))
+			copy(nb, buf)
+			buf = nb
 		}
 		n, err := client.Read(buf[len(buf):cap(buf)])
 		if len(buf) == 0 && n > 0 {

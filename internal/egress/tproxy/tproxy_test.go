@@ -495,6 +495,14 @@ func TestRefusals(t *testing.T) {
 			t.Fatalf("record %+v", r)
 		}
 	})
+	t.Run("request head over the bound", func(t *testing.T) {
+		c := h.connect(sandboxA, "203.0.113.7:443")
+		_, _ = io.WriteString(c, "GET / HTTP/1.1\r\nHost: allowed.test\r\nCookie: "+strings.Repeat("x", MaxPeek))
+		refused(t, c)
+		if r := sb.record(t); r.Verdict != "deny" || r.Reason != "HTTP request head over 16384 bytes" {
+			t.Fatalf("record %+v", r)
+		}
+	})
 	t.Run("nothing sent on 443", func(t *testing.T) {
 		start := time.Now()
 		c := h.connect(sandboxA, "203.0.113.7:443")
@@ -541,7 +549,7 @@ func TestRefusals(t *testing.T) {
 		refused(t, c)
 		waitStats(t, h.p, func(st Stats) bool { return st.Unknown == 1 })
 	})
-	waitStats(t, h.p, func(st Stats) bool { return st.Denied == 7 && st.Allowed == 0 && st.Active == 0 })
+	waitStats(t, h.p, func(st Stats) bool { return st.Denied == 8 && st.Allowed == 0 && st.Active == 0 })
 }
 
 // echoes checks that c is open end to end.
@@ -677,7 +685,16 @@ func TestIdle(t *testing.T) {
 		t.Fatalf("idle connection: %v", err)
 	}
 	t.Logf("idle connection ended after %v", time.Since(start))
-	if r := sb.record(t); !strings.Contains(r.Reason, "ended: idle") {
+	if r := sb.record(t); r.Verdict != "allow" || !strings.Contains(r.Reason, "ended: idle") {
+		t.Fatalf("record %+v", r)
+	}
+	// Silent from the start (still waiting for the client's first bytes).
+	silent := h.connect(sandboxA, "203.0.113.7:7")
+	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := silent.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+		t.Fatalf("idle connection: %v", err)
+	}
+	if r := sb.record(t); r.Verdict != "allow" || r.Reason != "address; ended: idle" {
 		t.Fatalf("record %+v", r)
 	}
 }
