@@ -209,6 +209,9 @@ func serve(ctx context.Context, c *serveConfig) error {
 		keys = auth.NewKeys(signer, db.DB())
 	}
 	reg := metrics.NewRegistry()
+	if nw != nil {
+		nw.Register(reg)
+	}
 	res := &image.Resolver{Host: be.HostImage, Store: imgs, Python: c.pythonImage, Node: c.nodeImage}
 	if c.pull {
 		res.OnDemand = &image.OnDemand{MaxBytes: pullMax, Timeout: c.pullTimeout, Logger: log}

@@ -195,6 +195,15 @@ func (r *Registry) GaugeFunc(name, help string, labelNames []string, collect fun
 	r.register(&funcFamily{meta: r.newMeta(name, help, "gauge", labelNames), collect: collect}, name)
 }
 
+// CounterFunc is GaugeFunc for a counter another part of the program
+// keeps: collect emits its current totals, which only ever grow.
+func (r *Registry) CounterFunc(name, help string, labelNames []string, collect func(emit func(value float64, labelValues ...string))) {
+	if collect == nil {
+		panic(fmt.Sprintf("metrics: counter %q: nil collect func", name))
+	}
+	r.register(&funcFamily{meta: r.newMeta(name, help, "counter", labelNames), collect: collect}, name)
+}
+
 // WriteText writes every family in the text exposition format 0.0.4, sorted
 // by name. Families without series are omitted.
 func (r *Registry) WriteText(w io.Writer) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/egress/resolver"
 	"github.com/warren-sandbox/warren/internal/egress/tproxy"
+	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/netplumb"
 )
 
@@ -72,6 +73,9 @@ func Start(opts Options) (n *Network, err error) {
 	if n.pln, err = net.Listen("tcp4", "0.0.0.0:0"); err != nil {
 		return nil, fmt.Errorf("network: proxy: %w", err)
 	}
+	// The host's own addresses and every sandbox link are reached only by
+	// a rule naming exactly that address (egress.Special).
+	egress.SetHostLocal(hostLocal(opts.Pool))
 	reg := n.Registry
 	if n.res, err = resolver.New(resolver.Config{
 		Lookup: func(a netip.Addr) resolver.Sandbox {
@@ -133,11 +137,59 @@ func listenPair() (net.PacketConn, net.Listener, error) {
 	return nil, nil, fmt.Errorf("no port free for both udp and tcp: %w", last)
 }
 
+// hostLocal is the host's addresses, as read now, and the sandboxes'
+// pool. An address the host gains later is still private, loopback or
+// link-local in almost every setup; a public one it gains is not known to
+// the policy until the next start (docs/network.md).
+func hostLocal(pool netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	if pool.IsValid() {
+		out = append(out, pool)
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, netip.PrefixFrom(p.Addr().Unmap(), p.Addr().Unmap().BitLen()))
+		}
+	}
+	return out
+}
+
 func port(a net.Addr) uint16 {
 	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
 		return ap.Port()
 	}
 	return 0
+}
+
+// Register adds the network's counters to reg. No namespace label: only a
+// key for every namespace sees them.
+func (n *Network) Register(reg *metrics.Registry) {
+	reg.CounterFunc("warren_egress_dns_queries_total", "DNS queries of sandboxes by outcome (allowed, denied: not allowed or rebinding, refused: a type or rate refused, servfail, malformed, unknown: not from a sandbox).", []string{"outcome"},
+		func(emit func(float64, ...string)) {
+			st := n.res.Stats()
+			emit(float64(st.Allowed), "allowed")
+			emit(float64(st.Denied), "denied")
+			emit(float64(st.Refused+st.RateLimited), "refused")
+			emit(float64(st.ServFail), "servfail")
+			emit(float64(st.Malformed), "malformed")
+			emit(float64(st.Unknown), "unknown")
+		})
+	reg.CounterFunc("warren_egress_connections_total", "TCP connections of sandboxes by verdict (unknown: not from a sandbox).", []string{"verdict"},
+		func(emit func(float64, ...string)) {
+			st := n.proxy.Stats()
+			emit(float64(st.Allowed), "allowed")
+			emit(float64(st.Denied), "denied")
+			emit(float64(st.Unknown), "unknown")
+		})
+	reg.CounterFunc("warren_egress_bytes_total", "Bytes carried for sandboxes' allowed connections, by direction (out: sandbox to remote).", []string{"direction"},
+		func(emit func(float64, ...string)) {
+			st := n.proxy.Stats()
+			emit(float64(st.BytesOut), "out")
+			emit(float64(st.BytesIn), "in")
+		})
+	reg.GaugeFunc("warren_egress_connections_active", "Sandboxes' TCP connections the proxy carries now.", nil,
+		func(emit func(float64, ...string)) { emit(float64(n.proxy.Stats().Active)) })
 }
 
 // Close stops the resolver and the proxy (ending the connections it
