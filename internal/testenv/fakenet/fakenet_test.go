@@ -206,16 +206,18 @@ func testIndex(t *testing.T, in *Internet, c *http.Client) {
 	if !strings.Contains(page, "#sha256="+hex.EncodeToString(sum[:])) {
 		t.Fatalf("the project page does not link the wheel with its hash: %s", page)
 	}
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Fatal("python3 is not on PATH")
+	// The host's own Python, which sandboxes of the host image run.
+	python := "/usr/bin/python3"
+	if _, err := os.Stat(python); err != nil {
+		t.Fatalf("%s: %v", python, err)
 	}
 	target := t.TempDir()
-	cmd := exec.Command("python3", "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--target", target,
+	cmd := exec.Command(python, "-m", "pip", "install", "--isolated", "--no-cache-dir", "--disable-pip-version-check", "--target", target,
 		"--index-url", "http://"+in.Addr("pypi.test").String()+"/simple/", "--trusted-host", in.Addr("pypi.test").String(), in.Package)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pip install: %v\n%s", err, out)
 	}
-	out, err := exec.Command("python3", "-c", "import sys; sys.path.insert(0, sys.argv[1]); import "+in.Module+"; print("+in.Module+".GREETING)", target).CombinedOutput()
+	out, err := exec.Command(python, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import "+in.Module+"; print("+in.Module+".GREETING)", target).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != PackageGreeting {
 		t.Errorf("import the installed module: %v %q", err, out)
 	}
