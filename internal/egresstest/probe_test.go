@@ -21,7 +21,9 @@ def run(f):
     try:
         r = {"ok": True, "result": f()}
     except BaseException as e:
-        r = {"ok": False, "error": type(e).__name__ + ": " + str(e)}
+        # OSError covers what the network says (refused, reset, NXDOMAIN,
+        # TLS, timeouts); anything else is a bug of the probe.
+        r = {"ok": False, "error": type(e).__name__ + ": " + str(e), "oserror": isinstance(e, OSError)}
     r["elapsed"] = time.monotonic() - t
     print(json.dumps(r))
 
@@ -164,6 +166,7 @@ type outcome struct {
 	OK      bool            `json:"ok"`
 	Result  json.RawMessage `json:"result"`
 	Error   string          `json:"error"`
+	OSError bool            `json:"oserror"` // the failure is the network's, not the probe's`
 	Elapsed float64         `json:"elapsed"`
 }
 
@@ -182,61 +185,112 @@ func (o outcome) text() string {
 }
 
 // probe runs Python code in sandbox sb: code is one expression, run with
-// run(lambda: ...), or, with a "\n", a program that calls run itself.
+// run(lambda: ...), or, with a "\n", a program that calls run itself once.
 func probe(t *testing.T, s *server, sb, code string) outcome {
 	t.Helper()
-	o, err := tryProbe(s, sb, code)
+	outs, err := tryProbes(s, sb, code)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return o
+	return outs[0]
 }
 
-// tryProbe is probe for a goroutine other than the test's.
-func tryProbe(s *server, sb, code string) (outcome, error) {
+// tryProbes runs the codes in order in one exec (one Python start: on a
+// loaded host each costs more than the probe) and returns their outcomes.
+// It may run in a goroutine other than the test's.
+func tryProbes(s *server, sb string, codes ...string) ([]outcome, error) {
 	prog := probeLib
-	if strings.Contains(code, "\n") {
-		prog += code
-	} else {
-		prog += "run(lambda: " + code + ")\n"
+	for _, code := range codes {
+		if strings.Contains(code, "\n") {
+			prog += code + "\n"
+		} else {
+			prog += "run(lambda: " + code + ")\n"
+		}
 	}
-	r, err := s.exec(sb, []string{"python3", "-"}, prog, nil, 60)
+	r, err := s.exec(sb, []string{"python3", "-"}, prog, nil, 120)
 	if err != nil {
-		return outcome{}, fmt.Errorf("exec in %s: %w", sb, err)
+		return nil, fmt.Errorf("exec in %s: %w", sb, err)
 	}
-	var o outcome
-	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &o); err != nil {
-		return outcome{}, fmt.Errorf("probe %s in %s: exit %d, stdout %q, stderr %q", code, sb, r.ExitCode, r.Stdout, r.Stderr)
+	var outs []outcome
+	for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		var o outcome
+		if err := json.Unmarshal([]byte(l), &o); err != nil {
+			break
+		}
+		outs = append(outs, o)
 	}
-	return o, nil
+	if len(outs) != len(codes) {
+		return nil, fmt.Errorf("probes %q in %s: %d outcomes of %d: exit %d, stdout %q, stderr %q", codes, sb, len(outs), len(codes), r.ExitCode, r.Stdout, r.Stderr)
+	}
+	return outs, nil
 }
 
 // fastDenial is the bound on a refusal, measured inside the sandbox: a
 // denial is a clear error at once, never a hang until a timeout.
 const fastDenial = 3 * time.Second
 
+// label names a probe in messages: the expression, or a program's
+// function.
+func label(code string) string {
+	for _, l := range strings.Split(code, "\n") {
+		if f, ok := strings.CutPrefix(l, "def "); ok {
+			return f
+		}
+	}
+	return code
+}
+
+// check is one probe and what it must do: succeed with a result that
+// contains want, or (deny) fail with a network error within fastDenial.
+type check struct {
+	code, want string
+	deny       bool
+}
+
+func allow(code, want string) check { return check{code: code, want: want} }
+func deny(code string) check        { return check{code: code, deny: true} }
+
+// checks runs cs in order in sandbox sb, in one exec, and asserts each.
+func checks(t *testing.T, s *server, sb string, cs ...check) []outcome {
+	t.Helper()
+	codes := make([]string, len(cs))
+	for i, c := range cs {
+		codes[i] = c.code
+	}
+	outs, err := tryProbes(s, sb, codes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cs {
+		o, code := outs[i], label(c.code)
+		switch {
+		case !c.deny:
+			if !o.OK || !strings.Contains(string(o.Result), c.want) {
+				t.Errorf("%s in %s: %v, want a result containing %q", code, sb, o, c.want)
+			}
+		case o.OK:
+			t.Errorf("%s in %s: %v, want a denial", code, sb, o)
+		case !o.OSError:
+			t.Errorf("%s in %s: the probe itself failed: %s", code, sb, o.Error)
+		case time.Duration(o.Elapsed*float64(time.Second)) > fastDenial:
+			t.Errorf("%s in %s: denied, but after %.2fs (bound %v): %s", code, sb, o.Elapsed, fastDenial, o.Error)
+		default:
+			t.Logf("%s in %s: denied in %.3fs: %s", code, sb, o.Elapsed, o.Error)
+		}
+	}
+	return outs
+}
+
 // mustAllow: the probe worked and its text result contains want.
 func mustAllow(t *testing.T, s *server, sb, code, want string) outcome {
 	t.Helper()
-	o := probe(t, s, sb, code)
-	if !o.OK || !strings.Contains(string(o.Result), want) {
-		t.Errorf("%s in %s: %v, want a result containing %q", code, sb, o, want)
-	}
-	return o
+	return checks(t, s, sb, allow(code, want))[0]
 }
 
-// mustDeny: the probe failed, fast.
+// mustDeny: the probe failed with a network error, fast.
 func mustDeny(t *testing.T, s *server, sb, code string) outcome {
 	t.Helper()
-	o := probe(t, s, sb, code)
-	switch {
-	case o.OK:
-		t.Errorf("%s in %s: %v, want a denial", code, sb, o)
-	case time.Duration(o.Elapsed*float64(time.Second)) > fastDenial:
-		t.Errorf("%s in %s: denied, but after %.2fs (bound %v): %s", code, sb, o.Elapsed, fastDenial, o.Error)
-	}
-	return o
+	return checks(t, s, sb, deny(code))[0]
 }
 
 // py quotes a Go string as a Python string literal.
