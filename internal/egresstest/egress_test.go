@@ -61,6 +61,11 @@ func TestEgress(t *testing.T) {
 		}
 	}
 	t.Logf("set up in %v", time.Since(start))
+	// The leftovers check at the end finds the server's links by their
+	// alias: it must see the running sandboxes' links now.
+	if n := len(s.leftLinks()); n < len(sandboxes) {
+		t.Errorf("%d host links carry the server's prefix %s, want one per sandbox (%d)", n, s.instancePrefix(), len(sandboxes))
+	}
 
 	// The agent writes the gateway as the sandbox's nameserver.
 	t.Run("resolv.conf", func(t *testing.T) {

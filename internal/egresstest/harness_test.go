@@ -2,6 +2,8 @@ package egresstest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -90,6 +94,9 @@ func startServer(t *testing.T, extra ...string) *server {
 			if err := s.stop(); err != nil {
 				t.Errorf("stop the server: %v", err)
 			}
+			for _, l := range s.leftLinks() {
+				t.Errorf("left behind: link %s", l)
+			}
 		}
 		if t.Failed() {
 			t.Logf("server log (tail):\n%s", tail(s.log.String(), 6000))
@@ -140,6 +147,29 @@ func (s *server) stop() error {
 		<-s.exited
 		return errors.New("serve did not stop within 60 s of SIGTERM")
 	}
+}
+
+// instancePrefix is what the server names its host objects with (its
+// cgroups, its network's table and links; native.InstancePrefix).
+func (s *server) instancePrefix() string {
+	sum := sha256.Sum256([]byte(s.run))
+	return "warren-" + hex.EncodeToString(sum[:4])
+}
+
+// leftLinks lists the host's links the server made (their alias starts
+// with its prefix) that are still there.
+func (s *server) leftLinks() []string {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return []string{"(cannot list links: " + err.Error() + ")"}
+	}
+	var left []string
+	for _, l := range links {
+		if a := l.Attrs(); strings.HasPrefix(a.Alias, s.instancePrefix()+" ") {
+			left = append(left, a.Name+" ("+a.Alias+")")
+		}
+	}
+	return left
 }
 
 // rpcError is a JSON-RPC error answer.
