@@ -121,7 +121,10 @@ func TestEgress(t *testing.T) {
 			deny(`http(resolve("shared-a.test")[0], "shared-b.test", "/s", tls=True)`),
 			deny(`http(resolve("shared-a.test")[0], "shared-b.test", "/s")`),
 			deny(`http(resolve("allowed.test")[0], "denied.test", "/s", tls=True)`),
-			deny(`http(resolve("allowed.test")[0], "denied.test", "/s")`))
+			deny(`http(resolve("allowed.test")[0], "denied.test", "/s")`),
+			// No name on the wire at all: nothing to check, so no.
+			deny(`http(resolve("allowed.test")[0], "allowed.test", "/s", tls=True, nosni=True)`),
+			deny(`http(resolve("allowed.test")[0], None, "/s")`))
 		for _, h := range []string{"shared-b.test", "denied.test"} {
 			if n := in.Requests(h); n != 0 {
 				t.Errorf("the fake internet got %d requests for %s", n, h)
@@ -162,6 +165,8 @@ func TestEgress(t *testing.T) {
 			cs = append(cs, allow(`dns_udp(`+py(srv)+`, "denied.test")`, `"rcode": 3`),
 				allow(`dns_udp(`+py(srv)+`, "allowed.test")`, in.Addr("allowed.test").String()))
 		}
+		// A DoH server by its address: never resolved, so never pinned.
+		cs = append(cs, deny(`http(`+py(in.DNS.Addr().String())+`, "ns.test", "/dns-query", tls=True)`))
 		checks(t, s, "main", cs...)
 		if slices.Contains(in.Queries(), "denied.test") {
 			t.Error("a query for denied.test reached the upstream")
@@ -175,7 +180,8 @@ func TestEgress(t *testing.T) {
 	t.Run("ipv6", func(t *testing.T) {
 		// IPv6 is off in the sandbox (or policed): the fake internet
 		// answers on IPv6 to the host, so a leak would connect.
-		mustDeny(t, s, "main", `exchange(`+py(in.Addr6("v6.test").String())+`, 80, b"GET / HTTP/1.0\r\n\r\n")`)
+		checks(t, s, "main", deny(`exchange(`+py(in.Addr6("v6.test").String())+`, 80, b"GET / HTTP/1.0\r\n\r\n")`),
+			deny(`resolve("v6.test", socket.AF_INET6)`)) // an allowed name gets no IPv6 address
 	})
 	t.Run("udp", func(t *testing.T) {
 		// UDP other than DNS is rejected with an ICMP error: a connected
@@ -446,7 +452,7 @@ func testLog(t *testing.T, s *server, in *fakenet.Internet, since time.Time) {
 	if len(recs) == 0 {
 		t.Fatal("main's log is empty")
 	}
-	var bulk, dnsDeny, sniDeny, portDeny bool
+	var bulk, dnsAllow, dnsDeny, sniDeny, portDeny bool
 	for i, r := range recs {
 		if r.Namespace != ns || r.Sandbox != "main" || r.Time.Before(since.Add(-time.Minute)) || r.Time.After(time.Now().Add(time.Minute)) {
 			t.Errorf("record %d: %+v", i, r)
@@ -463,6 +469,9 @@ func testLog(t *testing.T, s *server, in *fakenet.Internet, since time.Time) {
 			if r.Addr != in.Addr("allowed.test").String() || r.Port != 80 || r.Rule != "allowed.test" || r.BytesOut <= 0 || r.Duration <= 0 {
 				t.Errorf("the bulk transfer's record: %+v", r)
 			}
+		case r.Kind == "dns" && r.Verdict == "allow" && r.Name == "allowed.test" && r.Rule == "allowed.test" &&
+			strings.Contains(r.Addr, in.Addr("allowed.test").String()):
+			dnsAllow = true
 		case r.Kind == "dns" && r.Verdict == "deny" && r.Name == "denied.test":
 			dnsDeny = true
 		case r.Kind == "tcp" && r.Verdict == "deny" && r.Name == "shared-b.test":
@@ -474,7 +483,7 @@ func testLog(t *testing.T, s *server, in *fakenet.Internet, since time.Time) {
 			portDeny = true
 		}
 	}
-	for what, ok := range map[string]bool{"the bulk transfer": bulk, "the denied query": dnsDeny, "the SNI denial": sniDeny, "the port denial": portDeny} {
+	for what, ok := range map[string]bool{"the bulk transfer": bulk, "an allowed query": dnsAllow, "the denied query": dnsDeny, "the SNI denial": sniDeny, "the port denial": portDeny} {
 		if !ok {
 			t.Errorf("no record of %s among %d", what, len(recs))
 		}

@@ -39,16 +39,20 @@ def recv_all(s, limit=1 << 20):
         b += d
     return b
 
-def http(addr, host, path="/", tls=False, sni=None, port=None):
-    """GET path from addr (a name or an address) with Host host; over TLS
-    with SNI sni (default: host), verified with the fake internet's CA."""
+def http(addr, host, path="/", tls=False, sni=None, port=None, nosni=False):
+    """GET path from addr (a name or an address) with Host host (none if
+    host is None); over TLS with SNI sni (default: host; none with nosni),
+    verified with the fake internet's CA."""
     port = port or (443 if tls else 80)
     s = socket.create_connection((addr, port), timeout=5)
     try:
         if tls:
             ctx = ssl.create_default_context(cafile=CA)
-            s = ctx.wrap_socket(s, server_hostname=sni or host)
-        s.sendall(("GET %s HTTP/1.0\r\nHost: %s\r\nConnection: close\r\n\r\n" % (path, host)).encode())
+            if nosni:
+                ctx.check_hostname = False
+            s = ctx.wrap_socket(s, server_hostname=None if nosni else (sni or host))
+        hosthdr = "" if host is None else "Host: %s\r\n" % host
+        s.sendall(("GET %s HTTP/1.0\r\n%sConnection: close\r\n\r\n" % (path, hosthdr)).encode())
         resp = recv_all(s)
     finally:
         s.close()
