@@ -91,7 +91,7 @@ test-hostile-ci: setup
 
 # The network policy's end-to-end suite (issue #19) alone: a real server
 # whose resolver's upstream is a fake internet, and real clients in
-# sandboxes (docs/network.md). `make test` runs it with the other packages.
+# sandboxes (docs/development.md). `make test` runs it with the other packages.
 test-egress: setup
 	WARREN_TEST_PRIVILEGED=1 go test -count=1 -v -timeout 5m ./internal/egresstest ./internal/testenv/fakenet
 
