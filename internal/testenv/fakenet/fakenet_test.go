@@ -238,13 +238,13 @@ func TestCloseLeavesNothing(t *testing.T) {
 	}
 	goroutines := runtime.NumGoroutine()
 	fdsBefore := openFDs(t)
-	begin := time.Now()
 	in, err := start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(begin)
-	t.Logf("start took %v", took)
+	// Not counting the wait for another test process's fake internet.
+	took := in.setup
+	t.Logf("start took %v once it held the lock", took)
 	// The budget is 200 ms on an idle host; the bound leaves room for a
 	// loaded one.
 	if took > 2*time.Second {

@@ -36,6 +36,9 @@ type Internet struct {
 	// module its wheel installs, and Version its version.
 	Package, Module, Version string
 
+	// setup is how long start took once it held the host-wide lock.
+	setup time.Duration
+
 	ns      netns.NsHandle
 	lock    *os.File
 	closers []func() error
@@ -79,6 +82,7 @@ func start() (in *Internet, err error) {
 	if in.lock, err = hostLock(); err != nil {
 		return nil, err
 	}
+	locked := time.Now()
 	defer func() {
 		if err != nil {
 			_ = in.Close()
@@ -109,6 +113,7 @@ func start() (in *Internet, err error) {
 		return nil, err
 	}
 	in.serve(ls, tlsConf, index)
+	in.setup = time.Since(locked)
 	return in, nil
 }
 
