@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test test-sdk test-v2 test-hostile test-hostile-ci test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci
+.PHONY: all setup build run demo test test-sdk test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci
 
 all: build
 
@@ -88,6 +88,12 @@ test-hostile: setup
 
 test-hostile-ci: setup
 	WARREN_TEST_PRIVILEGED=1 go test -count=1 -v -timeout 10m -run TestHostile ./internal/hostile
+
+# The network policy's end-to-end suite (issue #19) alone: a real server
+# whose resolver's upstream is a fake internet, and real clients in
+# sandboxes (docs/development.md). `make test` runs it with the other packages.
+test-egress: setup
+	WARREN_TEST_PRIVILEGED=1 go test -count=1 -v -timeout 5m ./internal/egresstest ./internal/testenv/fakenet
 
 # The crash-recovery suite at full size: 500 mixed operations from three
 # clients over 6 SIGKILLs of the server (1-4 minutes, with load). `make test` runs a
