@@ -1,0 +1,173 @@
+package netplumb_test
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/netplumb"
+)
+
+// TestSweepAndRestore: a restarted server (a second Open of the same prefix)
+// restores the sandbox it keeps and sweeps the others' leftovers.
+func TestSweepAndRestore(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	cfg := svc.config("warren-test-sweep")
+	h := openHost(t, cfg)
+	links := map[string]netplumb.Link{}
+	for _, id := range []string{"keep", "gone-1", "gone-2"} {
+		l, err := h.Attach(id, newNetns(t).f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		links[id] = l
+	}
+	h2, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if els := elements(t, cfg.Prefix); len(els) != 0 {
+		t.Fatalf("Open kept elements %v", els)
+	}
+	if err := h2.Restore("keep", links["keep"]); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if err := h2.Restore("gone-1", links["keep"]); err == nil {
+		t.Error("Restore of another sandbox's link succeeded")
+	}
+	removed, err := h2.Sweep(func(id string) bool { return id == "keep" })
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	slices.Sort(removed)
+	if !slices.Equal(removed, []string{"gone-1", "gone-2"}) {
+		t.Errorf("removed %v", removed)
+	}
+	if v := vethsOf(t, h2.VethPrefix()); !slices.Equal(v, []string{links["keep"].HostIf}) {
+		t.Errorf("veths %v", v)
+	}
+	if els := elements(t, cfg.Prefix); !slices.Equal(els, []string{links["keep"].HostIf + " " + links["keep"].Addr.String()}) {
+		t.Errorf("elements %v", els)
+	}
+	// A new sandbox does not get the restored one's address.
+	l, err := h2.Attach("new", newNetns(t).f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Addr == links["keep"].Addr {
+		t.Errorf("address %v handed out twice", l.Addr)
+	}
+	// Detach of a sandbox the Host was not told about (no Restore) finds it
+	// by name.
+	h3, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h3.Detach("new"); err != nil {
+		t.Fatal(err)
+	}
+	if v := vethsOf(t, h2.VethPrefix()); !slices.Equal(v, []string{links["keep"].HostIf}) {
+		t.Errorf("veths after Detach by name %v", v)
+	}
+	_ = h3.Close()
+	_ = h2.Close()
+}
+
+// TestTwoHosts: two prefixes coexist; removing one leaves the other working.
+func TestTwoHosts(t *testing.T) {
+	requireNet(t)
+	svc1, svc2 := newServices(t), newServices(t)
+	h1 := openHost(t, svc1.config(""))
+	cfg2 := svc2.config("")
+	cfg2.Prefix = "warren-test-two"
+	n1, n2 := newNetns(t), newNetns(t)
+	if _, err := h1.Attach("x", n1.f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netplumb.Open(cfg2); err == nil {
+		t.Fatal("a second server on the same pool was let in")
+	}
+	cfg2.Pool = netip.MustParsePrefix("10.202.0.0/16")
+	h2, err := netplumb.Open(cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h2.Remove() }()
+	// Same id, other server: its own name and address space.
+	if _, err := h2.Attach("x", n2.f); err != nil {
+		t.Fatal(err)
+	}
+	check := func(n *netns, svc *services) {
+		t.Helper()
+		n.do(func() {
+			c, err := dialTCP("203.0.113.1:80")
+			if err != nil {
+				t.Errorf("dial: %v", err)
+				return
+			}
+			_ = c.Close()
+		})
+		s, err := acceptWithin(svc.proxy, fast)
+		if err != nil {
+			t.Errorf("proxy: %v", err)
+			return
+		}
+		_ = s.Close()
+	}
+	check(n1, svc1)
+	check(n2, svc2)
+	if err := h2.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	check(n1, svc1)
+}
+
+// TestManyDetachClean: 50 sandboxes attached, then detached, leave a clean
+// table and no veth.
+func TestManyDetachClean(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	h := openHost(t, svc.config(""))
+	const n = 50
+	for i := range n {
+		if _, err := h.Attach(fmt.Sprint("sb-", i), newNetns(t).f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if els := elements(t, h.Prefix()); len(els) != n {
+		t.Fatalf("%d elements, want %d", len(els), n)
+	}
+	if v := vethsOf(t, h.VethPrefix()); len(v) != n {
+		t.Fatalf("%d veths, want %d", len(v), n)
+	}
+	for i := range n {
+		if err := h.Detach(fmt.Sprint("sb-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if els := elements(t, h.Prefix()); len(els) != 0 {
+		t.Errorf("elements left: %v", els)
+	}
+	if v := vethsOf(t, h.VethPrefix()); len(v) != 0 {
+		t.Errorf("veths left: %v", v)
+	}
+}
+
+// BenchmarkAttachDetach is a sandbox's cost of having a network (the
+// namespace itself is made by the clone that starts the agent either way).
+func BenchmarkAttachDetach(b *testing.B) {
+	requireNet(b)
+	svc := newServices(b)
+	h := openHost(b, svc.config(""))
+	ns := newNetns(b)
+	for b.Loop() {
+		if _, err := h.Attach("bench", ns.f); err != nil {
+			b.Fatal(err)
+		}
+		if err := h.Detach("bench"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
