@@ -30,7 +30,10 @@ type Host struct {
 	nftMu sync.Mutex // one batch at a time on nft
 	nft   *nftables.Conn
 
+	pending sync.WaitGroup // Detach's veth deletions
+
 	mu       sync.Mutex
+	delErr   error           // of the deletions behind Detach, for Wait
 	attached map[string]Link // id -> link, including Attaches under way
 	byName   map[string]string
 	slots    map[uint32]string // pool slot -> id
@@ -90,10 +93,12 @@ func (h *Host) close() {
 	_ = h.hostNS.Close()
 }
 
-// Close releases the Host's descriptors; the table and the veths stay.
+// Close waits for Detach's deletions and releases the Host's descriptors;
+// the table and the veths of attached sandboxes stay.
 func (h *Host) Close() error {
+	err := h.Wait()
 	h.close()
-	return nil
+	return err
 }
 
 // VethPrefix is how the host side of every veth of this Host begins.
@@ -177,6 +182,8 @@ func (h *Host) releaseLocked(id string, l Link) {
 	if s, ok := h.slotOf(l.Addr); ok && h.slots[s] == id {
 		delete(h.slots, s)
 	}
+	// (A Detach's address goes back to the pool only once its veth is
+	// gone: two interfaces with one gateway address would clash.)
 	if l.HostIf != "" && h.byName[l.HostIf] == id {
 		delete(h.byName, l.HostIf)
 	}
@@ -402,6 +409,12 @@ func (h *Host) Detach(id string) error {
 		// its names and alias.
 		for n := range candidates {
 			name := h.vethName(id, n)
+			h.mu.Lock()
+			_, busy := h.byName[name]
+			h.mu.Unlock()
+			if busy {
+				continue // another id's, or being deleted
+			}
 			link, err := netlink.LinkByName(name)
 			if err != nil || link.Attrs().Alias != h.alias(id) {
 				continue
@@ -417,11 +430,41 @@ func (h *Host) Detach(id string) error {
 			return nil
 		}
 	}
-	if err := h.undo(l); err != nil {
+	// The element first: from then on the interface's packets are dropped
+	// (its name still matches the table). Deleting a veth costs the kernel
+	// an RCU grace period or two (~15 ms here, 10x the rest of a sandbox's
+	// network), so that runs behind Detach; the name and the address stay
+	// reserved until it is done, and Wait, Close and Remove wait for it.
+	if err := h.elements(false, l); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("netplumb: detach %s: %w", id, err)
 	}
-	h.release(id, l)
+	h.mu.Lock()
+	if cur, ok := h.attached[id]; ok && cur == l {
+		delete(h.attached, id)
+	}
+	h.mu.Unlock()
+	h.pending.Add(1)
+	go func() {
+		defer h.pending.Done()
+		if err := delLink(l.HostIf); err != nil {
+			h.mu.Lock()
+			h.delErr = errors.Join(h.delErr, err)
+			h.mu.Unlock()
+		}
+		h.release(id, l)
+	}()
 	return nil
+}
+
+// Wait waits for the veth deletions Detach started and reports their
+// errors since the last Wait.
+func (h *Host) Wait() error {
+	h.pending.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	err := h.delErr
+	h.delErr = nil
+	return err
 }
 
 // Sweep removes this prefix's veths and elements whose sandbox keep does
@@ -495,6 +538,9 @@ func (h *Host) setElements() ([]Link, error) {
 // Host: for tests and uninstalling.
 func (h *Host) Remove() error {
 	var errs []error
+	if err := h.Wait(); err != nil {
+		errs = append(errs, err)
+	}
 	if _, err := h.Sweep(func(string) bool { return false }); err != nil {
 		errs = append(errs, err)
 	}

@@ -61,8 +61,14 @@ func TestAttachDetach(t *testing.T) {
 	if err := h.Detach("sb-1"); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
+	if els := elements(t, h.Prefix()); len(els) != 0 {
+		t.Errorf("elements right after Detach: %v", els)
+	}
 	if err := h.Detach("sb-1"); err != nil {
 		t.Fatalf("second Detach: %v", err)
+	}
+	if err := h.Wait(); err != nil {
+		t.Fatalf("Wait: %v", err)
 	}
 	if v := vethsOf(t, h.VethPrefix()); len(v) != 0 {
 		t.Errorf("veths after Detach: %v", v)
