@@ -199,3 +199,13 @@ func medianMS(d []time.Duration) float64 {
 	slices.Sort(d)
 	return float64(d[len(d)/2].Microseconds()) / 1000
 }
+
+// TestProbe: on this kernel (root, nftables built in) everything is usable.
+func TestProbe(t *testing.T) {
+	requireNet(t)
+	for _, f := range netplumb.Probe() {
+		if f.Err != nil {
+			t.Errorf("%s: %v", f.Name, f.Err)
+		}
+	}
+}
