@@ -203,7 +203,10 @@ func (h *Host) Attach(id string, netns *os.File) (Link, error) {
 		return Link{}, err
 	}
 	if err := h.attach(id, &l, netns); err != nil {
-		h.undo(l)
+		if uerr := h.undo(l); uerr != nil {
+			// The name and the address stay reserved for a Detach to finish.
+			return Link{}, fmt.Errorf("netplumb: attach %s: %w (undoing: %w; Detach retries)", id, err, uerr)
+		}
 		h.release(id, l)
 		return Link{}, fmt.Errorf("netplumb: attach %s: %w", id, err)
 	}
