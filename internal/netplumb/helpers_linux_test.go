@@ -108,9 +108,15 @@ func newServices(t testing.TB) *services {
 	return s
 }
 
+// config is a Config for these services with a pool of its own: other
+// tests and servers on this machine may be using the default pool, and
+// Open refuses a pool that another's interfaces are in.
 func (s *services) config(prefix string) netplumb.Config {
+	b := make([]byte, 2)
+	_, _ = rand.Read(b)
 	return netplumb.Config{
 		Prefix:       prefix,
+		Pool:         netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 128 + b[0]%112, b[1] & 0xf0, 0}), 20),
 		ResolverPort: uint16(s.resolverUDP.LocalAddr().(*net.UDPAddr).Port),
 		ProxyPort:    uint16(s.proxy.Addr().(*net.TCPAddr).Port),
 	}

@@ -27,6 +27,8 @@ type Host struct {
 	vethPrefix string
 	hostNS     *os.File // the netns the Host was opened in, where threads return
 
+	nl *netlink.Handle // one rtnetlink socket in the host's namespace
+
 	nftMu sync.Mutex // one batch at a time on nft
 	nft   *nftables.Conn
 
@@ -62,18 +64,25 @@ func Open(cfg Config) (*Host, error) {
 		slots:      map[uint32]string{},
 		nslots:     1 << (32 - cfg.Pool.Bits() - 2),
 	}
-	if err := h.checkPool(); err != nil {
-		return nil, err
-	}
 	ns, err := os.Open("/proc/thread-self/ns/net")
 	if err != nil {
 		return nil, fmt.Errorf("netplumb: %w", err)
 	}
 	h.hostNS = ns
-	h.nft, err = nftables.New(nftables.AsLasting())
+	h.nl, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		_ = ns.Close()
+		return nil, fmt.Errorf("netplumb: rtnetlink: %w", err)
+	}
+	h.nft, err = nftables.New(nftables.AsLasting())
+	if err != nil {
+		h.nl.Close()
+		_ = ns.Close()
 		return nil, fmt.Errorf("netplumb: nftables: %w", err)
+	}
+	if err := h.checkPool(); err != nil {
+		h.close()
+		return nil, err
 	}
 	h.nftMu.Lock()
 	defer h.nftMu.Unlock()
@@ -89,6 +98,7 @@ func Open(cfg Config) (*Host, error) {
 }
 
 func (h *Host) close() {
+	h.nl.Close()
 	_ = h.nft.CloseLasting()
 	_ = h.hostNS.Close()
 }
@@ -222,9 +232,9 @@ func (h *Host) attach(id string, l *Link, netns *os.File) error {
 		PeerName:      "eth0",
 		PeerNamespace: netlink.NsFd(netns.Fd()),
 	}
-	if err := netlink.LinkAdd(veth); err != nil {
+	if err := h.nl.LinkAdd(veth); err != nil {
 		if errors.Is(err, unix.EEXIST) {
-			if _, lerr := netlink.LinkByName(l.HostIf); lerr == nil {
+			if _, lerr := h.nl.LinkByName(l.HostIf); lerr == nil {
 				return fmt.Errorf("host interface %s exists (a leftover to Sweep, or a hash collision)", l.HostIf)
 			}
 			return fmt.Errorf("the namespace already has an eth0: %w", err)
@@ -233,7 +243,7 @@ func (h *Host) attach(id string, l *Link, netns *os.File) error {
 	}
 	// The alias names the sandbox, for Sweep after a restart (the kernel
 	// ignores it in the create request).
-	if err := netlink.LinkSetAlias(veth, h.alias(id)); err != nil {
+	if err := h.nl.LinkSetAlias(veth, h.alias(id)); err != nil {
 		return fmt.Errorf("alias %s: %w", l.HostIf, err)
 	}
 	// IPv6 off before the host side comes up, so it never gets an address.
@@ -241,10 +251,10 @@ func (h *Host) attach(id string, l *Link, netns *os.File) error {
 		return err
 	}
 	host := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: l.HostIf, Index: veth.Index}}
-	if err := netlink.AddrAdd(host, addr(l.Gateway)); err != nil {
+	if err := h.nl.AddrAdd(host, addr(l.Gateway)); err != nil {
 		return fmt.Errorf("address %s: %w", l.HostIf, err)
 	}
-	if err := netlink.LinkSetUp(host); err != nil {
+	if err := h.nl.LinkSetUp(host); err != nil {
 		return fmt.Errorf("up %s: %w", l.HostIf, err)
 	}
 	return h.inNetns(netns, func() error { return sandboxSide(*l) })
@@ -342,7 +352,7 @@ func (h *Host) elements(add bool, l Link) error {
 // goes with it) and the element. Missing pieces are fine.
 func (h *Host) undo(l Link) error {
 	var errs []error
-	if err := delLink(l.HostIf); err != nil {
+	if err := h.delLink(l.HostIf); err != nil {
 		errs = append(errs, err)
 	}
 	if err := h.elements(false, l); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -353,7 +363,10 @@ func (h *Host) undo(l Link) error {
 
 // delLink deletes the named interface if it exists. (A veth goes away by
 // itself when its peer's namespace dies.)
-func delLink(name string) error {
+//
+// On a socket of its own: the handle's socket is held for the whole request,
+// and a deletion's takes long enough (RCU grace periods) to stall an Attach.
+func (h *Host) delLink(name string) error {
 	link, err := netlink.LinkByName(name)
 	if notFound(err) {
 		return nil
@@ -380,7 +393,7 @@ func (h *Host) Restore(id string, l Link) error {
 	if !ok || h.slotLink(s).Gateway != l.Gateway || !strings.HasPrefix(l.HostIf, h.vethPrefix) || len(l.HostIf) > 15 {
 		return fmt.Errorf("netplumb: restore %s: link %+v is not of this pool or prefix", id, l)
 	}
-	link, err := netlink.LinkByName(l.HostIf)
+	link, err := h.nl.LinkByName(l.HostIf)
 	if err != nil {
 		return fmt.Errorf("netplumb: restore %s: %w", id, err)
 	}
@@ -418,12 +431,12 @@ func (h *Host) Detach(id string) error {
 			if busy {
 				continue // another id's, or being deleted
 			}
-			link, err := netlink.LinkByName(name)
+			link, err := h.nl.LinkByName(name)
 			if err != nil || link.Attrs().Alias != h.alias(id) {
 				continue
 			}
 			l = Link{HostIf: name}
-			if addrs, err := netlink.AddrList(link, unix.AF_INET); err == nil && len(addrs) == 1 {
+			if addrs, err := h.nl.AddrList(link, unix.AF_INET); err == nil && len(addrs) == 1 {
 				gw, _ := netip.AddrFromSlice(addrs[0].IP.To4())
 				l.Gateway, l.Addr = gw, gw.Next()
 			}
@@ -449,7 +462,7 @@ func (h *Host) Detach(id string) error {
 	h.pending.Add(1)
 	go func() {
 		defer h.pending.Done()
-		if err := delLink(l.HostIf); err != nil {
+		if err := h.delLink(l.HostIf); err != nil {
 			h.mu.Lock()
 			h.delErr = errors.Join(h.delErr, err)
 			h.mu.Unlock()
@@ -474,7 +487,7 @@ func (h *Host) Wait() error {
 // not keep: what a crash left. It returns the ids removed. Run it before
 // Attaching (an Attach under way is left alone).
 func (h *Host) Sweep(keep func(id string) bool) ([]string, error) {
-	links, err := netlink.LinkList()
+	links, err := h.nl.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("netplumb: sweep: %w", err)
 	}
@@ -554,7 +567,7 @@ func (h *Host) Remove() error {
 	}
 	h.mu.Unlock()
 	for _, l := range ls {
-		if err := delLink(l.HostIf); err != nil {
+		if err := h.delLink(l.HostIf); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -574,7 +587,7 @@ func (h *Host) Prefix() string { return h.cfg.Prefix }
 // checkPool refuses a pool that addresses of the host's other interfaces
 // fall in (another server instance's pool, a LAN): routes would clash.
 func (h *Host) checkPool() error {
-	addrs, err := netlink.AddrList(nil, unix.AF_INET)
+	addrs, err := h.nl.AddrList(nil, unix.AF_INET)
 	if err != nil {
 		return fmt.Errorf("netplumb: list addresses: %w", err)
 	}
@@ -583,7 +596,7 @@ func (h *Host) checkPool() error {
 		if !h.cfg.Pool.Contains(ip) {
 			continue
 		}
-		link, err := netlink.LinkByIndex(a.LinkIndex)
+		link, err := h.nl.LinkByIndex(a.LinkIndex)
 		if err == nil && strings.HasPrefix(link.Attrs().Name, h.vethPrefix) {
 			continue
 		}
