@@ -207,7 +207,12 @@ func (h *Host) releaseLocked(id string, l Link) {
 // address and a default route via the gateway; lo comes up and IPv6 is
 // disabled in netns. The anti-spoof element goes in first, so the sandbox
 // is never on the link without its policy.
+//
+// Calls for one id (Attach, Restore, Detach) must not overlap.
 func (h *Host) Attach(id string, netns *os.File) (Link, error) {
+	if err := validID(id); err != nil {
+		return Link{}, err
+	}
 	l, err := h.reserve(id)
 	if err != nil {
 		return Link{}, err
@@ -389,6 +394,9 @@ func notFound(err error) bool {
 // its address is reserved and its anti-spoof element re-added (Open
 // dropped them). Its host interface must still exist.
 func (h *Host) Restore(id string, l Link) error {
+	if err := validID(id); err != nil {
+		return err
+	}
 	s, ok := h.slotOf(l.Addr)
 	if !ok || h.slotLink(s).Gateway != l.Gateway || !strings.HasPrefix(l.HostIf, h.vethPrefix) || len(l.HostIf) > 15 {
 		return fmt.Errorf("netplumb: restore %s: link %+v is not of this pool or prefix", id, l)

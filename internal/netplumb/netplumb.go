@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // Config is one server instance's plumbing.
@@ -41,11 +42,24 @@ type Link struct {
 	Addr    netip.Addr `json:"addr"`    // eth0's address in the sandbox
 }
 
+// Bounds: a veth's alias, "<prefix> <id>", must fit the kernel's 255 bytes.
+const (
+	maxPrefix = 64
+	maxID     = 128
+)
+
+func validID(id string) error {
+	if id == "" || len(id) > maxID || strings.ContainsRune(id, 0) {
+		return fmt.Errorf("netplumb: sandbox id %q must be 1..%d bytes without NUL", id, maxID)
+	}
+	return nil
+}
+
 // Validate reports every problem of c at once (after defaults).
 func (c *Config) Validate() error {
 	var errs []error
-	if c.Prefix == "" || len(c.Prefix) > 200 {
-		errs = append(errs, errors.New("netplumb: prefix must be 1..200 bytes"))
+	if c.Prefix == "" || len(c.Prefix) > maxPrefix || strings.ContainsAny(c.Prefix, " \x00") {
+		errs = append(errs, fmt.Errorf("netplumb: prefix %q must be 1..%d bytes without spaces", c.Prefix, maxPrefix))
 	}
 	if !c.Pool.IsValid() || !c.Pool.Addr().Is4() || c.Pool.Bits() > 30 || c.Pool.Bits() < 8 || c.Pool.Masked() != c.Pool {
 		errs = append(errs, fmt.Errorf("netplumb: pool %v must be an IPv4 network from /8 to /30", c.Pool))

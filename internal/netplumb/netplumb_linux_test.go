@@ -55,6 +55,16 @@ func TestAttachDetach(t *testing.T) {
 			t.Errorf("no default route via %v: %v", l.Gateway, routes)
 		}
 	})
+	if hl, err := netlink.LinkByName(l.HostIf); err != nil {
+		t.Error(err)
+	} else if a6, _ := netlink.AddrList(hl, unix.AF_INET6); len(a6) != 0 {
+		t.Errorf("host side has IPv6 addresses %v", a6)
+	}
+	for _, bad := range []string{"", strings.Repeat("x", 129), "a\x00b"} {
+		if _, err := h.Attach(bad, ns.f); err == nil {
+			t.Errorf("Attach(%q) succeeded", bad)
+		}
+	}
 	if els := elements(t, h.Prefix()); len(els) != 1 || els[0] != l.HostIf+" "+l.Addr.String() {
 		t.Fatalf("elements %v", els)
 	}
