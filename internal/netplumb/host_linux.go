@@ -422,6 +422,35 @@ func (h *Host) Restore(id string, l Link) error {
 	return nil
 }
 
+// Rename gives the link attached as from to the sandbox to, for a warm
+// pool: a pooled namespace is attached ahead of time and handed to a
+// sandbox by a rename (one netlink call: the interface's alias). The
+// interface keeps its name (derived from from), so after a restart the
+// sandbox is Restored with its Link, or swept.
+func (h *Host) Rename(from, to string) error {
+	if err := validID(to); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l, ok := h.attached[from]
+	if !ok {
+		return fmt.Errorf("netplumb: rename %s: not attached", from)
+	}
+	if _, taken := h.attached[to]; taken {
+		return fmt.Errorf("netplumb: rename %s: %s is already attached", from, to)
+	}
+	if err := h.nl.LinkSetAlias(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: l.HostIf}}, h.alias(to)); err != nil {
+		return fmt.Errorf("netplumb: rename %s: %w", from, err)
+	}
+	delete(h.attached, from)
+	h.attached[to], h.byName[l.HostIf] = l, to
+	if s, ok := h.slotOf(l.Addr); ok {
+		h.slots[s] = to
+	}
+	return nil
+}
+
 // Detach deletes id's veth (and with it the peer in the sandbox), its
 // element and its address. Detaching what is not attached is no error.
 func (h *Host) Detach(id string) error {

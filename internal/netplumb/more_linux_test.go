@@ -222,3 +222,69 @@ func TestProbe(t *testing.T) {
 		}
 	}
 }
+
+// TestRename: a link attached ahead of time (a warm pool's) is handed to a
+// sandbox, which a restarted server then keeps or sweeps by its new id.
+func TestRename(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	cfg := svc.config("warren-test-rename")
+	h := openHost(t, cfg)
+	l, err := h.Attach("pool-1", newNetns(t).f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Rename("pool-1", "sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Rename("pool-1", "sb-2"); err == nil {
+		t.Error("renamed a link twice")
+	}
+	if _, err := h.Attach("pool-2", newNetns(t).f); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Rename("pool-2", "sb-1"); err == nil {
+		t.Error("two links renamed to one id")
+	}
+	h2, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Restore("sb-1", l); err != nil {
+		t.Fatalf("Restore under the new id: %v", err)
+	}
+	removed, err := h2.Sweep(func(id string) bool { return id == "sb-1" })
+	if err != nil || !slices.Equal(removed, []string{"pool-2"}) {
+		t.Fatalf("Sweep removed %v, %v", removed, err)
+	}
+	if err := h2.Detach("sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if v := vethsOf(t, h2.VethPrefix()); len(v) != 0 {
+		t.Errorf("veths left: %v", v)
+	}
+	if els := elements(t, cfg.Prefix); len(els) != 0 {
+		t.Errorf("elements left: %v", els)
+	}
+	_ = h2.Close()
+}
+
+// BenchmarkRename is what a pooled start pays for its link.
+func BenchmarkRename(b *testing.B) {
+	requireNet(b)
+	svc := newServices(b)
+	h := openHost(b, svc.config(""))
+	if _, err := h.Attach("a", newNetns(b).f); err != nil {
+		b.Fatal(err)
+	}
+	from, to := "a", "b"
+	for b.Loop() {
+		if err := h.Rename(from, to); err != nil {
+			b.Fatal(err)
+		}
+		from, to = to, from
+	}
+}
