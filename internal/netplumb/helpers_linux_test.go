@@ -232,3 +232,25 @@ func acceptWithin(l *net.TCPListener, wait time.Duration) (*net.TCPConn, error) 
 	_ = l.SetDeadline(time.Now().Add(wait))
 	return l.AcceptTCP()
 }
+
+// setElements lists the raw keys of a set of the table.
+func setElements(t testing.TB, table, name string) [][]byte {
+	t.Helper()
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: table}, name)
+	if err != nil {
+		t.Fatalf("set %s: %v", name, err)
+	}
+	els, err := c.GetSetElements(set)
+	if err != nil {
+		t.Fatalf("elements of %s: %v", name, err)
+	}
+	var out [][]byte
+	for _, e := range els {
+		out = append(out, e.Key)
+	}
+	return out
+}

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -51,6 +52,9 @@ const candidates = 4
 func Open(cfg Config) (*Host, error) {
 	if !cfg.Pool.IsValid() {
 		cfg.Pool = DefaultPool
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -262,7 +266,33 @@ func (h *Host) attach(id string, l *Link, netns *os.File) error {
 	if err := h.nl.LinkSetUp(host); err != nil {
 		return fmt.Errorf("up %s: %w", l.HostIf, err)
 	}
-	return h.inNetns(netns, func() error { return sandboxSide(*l) })
+	if err := h.inNetns(netns, func() error { return sandboxSide(*l) }); err != nil {
+		return err
+	}
+	return h.waitUp(veth.Index)
+}
+
+// waitUp waits for the kernel to finish bringing the host side up. It came
+// up while its peer was down, without a carrier, and the kernel attaches its
+// queue only when its link-watch work sees the carrier, asynchronously:
+// until then the interface drops what it sends (the answer to a sandbox's
+// first SYN, which the sandbox then resends a second later). The work has
+// run when the operational state is up.
+func (h *Host) waitUp(index int) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		link, err := h.nl.LinkByIndex(index)
+		if err != nil {
+			return fmt.Errorf("link %d: %w", index, err)
+		}
+		if link.Attrs().OperState == netlink.OperUp {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s is still %v", link.Attrs().Name, link.Attrs().OperState)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
 }
 
 // sandboxSide configures the namespace the calling thread is in.
@@ -353,6 +383,23 @@ func (h *Host) elements(add bool, l Link) error {
 	return nil
 }
 
+// dropConns deletes the interface's connection-counting element, if its
+// traffic made one (the kernel does not collect it by itself).
+func (h *Host) dropConns(ifname string) error {
+	h.nftMu.Lock()
+	defer h.nftMu.Unlock()
+	key := make([]byte, ifNameSize)
+	copy(key, ifname)
+	err := h.nft.SetDeleteElements(h.conns(), []nftables.SetElement{{Key: key}})
+	if err == nil {
+		err = h.nft.Flush()
+	}
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("nftables element %s: %w", ifname, err)
+	}
+	return nil
+}
+
 // undo removes what an Attach or a Detach may have left: the veth (its peer
 // goes with it) and the element. Missing pieces are fine.
 func (h *Host) undo(l Link) error {
@@ -361,6 +408,9 @@ func (h *Host) undo(l Link) error {
 		errs = append(errs, err)
 	}
 	if err := h.elements(false, l); err != nil && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, err)
+	}
+	if err := h.dropConns(l.HostIf); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -499,7 +549,8 @@ func (h *Host) Detach(id string) error {
 	h.pending.Add(1)
 	go func() {
 		defer h.pending.Done()
-		if err := h.delLink(l.HostIf); err != nil {
+		err := errors.Join(h.delLink(l.HostIf), h.dropConns(l.HostIf))
+		if err != nil {
 			h.mu.Lock()
 			h.delErr = errors.Join(h.delErr, err)
 			h.mu.Unlock()
@@ -547,6 +598,9 @@ func (h *Host) Sweep(keep func(id string) bool) ([]string, error) {
 		if err := netlink.LinkDel(link); err != nil && !notFound(err) {
 			errs = append(errs, fmt.Errorf("delete %s: %w", a.Name, err))
 			continue
+		}
+		if err := h.dropConns(a.Name); err != nil {
+			errs = append(errs, err)
 		}
 		removed = append(removed, id)
 	}

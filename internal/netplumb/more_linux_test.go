@@ -2,6 +2,7 @@ package netplumb_test
 
 import (
 	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -286,5 +287,79 @@ func BenchmarkRename(b *testing.B) {
 			b.Fatal(err)
 		}
 		from, to = to, from
+	}
+}
+
+// TestConnLimit: a sandbox's flows beyond MaxConns are refused at once,
+// and a closed one frees its place.
+func TestConnLimit(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	cfg := svc.config("")
+	cfg.MaxConns = 8
+	h := openHost(t, cfg)
+	ns := newNetns(t)
+	if _, err := h.Attach("x", ns.f); err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	dial := func() (net.Conn, error) {
+		var c net.Conn
+		var err error
+		ns.do(func() { c, err = dialTCP("203.0.113.9:443") })
+		return c, err
+	}
+	for i := range cfg.MaxConns {
+		c, err := dial()
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		s, err := acceptWithin(svc.proxy, fast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c, s)
+	}
+	start := time.Now()
+	if c, err := dial(); err == nil {
+		_ = c.Close()
+		t.Fatal("a connection beyond MaxConns was let through")
+	} else if !isRefusal(err) || time.Since(start) >= fast {
+		t.Fatalf("beyond MaxConns: %v after %v, want a refusal at once", err, time.Since(start))
+	}
+	_ = held[0].Close()
+	_ = held[1].Close()
+	deadline := time.Now().Add(fast)
+	for {
+		c, err := dial()
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed connection did not free its place: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range held {
+		_ = c.Close()
+	}
+	held = nil
+	if err := h.Detach("x"); err != nil {
+		t.Fatal(err)
+	}
+	if len(setElements(t, h.Prefix(), "conns")) != 1 {
+		t.Fatal("no counting element while detaching")
+	}
+	if err := h.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if els := setElements(t, h.Prefix(), "conns"); len(els) != 0 {
+		t.Fatalf("counting elements left: %q", els)
 	}
 }

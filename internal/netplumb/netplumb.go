@@ -29,7 +29,15 @@ type Config struct {
 	// connection are redirected to. The services must listen on the
 	// wildcard address (or on each gateway).
 	ResolverPort, ProxyPort uint16
+	// MaxConns bounds each sandbox's flows tracked at once (conntrack
+	// entries, a host-wide table); a new one beyond it is rejected.
+	// Default DefaultMaxConns.
+	MaxConns int
 }
+
+// DefaultMaxConns is the default of Config.MaxConns: 64 sandboxes at their
+// bound fill the kernel's default table on a machine with 4 GB or more.
+const DefaultMaxConns = 4096
 
 // DefaultPool is the default address pool: 16384 sandboxes.
 var DefaultPool = netip.MustParsePrefix("10.201.0.0/16")
@@ -63,6 +71,9 @@ func (c *Config) Validate() error {
 	}
 	if !c.Pool.IsValid() || !c.Pool.Addr().Is4() || c.Pool.Bits() > 30 || c.Pool.Bits() < 8 || c.Pool.Masked() != c.Pool {
 		errs = append(errs, fmt.Errorf("netplumb: pool %v must be an IPv4 network from /8 to /30", c.Pool))
+	}
+	if c.MaxConns < 1 || c.MaxConns > 1<<20 {
+		errs = append(errs, fmt.Errorf("netplumb: max conns %d must be 1..%d", c.MaxConns, 1<<20))
 	}
 	if c.ResolverPort == 0 || c.ProxyPort == 0 || c.ResolverPort == c.ProxyPort {
 		errs = append(errs, errors.New("netplumb: resolver and proxy ports must be distinct and non-zero"))

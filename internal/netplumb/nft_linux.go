@@ -20,13 +20,17 @@ import (
 //	prerouting (filter, -150): from ours: ip6 drop; iifname . ip saddr not in @spoof drop
 //	prerouting (nat, -100):    from ours: udp/tcp dport 53 redirect to :ResolverPort,
 //	                           other tcp redirect to :ProxyPort
-//	prerouting (filter, 0):    from ours: ct established,related accept; ct status
+//	prerouting (filter, 0):    from ours: ct established,related accept; a new flow
+//	                           beyond MaxConns of its interface's: reject; ct status
 //	                           dnat accept (redirected); reject the rest
 //	input (filter, 0):         from ours: ct established,related accept; tcp dport
 //	                           ProxyPort accept; udp/tcp dport ResolverPort accept;
 //	                           tcp reject with reset; the rest reject admin-prohibited
 //	forward (filter, 0):       from or to ours: reject (nothing is routed)
-const spoofSet = "spoof"
+const (
+	spoofSet = "spoof"
+	connSet  = "conns"
+)
 
 // Registers: NFT_REG_1 is 16 bytes, the same storage as NFT_REG32_00..03,
 // so a concatenation of an interface name (16 bytes) and an IPv4 address
@@ -49,6 +53,10 @@ func (h *Host) spoof() *nftables.Set {
 		KeyType:       nftables.MustConcatSetType(nftables.TypeIFName, nftables.TypeIPAddr),
 		Concatenation: true,
 	}
+}
+
+func (h *Host) conns() *nftables.Set {
+	return &nftables.Set{Table: h.table(), Name: connSet, KeyType: nftables.TypeIFName, Dynamic: true, Size: 65535}
 }
 
 // spoofKey is the set key for (interface name, address).
@@ -101,6 +109,19 @@ func (h *Host) writeTable(c *nftables.Conn) error {
 	gate := c.AddChain(&nftables.Chain{Name: "gate", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter})
 	rule(c, gate, from, ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), accept)
+	// Every flow of a sandbox is a conntrack entry (the redirects need
+	// them), and the table of entries is the host's: bound each sandbox's
+	// share, counted per interface, so that one cannot fill it.
+	conns := h.conns()
+	if err := c.AddSet(conns, nil); err != nil {
+		return err
+	}
+	rule(c, gate, from, ctState(expr.CtStateBitNEW), []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
+		&expr.Dynset{SrcRegKey: reg1, SetName: conns.Name, SetID: conns.ID, Operation: unix.NFT_DYNSET_OP_ADD,
+			Exprs: []expr.Any{&expr.Connlimit{Count: uint32(h.cfg.MaxConns), Flags: expr.NFT_CONNLIMIT_F_INV}}}, //nolint:gosec // Validate bounds MaxConns to 1..2^20
+		&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED},
+	})
 	rule(c, gate, from, ctStatus(ipsDstNAT), accept)
 	rejectAll(c, gate, from)
 

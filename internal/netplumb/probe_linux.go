@@ -35,6 +35,11 @@ func Probe() []Feature {
 	}{
 		{"nftables REDIRECT", true, redirect(1)},
 		{"nftables conntrack (ct state, ct status)", false, append(ctState(expr.CtStateBitESTABLISHED), ctStatus(ipsDstNAT)...)},
+		{"nftables connlimit (per-sandbox flow bound)", false, []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
+			&expr.Dynset{SrcRegKey: reg1, SetName: "probe", Operation: unix.NFT_DYNSET_OP_ADD,
+				Exprs: []expr.Any{&expr.Connlimit{Count: 1, Flags: expr.NFT_CONNLIMIT_F_INV}}},
+		}},
 		{"nftables reject", false, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}},
 	} {
 		err := base
@@ -43,6 +48,10 @@ func Probe() []Feature {
 				ch := &nftables.Chain{Name: "probe", Table: t, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityFilter}
 				if p.nat {
 					ch.Type, ch.Priority = nftables.ChainTypeNAT, nftables.ChainPriorityNATDest
+				}
+				set := &nftables.Set{Table: t, Name: "probe", KeyType: nftables.TypeIFName, Dynamic: true, Size: 16}
+				if err := c.AddSet(set, nil); err != nil {
+					return
 				}
 				rule(c, c.AddChain(ch), l4(unix.IPPROTO_TCP), p.e)
 			})
