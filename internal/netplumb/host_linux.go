@@ -237,7 +237,9 @@ func (h *Host) attach(id string, l *Link, netns *os.File) error {
 		return err
 	}
 	veth := &netlink.Veth{
-		LinkAttrs:     netlink.LinkAttrs{Name: l.HostIf, TxQLen: -1},
+		// One queue each way (a veth gets one per CPU otherwise): each is
+		// objects the kernel makes and announces, a third of the create.
+		LinkAttrs:     netlink.LinkAttrs{Name: l.HostIf, TxQLen: -1, NumTxQueues: 1, NumRxQueues: 1},
 		PeerName:      "eth0",
 		PeerNamespace: netlink.NsFd(netns.Fd()),
 	}
