@@ -363,3 +363,65 @@ func TestConnLimit(t *testing.T) {
 		t.Fatalf("counting elements left: %q", els)
 	}
 }
+
+// TestConcurrent: Attaches and Detaches of different sandboxes at once (a
+// server creates and destroys in parallel) get distinct links and leave
+// nothing.
+func TestConcurrent(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	h := openHost(t, svc.config(""))
+	const workers, each = 4, 5
+	nss := make([]*netns, workers*each)
+	for i := range nss {
+		nss[i] = newNetns(t)
+	}
+	links := make([]netplumb.Link, len(nss))
+	errs := make(chan error, len(nss))
+	for w := range workers {
+		go func() {
+			for j := range each {
+				i := w*each + j
+				l, err := h.Attach(fmt.Sprint("c-", i), nss[i].f)
+				links[i] = l
+				errs <- err
+			}
+		}()
+	}
+	for range nss {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, l := range links {
+		if seen[l.HostIf] || seen[l.Addr.String()] {
+			t.Fatalf("link %+v handed out twice", l)
+		}
+		seen[l.HostIf], seen[l.Addr.String()] = true, true
+	}
+	if els := elements(t, h.Prefix()); len(els) != len(nss) {
+		t.Fatalf("%d elements, want %d", len(els), len(nss))
+	}
+	for w := range workers {
+		go func() {
+			for j := range each {
+				errs <- h.Detach(fmt.Sprint("c-", w*each+j))
+			}
+		}()
+	}
+	for range nss {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if els := elements(t, h.Prefix()); len(els) != 0 {
+		t.Errorf("elements left: %v", els)
+	}
+	if v := vethsOf(t, h.VethPrefix()); len(v) != 0 {
+		t.Errorf("veths left: %v", v)
+	}
+}
