@@ -221,7 +221,32 @@ func (h *Host) Attach(id string, netns *os.File) (Link, error) {
 	if err != nil {
 		return Link{}, err
 	}
-	if err := h.attach(id, &l, netns); err != nil {
+	err = h.attach(id, &l, netns)
+	for n := 1; errors.Is(err, errNameTaken) && n <= candidates; n++ {
+		// Another sandbox's interface (a hash collision, or a leftover not
+		// yet swept) has the name: not ours to touch. Our element for the
+		// name goes, then the next candidate.
+		if derr := h.elements(false, l); derr != nil && !errors.Is(derr, unix.ENOENT) {
+			// The element pairs our address with that interface: the
+			// address stays out of the pool (until a restart's Sweep).
+			h.mu.Lock()
+			delete(h.attached, id)
+			delete(h.byName, l.HostIf)
+			h.mu.Unlock()
+			return Link{}, fmt.Errorf("netplumb: attach %s: %w (%w)", id, err, derr)
+		}
+		if n == candidates {
+			break
+		}
+		if h.rename(id, &l, h.vethName(id, n)) {
+			err = h.attach(id, &l, netns)
+		}
+	}
+	if errors.Is(err, errNameTaken) {
+		h.release(id, l)
+		return Link{}, fmt.Errorf("netplumb: attach %s: %w", id, err)
+	}
+	if err != nil {
 		if uerr := h.undo(l); uerr != nil {
 			// The name and the address stay reserved for a Detach to finish.
 			return Link{}, fmt.Errorf("netplumb: attach %s: %w (undoing: %w; Detach retries)", id, err, uerr)
@@ -230,6 +255,22 @@ func (h *Host) Attach(id string, netns *os.File) (Link, error) {
 		return Link{}, fmt.Errorf("netplumb: attach %s: %w", id, err)
 	}
 	return l, nil
+}
+
+// errNameTaken: the host already has an interface of the name Attach chose.
+var errNameTaken = errors.New("the host interface's name is taken")
+
+// rename moves id's reservation to name, if no other id of this Host has it.
+func (h *Host) rename(id string, l *Link, name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, taken := h.byName[name]; taken {
+		return false
+	}
+	delete(h.byName, l.HostIf)
+	l.HostIf = name
+	h.byName[name], h.attached[id] = id, *l
+	return true
 }
 
 func (h *Host) attach(id string, l *Link, netns *os.File) error {
@@ -246,7 +287,7 @@ func (h *Host) attach(id string, l *Link, netns *os.File) error {
 	if err := h.nl.LinkAdd(veth); err != nil {
 		if errors.Is(err, unix.EEXIST) {
 			if _, lerr := h.nl.LinkByName(l.HostIf); lerr == nil {
-				return fmt.Errorf("host interface %s exists (a leftover to Sweep, or a hash collision)", l.HostIf)
+				return fmt.Errorf("%s: %w", l.HostIf, errNameTaken)
 			}
 			return fmt.Errorf("the namespace already has an eth0: %w", err)
 		}

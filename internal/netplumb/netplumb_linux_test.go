@@ -8,6 +8,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/warren-sandbox/warren/internal/netplumb"
 )
 
 // TestAttachDetach: the link exists as described, and Detach leaves nothing.
@@ -98,5 +100,42 @@ func TestAttachDetach(t *testing.T) {
 	}
 	if l2.Addr == l.Addr {
 		t.Errorf("address %v reused at once", l.Addr)
+	}
+}
+
+// TestNameTaken: when the host already has an interface of the name an id
+// hashes to (another sandbox's), Attach leaves it alone and takes the next
+// candidate.
+func TestNameTaken(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	h := openHost(t, svc.config(""))
+	name := netplumb.VethName(h, "col", 0)
+	other := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name[:7] + "peer"}
+	if err := netlink.LinkAdd(other); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = netlink.LinkDel(other) }()
+	l, err := h.Attach("col", newNetns(t).f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.HostIf != netplumb.VethName(h, "col", 1) {
+		t.Errorf("host side %s, want the second candidate", l.HostIf)
+	}
+	if _, err := netlink.LinkByName(name); err != nil {
+		t.Errorf("the other interface is gone: %v", err)
+	}
+	if els := elements(t, h.Prefix()); len(els) != 1 || els[0] != l.HostIf+" "+l.Addr.String() {
+		t.Errorf("elements %v", els)
+	}
+	if err := h.Detach("col"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlink.LinkByName(name); err != nil {
+		t.Errorf("Detach removed the other interface: %v", err)
 	}
 }
