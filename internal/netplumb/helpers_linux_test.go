@@ -184,7 +184,13 @@ func elements(t testing.TB, table string) []string {
 // vethsOf lists the host's interfaces whose name starts with prefix.
 func vethsOf(t testing.TB, prefix string) []string {
 	t.Helper()
-	links, err := netlink.LinkList()
+	var links []netlink.Link
+	var err error
+	for range 20 { // other tests' links come and go: a dump may be interrupted
+		if links, err = netlink.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

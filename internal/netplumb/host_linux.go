@@ -566,7 +566,7 @@ func (h *Host) Detach(id string) error {
 				continue
 			}
 			l = Link{HostIf: name}
-			if addrs, err := h.nl.AddrList(link, unix.AF_INET); err == nil && len(addrs) == 1 {
+			if addrs, err := consistent(func() ([]netlink.Addr, error) { return h.nl.AddrList(link, unix.AF_INET) }); err == nil && len(addrs) == 1 {
 				gw, _ := netip.AddrFromSlice(addrs[0].IP.To4())
 				l.Gateway, l.Addr = gw, gw.Next()
 			}
@@ -618,7 +618,7 @@ func (h *Host) Wait() error {
 // not keep: what a crash left. It returns the ids removed. Run it before
 // Attaching (an Attach under way is left alone).
 func (h *Host) Sweep(keep func(id string) bool) ([]string, error) {
-	links, err := h.nl.LinkList()
+	links, err := consistent(h.nl.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("netplumb: sweep: %w", err)
 	}
@@ -721,7 +721,7 @@ func (h *Host) Prefix() string { return h.cfg.Prefix }
 // checkPool refuses a pool that addresses of the host's other interfaces
 // fall in (another server instance's pool, a LAN): routes would clash.
 func (h *Host) checkPool() error {
-	addrs, err := h.nl.AddrList(nil, unix.AF_INET)
+	addrs, err := consistent(func() ([]netlink.Addr, error) { return h.nl.AddrList(nil, unix.AF_INET) })
 	if err != nil {
 		return fmt.Errorf("netplumb: list addresses: %w", err)
 	}
@@ -741,4 +741,17 @@ func (h *Host) checkPool() error {
 		return fmt.Errorf("netplumb: pool %v holds %v of interface %s (another server's pool? give each its own)", h.cfg.Pool, ip, name)
 	}
 	return nil
+}
+
+// consistent retries a dump that links or addresses changing meanwhile
+// interrupted (other sandboxes come and go): its results may lack some.
+func consistent[T any](dump func() ([]T, error)) ([]T, error) {
+	var err error
+	for range 20 {
+		var out []T
+		if out, err = dump(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return out, err
+		}
+	}
+	return nil, err
 }
