@@ -10,7 +10,9 @@ GO_VERSION=1.26.8
 # needs itself, so that `make run` does not.)
 # python3-pip: pip in the python language view of the host image (what the
 # language names run on by default, like microsandbox's python image).
-APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 python3-pip nodejs iproute2 procps util-linux bubblewrap crun mmdebstrap debian-archive-keyring)
+# slirp4netns: the user-space network stack the data path benchmark weighs
+# (docs/network.md).
+APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 python3-pip nodejs iproute2 procps util-linux bubblewrap crun mmdebstrap debian-archive-keyring slirp4netns)
 # npm: in the node language view of the host image, and the MCP test drives
 # /mcp with the official npm client. NodeSource's nodejs ships npm (and
 # conflicts with Debian's npm package); Debian's nodejs does not.

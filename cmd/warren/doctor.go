@@ -15,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -76,6 +77,13 @@ func doctorCmd(ctx context.Context, args []string) error {
 				c.note = f.Note
 			}
 			checks = append(checks, c)
+		}
+	}
+	// What a sandbox's network (egress) needs; without it sandboxes still
+	// run, with loopback only.
+	if root {
+		for _, f := range netplumb.Probe() {
+			add("network: "+f.Name, false, f.Err, "")
 		}
 	}
 	// What the language names run on the host image (scripts/setup.sh

@@ -248,7 +248,8 @@ func TestDoctor(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("doctor failed (%d):\n%s%s", r.code, r.stdout, r.stderr)
 	}
-	for _, want := range []string{"ok    pid namespace", "ok    overlayfs", "ok    seccomp", "ok    sandbox start + exec true"} {
+	for _, want := range []string{"ok    pid namespace", "ok    overlayfs", "ok    seccomp", "ok    sandbox start + exec true",
+		"ok    network: netns + veth", "ok    network: nftables REDIRECT", "ok    network: nftables reject"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("doctor output lacks %q:\n%s", want, r.stdout)
 		}

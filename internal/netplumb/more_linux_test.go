@@ -1,0 +1,427 @@
+package netplumb_test
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/netplumb"
+)
+
+// TestSweepAndRestore: a restarted server (a second Open of the same prefix)
+// restores the sandbox it keeps and sweeps the others' leftovers.
+func TestSweepAndRestore(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	cfg := svc.config("warren-test-sweep")
+	h := openHost(t, cfg)
+	links := map[string]netplumb.Link{}
+	for _, id := range []string{"keep", "gone-1", "gone-2"} {
+		l, err := h.Attach(id, newNetns(t).f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		links[id] = l
+	}
+	h2, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if els := elements(t, cfg.Prefix); len(els) != 0 {
+		t.Fatalf("Open kept elements %v", els)
+	}
+	if err := h2.Restore("keep", links["keep"]); err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if err := h2.Restore("gone-1", links["keep"]); err == nil {
+		t.Error("Restore of another sandbox's link succeeded")
+	}
+	removed, err := h2.Sweep(func(id string) bool { return id == "keep" })
+	if err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+	slices.Sort(removed)
+	if !slices.Equal(removed, []string{"gone-1", "gone-2"}) {
+		t.Errorf("removed %v", removed)
+	}
+	if v := vethsOf(t, h2.VethPrefix()); !slices.Equal(v, []string{links["keep"].HostIf}) {
+		t.Errorf("veths %v", v)
+	}
+	if els := elements(t, cfg.Prefix); !slices.Equal(els, []string{links["keep"].HostIf + " " + links["keep"].Addr.String()}) {
+		t.Errorf("elements %v", els)
+	}
+	// A new sandbox does not get the restored one's address.
+	l, err := h2.Attach("new", newNetns(t).f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Addr == links["keep"].Addr {
+		t.Errorf("address %v handed out twice", l.Addr)
+	}
+	// Detach of a sandbox the Host was not told about (no Restore) finds it
+	// by name.
+	h3, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h3.Detach("new"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h3.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if v := vethsOf(t, h2.VethPrefix()); !slices.Equal(v, []string{links["keep"].HostIf}) {
+		t.Errorf("veths after Detach by name %v", v)
+	}
+	_ = h3.Close()
+	_ = h2.Close()
+}
+
+// TestTwoHosts: two prefixes coexist; removing one leaves the other working.
+func TestTwoHosts(t *testing.T) {
+	requireNet(t)
+	svc1, svc2 := newServices(t), newServices(t)
+	cfg1 := svc1.config("")
+	h1 := openHost(t, cfg1)
+	cfg2 := svc2.config("")
+	pool2 := cfg2.Pool
+	cfg2.Pool = cfg1.Pool
+	cfg2.Prefix = "warren-test-two"
+	n1, n2 := newNetns(t), newNetns(t)
+	if _, err := h1.Attach("x", n1.f); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netplumb.Open(cfg2); err == nil {
+		t.Fatal("a second server on the same pool was let in")
+	}
+	cfg2.Pool = pool2
+	h2, err := netplumb.Open(cfg2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h2.Remove() }()
+	// Same id, other server: its own name and address space.
+	if _, err := h2.Attach("x", n2.f); err != nil {
+		t.Fatal(err)
+	}
+	check := func(n *netns, svc *services) {
+		t.Helper()
+		n.do(func() {
+			c, err := dialTCP("203.0.113.1:80")
+			if err != nil {
+				t.Errorf("dial: %v", err)
+				return
+			}
+			_ = c.Close()
+		})
+		s, err := acceptWithin(svc.proxy, fast)
+		if err != nil {
+			t.Errorf("proxy: %v", err)
+			return
+		}
+		_ = s.Close()
+	}
+	check(n1, svc1)
+	check(n2, svc2)
+	if err := h2.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	check(n1, svc1)
+}
+
+// TestManyDetachClean: 50 sandboxes attached, then detached, leave a clean
+// table and no veth.
+func TestManyDetachClean(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	h := openHost(t, svc.config(""))
+	const n = 50
+	for i := range n {
+		if _, err := h.Attach(fmt.Sprint("sb-", i), newNetns(t).f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if els := elements(t, h.Prefix()); len(els) != n {
+		t.Fatalf("%d elements, want %d", len(els), n)
+	}
+	if v := vethsOf(t, h.VethPrefix()); len(v) != n {
+		t.Fatalf("%d veths, want %d", len(v), n)
+	}
+	for i := range n {
+		if err := h.Detach(fmt.Sprint("sb-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if els := elements(t, h.Prefix()); len(els) != 0 {
+		t.Errorf("elements left: %v", els)
+	}
+	if v := vethsOf(t, h.VethPrefix()); len(v) != 0 {
+		t.Errorf("veths left: %v", v)
+	}
+}
+
+// BenchmarkAttachDetach is a sandbox's cost of having a network (the
+// namespace itself is made by the clone that starts the agent either way):
+// attach-ms and detach-ms are the medians of what a create and a destroy
+// wait for; ns/op includes the veth deletions behind Detach (Wait).
+// "overlapped" lets them run under the next Attach, as a busy server does;
+// "alone" waits for each first.
+func BenchmarkAttachDetach(b *testing.B) {
+	requireNet(b)
+	svc := newServices(b)
+	h := openHost(b, svc.config(""))
+	i := 0
+	for _, alone := range []bool{false, true} {
+		b.Run(map[bool]string{false: "overlapped", true: "alone"}[alone], func(b *testing.B) {
+			var att, det []time.Duration
+			for b.Loop() {
+				b.StopTimer()
+				ns := newNetns(b)
+				b.StartTimer()
+				id := fmt.Sprint("bench-", i)
+				i++
+				t0 := time.Now()
+				if _, err := h.Attach(id, ns.f); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := h.Detach(id); err != nil {
+					b.Fatal(err)
+				}
+				att, det = append(att, t1.Sub(t0)), append(det, time.Since(t1))
+				if alone {
+					if err := h.Wait(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if err := h.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(medianMS(att), "attach-ms")
+			b.ReportMetric(medianMS(det), "detach-ms")
+		})
+	}
+}
+
+func medianMS(d []time.Duration) float64 {
+	slices.Sort(d)
+	return float64(d[len(d)/2].Microseconds()) / 1000
+}
+
+// TestProbe: on this kernel (root, nftables built in) everything is usable.
+func TestProbe(t *testing.T) {
+	requireNet(t)
+	for _, f := range netplumb.Probe() {
+		if f.Err != nil {
+			t.Errorf("%s: %v", f.Name, f.Err)
+		}
+	}
+}
+
+// TestRename: a link attached ahead of time (a warm pool's) is handed to a
+// sandbox, which a restarted server then keeps or sweeps by its new id.
+func TestRename(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	cfg := svc.config("warren-test-rename")
+	h := openHost(t, cfg)
+	l, err := h.Attach("pool-1", newNetns(t).f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Rename("pool-1", "sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Rename("pool-1", "sb-2"); err == nil {
+		t.Error("renamed a link twice")
+	}
+	if _, err := h.Attach("pool-2", newNetns(t).f); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Rename("pool-2", "sb-1"); err == nil {
+		t.Error("two links renamed to one id")
+	}
+	h2, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Restore("sb-1", l); err != nil {
+		t.Fatalf("Restore under the new id: %v", err)
+	}
+	removed, err := h2.Sweep(func(id string) bool { return id == "sb-1" })
+	if err != nil || !slices.Equal(removed, []string{"pool-2"}) {
+		t.Fatalf("Sweep removed %v, %v", removed, err)
+	}
+	if err := h2.Detach("sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if v := vethsOf(t, h2.VethPrefix()); len(v) != 0 {
+		t.Errorf("veths left: %v", v)
+	}
+	if els := elements(t, cfg.Prefix); len(els) != 0 {
+		t.Errorf("elements left: %v", els)
+	}
+	_ = h2.Close()
+}
+
+// BenchmarkRename is what a pooled start pays for its link.
+func BenchmarkRename(b *testing.B) {
+	requireNet(b)
+	svc := newServices(b)
+	h := openHost(b, svc.config(""))
+	if _, err := h.Attach("a", newNetns(b).f); err != nil {
+		b.Fatal(err)
+	}
+	from, to := "a", "b"
+	for b.Loop() {
+		if err := h.Rename(from, to); err != nil {
+			b.Fatal(err)
+		}
+		from, to = to, from
+	}
+}
+
+// TestConnLimit: a sandbox's flows beyond MaxConns are refused at once,
+// and a closed one frees its place.
+func TestConnLimit(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	cfg := svc.config("")
+	cfg.MaxConns = 8
+	h := openHost(t, cfg)
+	ns := newNetns(t)
+	if _, err := h.Attach("x", ns.f); err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			_ = c.Close()
+		}
+	}()
+	dial := func() (net.Conn, error) {
+		var c net.Conn
+		var err error
+		ns.do(func() { c, err = dialTCP("203.0.113.9:443") })
+		return c, err
+	}
+	for i := range cfg.MaxConns {
+		c, err := dial()
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		s, err := acceptWithin(svc.proxy, fast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c, s)
+	}
+	start := time.Now()
+	if c, err := dial(); err == nil {
+		_ = c.Close()
+		t.Fatal("a connection beyond MaxConns was let through")
+	} else if !isRefusal(err) || time.Since(start) >= fast {
+		t.Fatalf("beyond MaxConns: %v after %v, want a refusal at once", err, time.Since(start))
+	}
+	_ = held[0].Close()
+	_ = held[1].Close()
+	deadline := time.Now().Add(fast)
+	for {
+		c, err := dial()
+		if err == nil {
+			_ = c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a closed connection did not free its place: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range held {
+		_ = c.Close()
+	}
+	held = nil
+	if err := h.Detach("x"); err != nil {
+		t.Fatal(err)
+	}
+	if len(setElements(t, h.Prefix(), "conns")) != 1 {
+		t.Fatal("no counting element while detaching")
+	}
+	if err := h.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if els := setElements(t, h.Prefix(), "conns"); len(els) != 0 {
+		t.Fatalf("counting elements left: %q", els)
+	}
+}
+
+// TestConcurrent: Attaches and Detaches of different sandboxes at once (a
+// server creates and destroys in parallel) get distinct links and leave
+// nothing.
+func TestConcurrent(t *testing.T) {
+	requireNet(t)
+	svc := newServices(t)
+	h := openHost(t, svc.config(""))
+	const workers, each = 4, 5
+	nss := make([]*netns, workers*each)
+	for i := range nss {
+		nss[i] = newNetns(t)
+	}
+	links := make([]netplumb.Link, len(nss))
+	errs := make(chan error, len(nss))
+	for w := range workers {
+		go func() {
+			for j := range each {
+				i := w*each + j
+				l, err := h.Attach(fmt.Sprint("c-", i), nss[i].f)
+				links[i] = l
+				errs <- err
+			}
+		}()
+	}
+	for range nss {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, l := range links {
+		if seen[l.HostIf] || seen[l.Addr.String()] {
+			t.Fatalf("link %+v handed out twice", l)
+		}
+		seen[l.HostIf], seen[l.Addr.String()] = true, true
+	}
+	if els := elements(t, h.Prefix()); len(els) != len(nss) {
+		t.Fatalf("%d elements, want %d", len(els), len(nss))
+	}
+	for w := range workers {
+		go func() {
+			for j := range each {
+				errs <- h.Detach(fmt.Sprint("c-", w*each+j))
+			}
+		}()
+	}
+	for range nss {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if els := elements(t, h.Prefix()); len(els) != 0 {
+		t.Errorf("elements left: %v", els)
+	}
+	if v := vethsOf(t, h.VethPrefix()); len(v) != 0 {
+		t.Errorf("veths left: %v", v)
+	}
+}
