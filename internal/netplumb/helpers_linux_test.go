@@ -127,9 +127,7 @@ func (s *services) config(prefix string) netplumb.Config {
 func openHost(t testing.TB, cfg netplumb.Config) *netplumb.Host {
 	t.Helper()
 	if cfg.Prefix == "" {
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		cfg.Prefix = "warren-test-" + hex.EncodeToString(b)
+		cfg.Prefix = testPrefix()
 	}
 	h, err := netplumb.Open(cfg)
 	if err != nil {
@@ -259,4 +257,12 @@ func setElements(t testing.TB, table, name string) [][]byte {
 		out = append(out, e.Key)
 	}
 	return out
+}
+
+// testPrefix is a server prefix of the test's own: test processes may run
+// side by side.
+func testPrefix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return "warren-test-" + hex.EncodeToString(b)
 }

@@ -15,7 +15,7 @@ import (
 func TestSweepAndRestore(t *testing.T) {
 	requireNet(t)
 	svc := newServices(t)
-	cfg := svc.config("warren-test-sweep")
+	cfg := svc.config(testPrefix())
 	h := openHost(t, cfg)
 	links := map[string]netplumb.Link{}
 	for _, id := range []string{"keep", "gone-1", "gone-2"} {
@@ -88,7 +88,7 @@ func TestTwoHosts(t *testing.T) {
 	cfg2 := svc2.config("")
 	pool2 := cfg2.Pool
 	cfg2.Pool = cfg1.Pool
-	cfg2.Prefix = "warren-test-two"
+	cfg2.Prefix = testPrefix()
 	n1, n2 := newNetns(t), newNetns(t)
 	if _, err := h1.Attach("x", n1.f); err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func TestProbe(t *testing.T) {
 func TestRename(t *testing.T) {
 	requireNet(t)
 	svc := newServices(t)
-	cfg := svc.config("warren-test-rename")
+	cfg := svc.config(testPrefix())
 	h := openHost(t, cfg)
 	l, err := h.Attach("pool-1", newNetns(t).f)
 	if err != nil {
@@ -423,5 +423,46 @@ func TestConcurrent(t *testing.T) {
 	}
 	if v := vethsOf(t, h.VethPrefix()); len(v) != 0 {
 		t.Errorf("veths left: %v", v)
+	}
+}
+
+// TestReopenPorts: Open again with other ports (a restarted server) steers
+// the restored sandbox's traffic to the new ones.
+func TestReopenPorts(t *testing.T) {
+	requireNet(t)
+	svc1, svc2 := newServices(t), newServices(t)
+	cfg := svc1.config(testPrefix())
+	h := openHost(t, cfg)
+	ns := newNetns(t)
+	l, err := h.Attach("r", ns.f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := svc2.config("")
+	cfg.ResolverPort, cfg.ProxyPort = cfg2.ResolverPort, cfg2.ProxyPort
+	h2, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h2.Close() }()
+	if err := h2.Restore("r", l); err != nil {
+		t.Fatal(err)
+	}
+	ns.do(func() {
+		c, err := dialTCP("203.0.113.5:80")
+		if err != nil {
+			t.Errorf("dial: %v", err)
+			return
+		}
+		_ = c.Close()
+	})
+	s, err := acceptWithin(svc2.proxy, fast)
+	if err != nil {
+		t.Fatalf("the new proxy port got nothing: %v", err)
+	}
+	_ = s.Close()
+	if s, err := acceptWithin(svc1.proxy, 100*time.Millisecond); err == nil {
+		_ = s.Close()
+		t.Error("the old proxy port still gets connections")
 	}
 }

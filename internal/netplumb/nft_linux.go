@@ -22,7 +22,8 @@ import (
 //	                           other tcp redirect to :ProxyPort
 //	prerouting (filter, 0):    from ours: ct established,related accept; a new flow
 //	                           beyond MaxConns of its interface's: reject; ct status
-//	                           dnat accept (redirected); reject the rest
+//	                           dnat accept (redirected); to a local address, udp/tcp
+//	                           dport ResolverPort accept; reject the rest
 //	input (filter, 0):         from ours: ct established,related accept; tcp dport
 //	                           ProxyPort accept; udp/tcp dport ResolverPort accept;
 //	                           tcp reject with reset; the rest reject admin-prohibited
@@ -123,6 +124,11 @@ func (h *Host) writeTable(c *nftables.Conn) error {
 		&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED},
 	})
 	rule(c, gate, from, ctStatus(ipsDstNAT), accept)
+	// A query straight to the resolver's port on the host (or to port 53
+	// of the gateway when that is the resolver's port) is not rewritten,
+	// so it carries no dnat status.
+	rule(c, gate, from, localDst(), l4(unix.IPPROTO_UDP), dport(h.cfg.ResolverPort), accept)
+	rule(c, gate, from, localDst(), l4(unix.IPPROTO_TCP), dport(h.cfg.ResolverPort), accept)
 	rejectAll(c, gate, from)
 
 	in := c.AddChain(&nftables.Chain{Name: "in", Table: t, Type: nftables.ChainTypeFilter,
@@ -168,6 +174,14 @@ func ifMatch(key expr.MetaKey, prefix string) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: reg1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte(prefix)},
+	}
+}
+
+// localDst matches a destination address of this host (fib daddr type local).
+func localDst() []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: reg1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: binary.NativeEndian.AppendUint32(nil, unix.RTN_LOCAL)},
 	}
 }
 

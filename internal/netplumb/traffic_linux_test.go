@@ -114,6 +114,31 @@ func TestTraffic(t *testing.T) {
 		if cerr != nil || string(reply) != "re:query" {
 			t.Fatalf("udp dns: %q %v", reply, cerr)
 		}
+		// Straight to the resolver's port on the gateway: no rewrite.
+		go func() {
+			buf := make([]byte, 512)
+			_ = svc.resolverUDP.SetReadDeadline(time.Now().Add(fast))
+			n, from, err := svc.resolverUDP.ReadFromUDPAddrPort(buf)
+			if err == nil {
+				_, _ = svc.resolverUDP.WriteToUDPAddrPort(buf[:n], from)
+			}
+		}()
+		a.do(func() {
+			c, err := net.Dial("udp4", netip.AddrPortFrom(la.Gateway, uint16(svc.resolverUDP.LocalAddr().(*net.UDPAddr).Port)).String())
+			if err != nil {
+				cerr = err
+				return
+			}
+			defer func() { _ = c.Close() }()
+			_, _ = c.Write([]byte("direct"))
+			_ = c.SetReadDeadline(time.Now().Add(fast))
+			buf := make([]byte, 512)
+			n, err := c.Read(buf)
+			reply, cerr = buf[:n], err
+		})
+		if cerr != nil || string(reply) != "direct" {
+			t.Fatalf("udp dns straight to the resolver's port: %q %v", reply, cerr)
+		}
 		c, err := dial("tcp4", "", "192.0.2.1:53")
 		if err != nil {
 			t.Fatal(err)
