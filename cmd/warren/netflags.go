@@ -21,7 +21,7 @@ type netFlags struct {
 func (n *netFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.mode, "network", envOr("WARREN_NETWORK", "auto"), "sandboxes' network (env WARREN_NETWORK): on = a link of their own whose traffic\nonly leaves as their egress rules allow (deny-all by default); off = loopback only;\nauto = on where the host can (nftables, veth: see warren doctor), else off with a warning")
 	fs.StringVar(&n.upstreams, "dns-upstream", envOr("WARREN_DNS_UPSTREAM", ""), "resolvers that sandboxes' allowed names are looked up with, comma-separated ADDR[:PORT]\n(env WARREN_DNS_UPSTREAM; default: the host's /etc/resolv.conf)")
-	fs.StringVar(&n.pool, "net-pool", envOr("WARREN_NET_POOL", "10.201.0.0/16"), "IPv4 range sandboxes' links are addressed from, a /30 each (env WARREN_NET_POOL)")
+	fs.StringVar(&n.pool, "net-pool", envOr("WARREN_NET_POOL", "auto"), "IPv4 range sandboxes' links are addressed from, a /30 each (env WARREN_NET_POOL);\nauto = a /20 of 10.201.0.0/16 no other server on this host has (1024 sandboxes)")
 }
 
 // start starts the host side of sandbox networking for the backend of
@@ -34,9 +34,13 @@ func (n *netFlags) start(runDir string, log *slog.Logger) (*network.Network, err
 	default:
 		return nil, fmt.Errorf("--network %q: want auto, on or off", n.mode)
 	}
-	pool, err := netip.ParsePrefix(n.pool)
-	if err != nil || !pool.Addr().Is4() || pool.Bits() > 28 {
-		return nil, fmt.Errorf("--net-pool %q: want an IPv4 range like 10.201.0.0/16, at most /28", n.pool)
+	var pool netip.Prefix
+	if n.pool != "auto" {
+		p, err := netip.ParsePrefix(n.pool)
+		if err != nil || !p.Addr().Is4() || p.Bits() > 28 {
+			return nil, fmt.Errorf("--net-pool %q: want auto, or an IPv4 range like 10.202.0.0/20, at most /28", n.pool)
+		}
+		pool = p.Masked()
 	}
 	var ups []netip.AddrPort
 	for _, u := range strings.Split(n.upstreams, ",") {
@@ -53,7 +57,7 @@ func (n *netFlags) start(runDir string, log *slog.Logger) (*network.Network, err
 		}
 		ups = append(ups, ap)
 	}
-	nw, err := network.Start(network.Options{Prefix: native.InstancePrefix(runDir), Pool: pool.Masked(), Upstreams: ups, Logger: log})
+	nw, err := network.Start(network.Options{Prefix: native.InstancePrefix(runDir), Pool: pool, Upstreams: ups, Logger: log})
 	if err != nil {
 		if n.mode == "on" {
 			return nil, fmt.Errorf("%w (--network on; see warren doctor)", err)

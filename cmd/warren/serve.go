@@ -182,8 +182,15 @@ func serve(ctx context.Context, c *serveConfig) error {
 	}
 	nopts := native.Options{Prewarm: c.prewarm}
 	var egressReg *egress.Registry
+	var mgr *sandbox.Manager // set below; the network's table goes with the server when no sandbox outlives it
 	if nw != nil {
-		defer func() { _ = nw.Close() }()
+		defer func() {
+			if mgr != nil && mgr.Running() == 0 {
+				_ = nw.CloseAndRemove()
+				return
+			}
+			_ = nw.Close()
+		}()
 		nopts.Net, egressReg = nw.Plumb, nw.Registry
 	}
 	be, err := c.hf.backend(nopts)
@@ -216,7 +223,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if c.pull {
 		res.OnDemand = &image.OnDemand{MaxBytes: pullMax, Timeout: c.pullTimeout, Logger: log}
 	}
-	mgr, err := sandbox.New(ctx, sandbox.Options{
+	mgr, err = sandbox.New(ctx, sandbox.Options{
 		Backend: be, DB: db.DB(), Images: res.Resolve, Pull: res.Pull,
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
 		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,

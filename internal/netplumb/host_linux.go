@@ -718,8 +718,15 @@ func (h *Host) Remove() error {
 // Prefix is the Host's Config.Prefix, the nftables table's name.
 func (h *Host) Prefix() string { return h.cfg.Prefix }
 
+// Pool is where this instance's sandboxes' addresses come from.
+func (h *Host) Pool() netip.Prefix { return h.cfg.Pool }
+
 // checkPool refuses a pool that addresses of the host's other interfaces
 // fall in (another server instance's pool, a LAN): routes would clash.
+// ErrPoolInUse is Open's error when an interface that is not this
+// instance's holds an address of its pool.
+var ErrPoolInUse = errors.New("pool in use")
+
 func (h *Host) checkPool() error {
 	addrs, err := consistent(func() ([]netlink.Addr, error) { return h.nl.AddrList(nil, unix.AF_INET) })
 	if err != nil {
@@ -738,7 +745,7 @@ func (h *Host) checkPool() error {
 		if err == nil {
 			name = link.Attrs().Name
 		}
-		return fmt.Errorf("netplumb: pool %v holds %v of interface %s (another server's pool? give each its own)", h.cfg.Pool, ip, name)
+		return fmt.Errorf("netplumb: pool %v holds %v of interface %s (another server's pool? give each its own): %w", h.cfg.Pool, ip, name, ErrPoolInUse)
 	}
 	return nil
 }

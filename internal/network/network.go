@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"strconv"
 	"sync"
 
@@ -29,8 +30,8 @@ type Options struct {
 	// Prefix names the instance's table and links (the backend's
 	// InstancePrefix).
 	Prefix string
-	// Pool is where sandboxes' link addresses come from (netplumb's
-	// default when zero).
+	// Pool is where sandboxes' link addresses come from; zero: a slot of
+	// AutoRange of this instance's own (pool.go).
 	Pool netip.Prefix
 	// Upstreams are the resolvers names are looked up with (the host's
 	// /etc/resolv.conf when empty).
@@ -42,6 +43,9 @@ type Options struct {
 type Network struct {
 	Registry *egress.Registry
 	Plumb    *netplumb.Host
+	Pool     netip.Prefix // where its sandboxes' addresses come from
+
+	poolLock *os.File // held for the process's life: the pool is this instance's
 
 	res   *resolver.Server
 	proxy *tproxy.Proxy
@@ -73,9 +77,6 @@ func Start(opts Options) (n *Network, err error) {
 	if n.pln, err = net.Listen("tcp4", "0.0.0.0:0"); err != nil {
 		return nil, fmt.Errorf("network: proxy: %w", err)
 	}
-	// The host's own addresses and every sandbox link are reached only by
-	// a rule naming exactly that address (egress.Special).
-	egress.SetHostLocal(hostLocal(opts.Pool))
 	reg := n.Registry
 	if n.res, err = resolver.New(resolver.Config{
 		Lookup: func(a netip.Addr) resolver.Sandbox {
@@ -96,12 +97,19 @@ func Start(opts Options) (n *Network, err error) {
 			return nil
 		},
 	})
-	if n.Plumb, err = netplumb.Open(netplumb.Config{
-		Prefix: opts.Prefix, Pool: opts.Pool,
-		ResolverPort: port(n.tcp.Addr()), ProxyPort: port(n.pln.Addr()),
-	}); err != nil {
+	cfg := netplumb.Config{Prefix: opts.Prefix, Pool: opts.Pool, ResolverPort: port(n.tcp.Addr()), ProxyPort: port(n.pln.Addr())}
+	if opts.Pool.IsValid() {
+		n.Plumb, err = netplumb.Open(cfg)
+	} else {
+		n.Plumb, n.poolLock, err = openAuto(cfg)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
+	n.Pool = n.Plumb.Pool()
+	// The host's own addresses and every sandbox link are reached only by
+	// a rule naming exactly that address (egress.Special).
+	egress.SetHostLocal(hostLocal(n.Pool))
 	n.serve(opts.Logger, "resolver (udp)", func() error { return n.res.ServeUDP(n.udp) })
 	n.serve(opts.Logger, "resolver (tcp)", func() error { return n.res.ServeTCP(n.tcp) })
 	n.serve(opts.Logger, "proxy", func() error { return n.proxy.Serve(n.pln) })
@@ -195,7 +203,13 @@ func (n *Network) Register(reg *metrics.Registry) {
 // Close stops the resolver and the proxy (ending the connections it
 // carries). The plumbing stays: sandboxes outlive the server, and the
 // next one on the same directories takes it over (netplumb.Open).
-func (n *Network) Close() error {
+func (n *Network) Close() error { return n.close(false) }
+
+// CloseAndRemove is Close for a server that leaves no sandbox running: the
+// plumbing's table and links go too.
+func (n *Network) CloseAndRemove() error { return n.close(true) }
+
+func (n *Network) close(remove bool) error {
 	var errs []error
 	if n.res != nil {
 		errs = append(errs, n.res.Close())
@@ -205,6 +219,16 @@ func (n *Network) Close() error {
 	}
 	n.closeListeners()
 	n.wg.Wait()
+	switch {
+	case n.Plumb == nil:
+	case remove:
+		errs = append(errs, n.Plumb.Remove())
+	default:
+		errs = append(errs, n.Plumb.Close())
+	}
+	if n.poolLock != nil {
+		_ = n.poolLock.Close()
+	}
 	return errors.Join(errs...)
 }
 

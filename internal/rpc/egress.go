@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -55,7 +56,33 @@ type egressLogParams struct {
 }
 
 type egressLog struct {
-	Records []egress.Record `json:"records"`
+	Records []egressRecord `json:"records"`
+}
+
+// egressRecord is one entry of a sandbox's connection log (egress.Record)
+// as the API shows it.
+type egressRecord struct {
+	Seq       uint64    `json:"seq"`
+	Time      time.Time `json:"time"`
+	Kind      string    `json:"kind"`
+	Namespace string    `json:"namespace"`
+	Sandbox   string    `json:"sandbox"`
+	Name      string    `json:"name,omitempty"`
+	Addr      string    `json:"addr,omitempty"`
+	Port      uint16    `json:"port,omitempty"`
+	Verdict   string    `json:"verdict"`
+	Rule      string    `json:"rule,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Rules     []string  `json:"rules,omitempty"`
+	BytesOut  int64     `json:"bytes_out,omitempty"`
+	BytesIn   int64     `json:"bytes_in,omitempty"`
+	Duration  float64   `json:"duration_ms,omitempty"`
+}
+
+func toEgressRecord(r egress.Record) egressRecord {
+	return egressRecord{Seq: r.Seq, Time: r.Time.UTC(), Kind: r.Kind, Namespace: r.Namespace, Sandbox: r.Sandbox, Name: r.Name,
+		Addr: r.Addr, Port: r.Port, Verdict: r.Verdict, Rule: r.Rule, Reason: r.Reason, Rules: r.Rules,
+		BytesOut: r.BytesOut, BytesIn: r.BytesIn, Duration: r.Duration}
 }
 
 func (s *Server) egressLog(_ context.Context, c *call, p *egressLogParams) (any, error) {
@@ -74,5 +101,9 @@ func (s *Server) egressLog(_ context.Context, c *call, p *egressLogParams) (any,
 	if err != nil {
 		return nil, err
 	}
-	return egressLog{Records: recs}, nil
+	out := egressLog{Records: make([]egressRecord, len(recs))}
+	for i, r := range recs {
+		out.Records[i] = toEgressRecord(r)
+	}
+	return out, nil
 }

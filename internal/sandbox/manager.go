@@ -615,6 +615,13 @@ func (m *Manager) discard(ctx context.Context, e *entry) {
 	e.log.remove()
 }
 
+// Running is how many sandboxes run (or are starting or stopping).
+func (m *Manager) Running() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.runningLocked()
+}
+
 func (m *Manager) runningLocked() int {
 	n := 0
 	for _, e := range m.entries {
