@@ -91,6 +91,9 @@ func runCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("--env %q: want K=V", e)
 		}
 	}
+	if *netMode != backend.NetworkNone {
+		return fmt.Errorf("--net %q: only \"none\" (loopback only) is supported by warren run; sandboxes of warren serve get a network with egress rules (docs/network.md)", *netMode)
+	}
 	cfg := backend.Config{Env: envs, Workdir: *workdir, MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: *netMode, Volumes: volumes}
 	// Before anything starts: the limits' ranges, an absolute workdir.
 	if err := cfg.CheckSettings(); err != nil {
