@@ -721,12 +721,12 @@ func (h *Host) Prefix() string { return h.cfg.Prefix }
 // Pool is where this instance's sandboxes' addresses come from.
 func (h *Host) Pool() netip.Prefix { return h.cfg.Pool }
 
-// checkPool refuses a pool that addresses of the host's other interfaces
-// fall in (another server instance's pool, a LAN): routes would clash.
 // ErrPoolInUse is Open's error when an interface that is not this
 // instance's holds an address of its pool.
 var ErrPoolInUse = errors.New("pool in use")
 
+// checkPool refuses a pool that addresses of the host's other interfaces
+// fall in (another server instance's pool, a LAN): routes would clash.
 func (h *Host) checkPool() error {
 	addrs, err := consistent(func() ([]netlink.Addr, error) { return h.nl.AddrList(nil, unix.AF_INET) })
 	if err != nil {

@@ -466,3 +466,50 @@ func TestReopenPorts(t *testing.T) {
 		t.Error("the old proxy port still gets connections")
 	}
 }
+
+// TestPortsOnlyFromSandboxes: the resolver and the proxy listen on every
+// address; from anywhere but a sandbox's link (here: the host's own
+// loopback) their ports take nothing, while a sandbox still reaches them.
+func TestPortsOnlyFromSandboxes(t *testing.T) {
+	requireNet(t)
+	s := newServices(t)
+	cfg := s.config("")
+	h := openHost(t, cfg)
+	if _, err := dialTCP(fmt.Sprintf("127.0.0.1:%d", cfg.ProxyPort)); err == nil {
+		t.Error("the proxy's port took a connection from the host's loopback")
+	}
+	if c, err := acceptWithin(s.proxy, 50*time.Millisecond); err == nil {
+		_ = c.Close()
+		t.Error("the proxy's listener accepted a connection that came from the host")
+	}
+	u, err := net.Dial("udp4", fmt.Sprintf("127.0.0.1:%d", cfg.ResolverPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = u.Close() }()
+	_, _ = u.Write([]byte("query"))
+	_ = s.resolverUDP.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, _, err := s.resolverUDP.ReadFrom(make([]byte, 64)); err == nil {
+		t.Errorf("the resolver's port took %d bytes from the host's loopback", n)
+	}
+	// A sandbox's connection to any address still reaches the proxy.
+	ns := newNetns(t)
+	if _, err := h.Attach("portcheck", ns.f); err != nil {
+		t.Fatal(err)
+	}
+	var derr error
+	ns.do(func() {
+		var c net.Conn
+		if c, derr = dialTCP("203.0.113.9:80"); derr == nil {
+			_ = c.Close()
+		}
+	})
+	if derr != nil {
+		t.Fatalf("a sandbox's connection: %v", derr)
+	}
+	c, err := acceptWithin(s.proxy, 2*time.Second)
+	if err != nil {
+		t.Fatalf("the proxy got nothing from the sandbox: %v", err)
+	}
+	_ = c.Close()
+}

@@ -138,6 +138,16 @@ func (h *Host) writeTable(c *nftables.Conn) error {
 	rule(c, in, from, l4(unix.IPPROTO_TCP), dport(h.cfg.ResolverPort), accept)
 	rule(c, in, from, l4(unix.IPPROTO_UDP), dport(h.cfg.ResolverPort), accept)
 	rejectAll(c, in, from)
+	// The resolver and the proxy listen on every address (a REDIRECT
+	// delivers to the gateway's); from anywhere but a sandbox they are
+	// not there.
+	notFrom := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte(h.vethPrefix)},
+	}
+	rule(c, in, notFrom, l4(unix.IPPROTO_TCP), dport(h.cfg.ProxyPort), drop)
+	rule(c, in, notFrom, l4(unix.IPPROTO_TCP), dport(h.cfg.ResolverPort), drop)
+	rule(c, in, notFrom, l4(unix.IPPROTO_UDP), dport(h.cfg.ResolverPort), drop)
 
 	fwd := c.AddChain(&nftables.Chain{Name: "fwd", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})

@@ -74,7 +74,8 @@ func Start(opts Options) (n *Network, err error) {
 	if n.udp, n.tcp, err = listenPair(); err != nil {
 		return nil, fmt.Errorf("network: resolver: %w", err)
 	}
-	if n.pln, err = net.Listen("tcp4", "0.0.0.0:0"); err != nil {
+	if n.pln, err = net.Listen("tcp4", "0.0.0.0:0"); err != nil { //nolint:gosec // G102: the plumbing's table drops what does not come from a sandbox
+
 		return nil, fmt.Errorf("network: proxy: %w", err)
 	}
 	reg := n.Registry
@@ -131,7 +132,7 @@ func (n *Network) serve(log *slog.Logger, what string, f func() error) {
 func listenPair() (net.PacketConn, net.Listener, error) {
 	var last error
 	for range 16 {
-		ln, err := net.Listen("tcp4", "0.0.0.0:0")
+		ln, err := net.Listen("tcp4", "0.0.0.0:0") //nolint:gosec // G102: as the proxy's
 		if err != nil {
 			return nil, nil, err
 		}

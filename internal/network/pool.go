@@ -31,7 +31,7 @@ import (
 // AutoRange is cut into slots of SlotBits, one per instance.
 var AutoRange = netip.MustParsePrefix("10.201.0.0/16")
 
-// SlotBits: a /20 holds 1024 /30 links, a sandbox each.
+// SlotBits is the size of a slot: a /20 holds 1024 /30 links, a sandbox each.
 const SlotBits = 20
 
 // PoolLockDir holds the slots' lock files.
@@ -41,7 +41,7 @@ const PoolLockDir = "/run/warren-net-pools"
 func openAuto(cfg netplumb.Config) (*netplumb.Host, *os.File, error) {
 	n := 1 << (SlotBits - AutoRange.Bits())
 	sum := sha256.Sum256([]byte(cfg.Prefix))
-	first := int(binary.BigEndian.Uint32(sum[:4]) % uint32(n))
+	first := int(binary.BigEndian.Uint32(sum[:4]) % uint32(n)) //nolint:gosec // G115: n is 16
 	if err := os.MkdirAll(PoolLockDir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("pool locks: %w", err)
 	}
