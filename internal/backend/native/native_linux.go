@@ -73,9 +73,9 @@ type Options struct {
 	SpawnerPath string // the warren-spawner binary (package spawner)
 	// Net gives sandboxes of Config.Network backend.NetworkEgress their
 	// link (net_linux.go); nil: such a start is refused.
-	Net *netplumb.Host
-	UserNS      string // UserNSAuto (default), UserNSOn, UserNSOff
-	UIDBase     uint32 // default DefaultUIDBase
+	Net     *netplumb.Host
+	UserNS  string // UserNSAuto (default), UserNSOn, UserNSOff
+	UIDBase uint32 // default DefaultUIDBase
 	// UIDRanges is UIDRangesAuto (default), UIDRangesOn or UIDRangesOff:
 	// whether each running sandbox gets a host uid range of its own
 	// (uidrange_linux.go), UIDRangeCount of them above UIDBase (0:
