@@ -588,11 +588,19 @@ res = []
 for t in json.loads(%q):
     h, p = t.rsplit(":", 1)
     try:
-        socket.create_connection((h, int(p)), timeout=3); res.append(t + "=CONNECTED")
-    except OSError as e: res.append(t + "=" + type(e).__name__)
+        s = socket.create_connection((h, int(p)), timeout=3)
+    except OSError as e:
+        res.append(t + "=" + type(e).__name__); continue
+    # Connected: to the service, or to Warren's egress proxy, which takes
+    # every TCP connection of a sandbox with a network and resets one it
+    # refuses. What matters is whether anything answers.
+    try:
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n"); d = s.recv(64)
+        res.append(t + ("=ANSWERED:" + repr(d) if d else "=CLOSED"))
+    except OSError as e: res.append(t + "=connected-then-" + type(e).__name__)
 print(" ".join(res))
 `, js))
-	if accepted.Load() > 0 || strings.Contains(out, "CONNECTED") {
+	if accepted.Load() > 0 || strings.Contains(out, "ANSWERED") {
 		return false, out
 	}
 	return true, out + " (the host listener accepted nothing)"
