@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -304,6 +305,19 @@ func (s *server) leftovers() []string {
 		}
 		return nil
 	})
+	// The server stopped with no sandbox running: its network's table and
+	// links went with it.
+	if ok, err := netplumb.TableExists(prefix); err != nil || ok {
+		left = append(left, fmt.Sprintf("nftables table %s (%v)", prefix, err))
+	}
+	if ifs, err := net.Interfaces(); err == nil {
+		vp := netplumb.VethPrefixOf(prefix)
+		for _, i := range ifs {
+			if strings.HasPrefix(i.Name, vp) {
+				left = append(left, "link "+i.Name)
+			}
+		}
+	}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
 		if _, err := strconv.Atoi(p.Name()); err != nil {

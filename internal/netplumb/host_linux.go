@@ -59,10 +59,9 @@ func Open(cfg Config) (*Host, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(cfg.Prefix))
 	h := &Host{
 		cfg:        cfg,
-		vethPrefix: "w" + hex.EncodeToString(sum[:3]),
+		vethPrefix: VethPrefixOf(cfg.Prefix),
 		attached:   map[string]Link{},
 		byName:     map[string]string{},
 		slots:      map[uint32]string{},
@@ -113,6 +112,32 @@ func (h *Host) Close() error {
 	err := h.Wait()
 	h.close()
 	return err
+}
+
+// VethPrefixOf is how the host side of every veth of the instance of
+// prefix begins.
+func VethPrefixOf(prefix string) string {
+	sum := sha256.Sum256([]byte(prefix))
+	return "w" + hex.EncodeToString(sum[:3])
+}
+
+// TableExists reports whether the nftables table of the instance of
+// prefix exists (for leak checks).
+func TableExists(prefix string) (bool, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return false, err
+	}
+	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return false, err
+	}
+	for _, t := range ts {
+		if t.Name == prefix {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // VethPrefix is how the host side of every veth of this Host begins.
