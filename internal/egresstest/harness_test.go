@@ -44,18 +44,11 @@ type server struct {
 }
 
 func (s *server) command(args ...string) *exec.Cmd {
-	cmd := exec.Command(s.bin, args...) //nolint:gosec // the binary the tests built
-	cmd.Env = append(os.Environ(), "WARREN_AGENT="+testenv.AgentBinary(s.t), "WARREN_SPAWNER="+testenv.SpawnerBinary(s.t),
-		"WARREN_DATA_DIR="+s.data, "WARREN_RUN_DIR="+s.run)
-	return cmd
+	return testenv.WarrenCommand(s.t, s.data, s.run, args...)
 }
 
 func (s *server) newKey(namespace string) string {
-	out, err := s.command("key", "create", "--namespace", namespace, "--expire", "1d", "--description", "egress "+namespace).Output()
-	if err != nil || !strings.HasPrefix(string(out), "msb_") {
-		s.t.Fatalf("key create %s: %v %q", namespace, err, out)
-	}
-	return strings.TrimSpace(string(out))
+	return testenv.CreateKey(s.t, s.data, s.run, namespace, "egress "+namespace)
 }
 
 // startServer starts warren serve with extra flags, waits for health, and

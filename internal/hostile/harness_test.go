@@ -51,18 +51,11 @@ type server struct {
 }
 
 func (s *server) command(args ...string) *exec.Cmd {
-	cmd := exec.Command(s.bin, args...)
-	cmd.Env = append(os.Environ(), "WARREN_AGENT="+testenv.AgentBinary(s.t), "WARREN_SPAWNER="+testenv.SpawnerBinary(s.t),
-		"WARREN_DATA_DIR="+s.data, "WARREN_RUN_DIR="+s.run)
-	return cmd
+	return testenv.WarrenCommand(s.t, s.data, s.run, args...)
 }
 
 func (s *server) key(ns string) string {
-	out, err := s.command("key", "create", "--namespace", ns, "--expire", "1d", "--description", "hostile "+ns).Output()
-	if err != nil || !strings.HasPrefix(string(out), "msb_") {
-		s.t.Fatalf("key create %s: %v %q", ns, err, out)
-	}
-	return strings.TrimSpace(string(out))
+	return testenv.CreateKey(s.t, s.data, s.run, ns, "hostile "+ns)
 }
 
 // startServer starts warren serve with extra flags and waits for health.

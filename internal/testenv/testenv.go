@@ -165,3 +165,24 @@ func SearchableDir(t testing.TB, pattern string) string {
 	}
 	return dir
 }
+
+// WarrenCommand runs the warren binary the tests built on the data and run
+// directories of a test's server, with the agent and spawner the tests
+// built.
+func WarrenCommand(t testing.TB, data, run string, args ...string) *exec.Cmd {
+	cmd := exec.Command(WarrenBinary(t), args...) //nolint:gosec // the binary the tests built
+	cmd.Env = append(os.Environ(), "WARREN_AGENT="+AgentBinary(t), "WARREN_SPAWNER="+SpawnerBinary(t),
+		"WARREN_DATA_DIR="+data, "WARREN_RUN_DIR="+run)
+	return cmd
+}
+
+// CreateKey makes an API key of namespace ('*' for every one) valid for a
+// day on a test server's data directory, and returns it.
+func CreateKey(t testing.TB, data, run, namespace, description string) string {
+	t.Helper()
+	out, err := WarrenCommand(t, data, run, "key", "create", "--namespace", namespace, "--expire", "1d", "--description", description).Output()
+	if err != nil || !strings.HasPrefix(string(out), "msb_") {
+		t.Fatalf("key create %s: %v %q", namespace, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}

@@ -318,16 +318,21 @@ func build(h dnsmessage.Header, q *dnsmessage.Question, edns bool, addrs []netip
 		}
 	}
 	if edns {
-		if err := b.StartAdditionals(); err != nil {
-			return nil, err
-		}
-		var rh dnsmessage.ResourceHeader
-		if err := rh.SetEDNS0(ednsSize, dnsmessage.RCodeSuccess, false); err != nil {
-			return nil, err
-		}
-		if err := b.OPTResource(rh, dnsmessage.OPTResource{}); err != nil {
+		if err := addEDNS(&b); err != nil {
 			return nil, err
 		}
 	}
 	return b.Finish()
+}
+
+// addEDNS ends b with an OPT record announcing ednsSize.
+func addEDNS(b *dnsmessage.Builder) error {
+	if err := b.StartAdditionals(); err != nil {
+		return err
+	}
+	var rh dnsmessage.ResourceHeader
+	if err := rh.SetEDNS0(ednsSize, dnsmessage.RCodeSuccess, false); err != nil {
+		return err
+	}
+	return b.OPTResource(rh, dnsmessage.OPTResource{})
 }

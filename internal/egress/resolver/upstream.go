@@ -109,14 +109,7 @@ func upstreamQuery(id uint16, name string) ([]byte, error) {
 	if err := b.Question(dnsmessage.Question{Name: n, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}); err != nil {
 		return nil, err
 	}
-	if err := b.StartAdditionals(); err != nil {
-		return nil, err
-	}
-	var rh dnsmessage.ResourceHeader
-	if err := rh.SetEDNS0(ednsSize, dnsmessage.RCodeSuccess, false); err != nil {
-		return nil, err
-	}
-	if err := b.OPTResource(rh, dnsmessage.OPTResource{}); err != nil {
+	if err := addEDNS(&b); err != nil {
 		return nil, err
 	}
 	return b.Finish()
