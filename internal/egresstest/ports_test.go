@@ -129,7 +129,7 @@ func TestPorts(t *testing.T) {
 		t.Fatalf("headers through the route: %d %q", status, body)
 	}
 	if _, ok := hdr["authorization"]; ok || strings.Contains(body, s.key) {
-		t.Errorf("the sandbox saw the caller's key: %s", body)
+		t.Errorf("the sandbox saw the caller's key: %s", strings.ReplaceAll(body, s.key, "KEY"))
 	}
 	if hdr["x-forwarded-prefix"] != "/api/v1/sandboxes/"+ns+"/web/ports/8001" {
 		t.Errorf("X-Forwarded-Prefix %q", hdr["x-forwarded-prefix"])
@@ -253,6 +253,8 @@ func wsEcho(s *server, path, msg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// A 101's body is empty; the connection is the WebSocket's.
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
 		return "", fmt.Errorf("handshake: %s %v", resp.Status, resp.Header)
 	}

@@ -150,3 +150,24 @@ func TestPortsWithoutNetwork(t *testing.T) {
 		t.Errorf("expose without a network: %v, want invalid", err)
 	}
 }
+
+// TestPublishAddress: with the server's publish address 0.0.0.0, the spec's
+// ports listen there and expose takes any IPv4 address of the host (a
+// loopback one too); an address not the host's is invalid.
+func TestPublishAddress(t *testing.T) {
+	any4 := netip.MustParseAddr("0.0.0.0")
+	m := newEnv(t, sandbox.Options{Egress: egress.NewRegistry(), PublishAddress: any4}).manager(t)
+	hp := freePort(t)
+	s := spec
+	s.Ports = []backend.PortMapping{{Host: hp, Guest: 80}}
+	mustStart(t, m, "a", s)
+	if ps, err := m.Ports("ns", "a"); err != nil || len(ps) != 1 || ps[0].Address != any4 || !listening(hp) {
+		t.Fatalf("Ports = %+v %v, want one on 0.0.0.0", ps, err)
+	}
+	if p, err := m.ExposePort("ns", "a", 81, 0, netip.MustParseAddr("127.0.0.2")); err != nil || p.Address.String() != "127.0.0.2" {
+		t.Errorf("expose on 127.0.0.2: %+v %v", p, err)
+	}
+	if _, err := m.ExposePort("ns", "a", 82, 0, netip.MustParseAddr("192.0.2.1")); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("expose on an address not the host's: %v, want invalid", err)
+	}
+}
