@@ -365,8 +365,8 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// Close stops the janitor. Sandboxes keep running; a new Manager on the
-// same database reattaches to them.
+// Close stops the janitor and unpublishes sandboxes' ports. Sandboxes
+// keep running; a new Manager on the same database reattaches to them.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	if m.closed {
@@ -378,10 +378,16 @@ func (m *Manager) Close() {
 	close(m.stop)
 	m.wg.Wait()
 	m.mu.Lock()
-	for _, e := range m.entries {
+	entries := slices.Collect(maps.Values(m.entries))
+	for _, e := range entries {
 		e.log.close()
 	}
 	m.mu.Unlock()
+	// The host's ports are this server's: the next one publishes the
+	// ports of the sandboxes it reattaches.
+	for _, e := range entries {
+		m.portsDown(e)
+	}
 }
 
 func (m *Manager) info(e *entry) Info {

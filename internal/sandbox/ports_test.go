@@ -171,3 +171,33 @@ func TestPublishAddress(t *testing.T) {
 		t.Errorf("expose on an address not the host's: %v, want invalid", err)
 	}
 }
+
+// TestPortsAfterRestart: a server that closes unpublishes its sandboxes'
+// ports (they keep running); the next one reattaches them and publishes
+// their spec's ports again, not those exposed live.
+func TestPortsAfterRestart(t *testing.T) {
+	e := newEnv(t, sandbox.Options{Egress: egress.NewRegistry()})
+	m1, err := sandbox.New(t.Context(), e.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp := freePort(t)
+	s := spec
+	s.Ports = []backend.PortMapping{{Host: hp, Guest: 80}}
+	mustStart(t, m1, "a", s)
+	x, err := m1.ExposePort("ns", "a", 81, 0, netip.Addr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+	if listening(hp) || listening(x.Host) {
+		t.Fatal("a closed manager's ports still listen")
+	}
+	m2 := e.manager(t)
+	if st := state(t, m2, "a"); st != sandbox.Running {
+		t.Fatalf("reattached sandbox is %s", st)
+	}
+	if ps, err := m2.Ports("ns", "a"); err != nil || len(ps) != 1 || ps[0].Host != hp || !listening(hp) {
+		t.Errorf("after a restart: %+v %v, want the spec's port %d only, listening", ps, err, hp)
+	}
+}
