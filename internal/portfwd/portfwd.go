@@ -94,17 +94,22 @@ func (f *Forwarder) Addr() netip.AddrPort {
 func (f *Forwarder) Active() int { return int(f.active.Load()) }
 
 // Serve accepts connections and splices each to target, until Close.
-func (f *Forwarder) Serve(target netip.AddrPort) {
+// use, when set, is called as each connection is spliced, and the function
+// it returns when that ends (the sandbox counts it as in use meanwhile).
+func (f *Forwarder) Serve(target netip.AddrPort, use func() (done func())) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return
 	}
+	if use == nil {
+		use = func() func() { return func() {} }
+	}
 	f.wg.Add(1)
-	go f.accept(target)
+	go f.accept(target, use)
 }
 
-func (f *Forwarder) accept(target netip.AddrPort) {
+func (f *Forwarder) accept(target netip.AddrPort, use func() func()) {
 	defer f.wg.Done()
 	backoff := 5 * time.Millisecond
 	for {
@@ -132,7 +137,7 @@ func (f *Forwarder) accept(target netip.AddrPort) {
 			return
 		}
 		f.wg.Add(1)
-		go f.splice(c, target)
+		go f.splice(c, target, use)
 	}
 }
 
@@ -156,12 +161,13 @@ func (f *Forwarder) untrack(c net.Conn) {
 }
 
 // splice dials target for client and copies both ways.
-func (f *Forwarder) splice(client *net.TCPConn, target netip.AddrPort) {
+func (f *Forwarder) splice(client *net.TCPConn, target netip.AddrPort, use func() func()) {
 	defer f.wg.Done()
 	defer func() { <-f.slots }()
 	defer f.untrack(client)
 	f.active.Add(1)
 	defer f.active.Add(-1)
+	defer use()()
 	ctx, cancel := context.WithTimeout(f.ctx, f.lim.Dial)
 	d := net.Dialer{}
 	sc, err := d.DialContext(ctx, "tcp", target.String())

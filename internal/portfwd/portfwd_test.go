@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func forward(t *testing.T, target netip.AddrPort, lim Limits) *Forwarder {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Close() })
-	f.Serve(target)
+	f.Serve(target, nil)
 	return f
 }
 
@@ -189,4 +190,32 @@ func TestClose(t *testing.T) {
 		t.Fatalf("port not free after Close: %v", err)
 	}
 	_ = g.Close()
+}
+
+// TestUse: use is called for each spliced connection and its done when
+// the connection ends (the sandbox counts it as busy meanwhile).
+func TestUse(t *testing.T) {
+	f, err := Listen(loopback, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	var inUse atomic.Int64
+	f.Serve(echo(t), func() func() {
+		inUse.Add(1)
+		return func() { inUse.Add(-1) }
+	})
+	c := dial(t, f)
+	roundTrip(t, c)
+	if n := inUse.Load(); n != 1 {
+		t.Fatalf("%d in use during a connection, want 1", n)
+	}
+	_ = c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for inUse.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d in use after the connection ended", inUse.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -138,7 +138,7 @@ func (m *Manager) portsUp(e *entry, ps []*published) error {
 		return errdefs.Errorf(errdefs.ErrInvalid, "ports: this sandbox has no network link to publish them from")
 	}
 	for _, p := range ps {
-		p.fwd.Serve(netip.AddrPortFrom(addr, p.Guest))
+		p.fwd.Serve(netip.AddrPortFrom(addr, p.Guest), e.use)
 	}
 	e.net.ports = append(e.net.ports, ps...)
 	m.mu.Unlock()
@@ -347,5 +347,16 @@ func (m *Manager) republish(e *entry) {
 	if err != nil {
 		e.logf("reattached without its published ports: %v", err)
 		m.log.Warn("sandbox reattached without its published ports", "namespace", e.ns, "name", e.name, "err", err.Error())
+	}
+}
+
+// use counts a connection through a published port as a use of e, like a
+// lease: no idle stop while it is open, the idle time counted from its end.
+func (e *entry) use() func() {
+	e.busy.Add(1)
+	e.touch()
+	return func() {
+		e.touch()
+		e.busy.Add(-1)
 	}
 }
