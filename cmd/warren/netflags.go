@@ -16,11 +16,13 @@ type netFlags struct {
 	mode      string // auto, on, off
 	upstreams string // comma-separated ADDR[:PORT]
 	pool      string // CIDR
+	publish   string // the host address sandboxes' ports are published on
 }
 
 func (n *netFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.mode, "network", envOr("WARREN_NETWORK", "auto"), "sandboxes' network (env WARREN_NETWORK): on = a link of their own whose traffic\nonly leaves as their egress rules allow (deny-all by default); off = loopback only;\nauto = on where the host can (nftables, veth: see warren doctor), else off with a warning")
 	fs.StringVar(&n.upstreams, "dns-upstream", envOr("WARREN_DNS_UPSTREAM", ""), "resolvers that sandboxes' allowed names are looked up with, comma-separated ADDR[:PORT]\n(env WARREN_DNS_UPSTREAM; default: the host's /etc/resolv.conf)")
+	fs.StringVar(&n.publish, "publish-address", envOr("WARREN_PUBLISH_ADDRESS", "127.0.0.1"), "host address sandboxes' published ports listen on (env WARREN_PUBLISH_ADDRESS);\n0.0.0.0 publishes them on every address of the host, to whoever can reach it")
 	fs.StringVar(&n.pool, "net-pool", envOr("WARREN_NET_POOL", "auto"), "IPv4 range sandboxes' links are addressed from, a /30 each (env WARREN_NET_POOL);\nauto = a /20 of 10.201.0.0/16 no other server on this host has (1024 sandboxes)")
 }
 
@@ -66,4 +68,13 @@ func (n *netFlags) start(runDir string, log *slog.Logger) (*network.Network, err
 		return nil, nil
 	}
 	return nw, nil
+}
+
+// publishAddress is --publish-address.
+func (n *netFlags) publishAddress() (netip.Addr, error) {
+	a, err := netip.ParseAddr(n.publish)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("--publish-address %q: want an IP address (127.0.0.1, 0.0.0.0, or one of this host's)", n.publish)
+	}
+	return a.Unmap(), nil
 }

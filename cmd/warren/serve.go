@@ -176,6 +176,10 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	c.hf.log = log // the backend logs into the server's log
+	publish, err := c.net.publishAddress()
+	if err != nil {
+		return err
+	}
 	nw, err := c.net.start(c.hf.runDir, log)
 	if err != nil {
 		return err
@@ -228,7 +232,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
 		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
-		Limits: limits, Capacity: capacity, Egress: egressReg,
+		Limits: limits, Capacity: capacity, Egress: egressReg, PublishAddress: publish,
 	})
 	if err != nil {
 		return err

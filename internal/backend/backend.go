@@ -38,8 +38,9 @@ type Config struct {
 	NoFile int64
 	// Network is NetworkNone ("" too) or NetworkEgress.
 	Network string
-	// Ports are published on the host. Not yet supported: CheckSettings
-	// refuses them rather than drop them.
+	// Ports are published on the host (by the sandbox manager, to the
+	// sandbox's link address); CheckSettings refuses them without
+	// NetworkEgress rather than drop them.
 	Ports []PortMapping
 	// Volumes are bind-mounted into the sandbox, after its own mounts.
 	// Their sources must have passed CheckVolumeSource under the caller's
@@ -139,8 +140,8 @@ func (c *Config) CheckSettings() error {
 	}
 	if err := ValidatePorts(c.Ports); err != nil {
 		errs = append(errs, err)
-	} else if len(c.Ports) > 0 {
-		errs = append(errs, fmt.Errorf("ports %s: publishing ports of the sandbox network is not supported yet", portList(c.Ports)))
+	} else if len(c.Ports) > 0 && c.Network != NetworkEgress {
+		errs = append(errs, fmt.Errorf("ports %s: publishing ports needs the sandbox network (%q), not %q", portList(c.Ports), NetworkEgress, c.Network))
 	}
 	if err := ValidateVolumes(c.Volumes); err != nil {
 		errs = append(errs, err)

@@ -133,6 +133,8 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarDownload)
 	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarUpload)
+	mux.HandleFunc("/api/v1/sandboxes/{namespace}/{name}/ports/{port}", s.servePortProxy)
+	mux.HandleFunc("/api/v1/sandboxes/{namespace}/{name}/ports/{port}/{path...}", s.servePortProxy)
 	mux.HandleFunc("GET /api/v1/ws", s.serveWS)
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	return s.withRequestID(mux)

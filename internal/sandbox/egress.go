@@ -66,8 +66,10 @@ func (m *Manager) netUp(e *entry, sb backend.Sandbox) error {
 	return nil
 }
 
-// netDown takes e out of the registry; before the backend stops it.
+// netDown takes e out of the registry, its published ports (and their
+// connections) first; before the backend stops it.
 func (m *Manager) netDown(e *entry) {
+	m.portsDown(e)
 	m.mu.Lock()
 	addr := e.netAddr
 	e.netAddr = netip.Addr{}

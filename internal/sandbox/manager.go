@@ -29,6 +29,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/portfwd"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -134,6 +135,9 @@ func (s Spec) withDefaults() Spec {
 func (s *Spec) Validate() error {
 	var errs []error
 	cfg := s.config("", nil)
+	// The network is the server's to give (Manager.Start checks it);
+	// what is checked here is what the caller chose.
+	cfg.Network = backend.NetworkEgress
 	if s.MemoryMiB > MaxMemoryMiB {
 		errs = append(errs, fmt.Errorf("memory %d MiB: at most %d", s.MemoryMiB, MaxMemoryMiB))
 		cfg.MemoryBytes = 0 // reported; and shifted into bytes it could overflow
@@ -265,6 +269,11 @@ type Options struct {
 	// their own (backend.Config.Network "egress") and their egress state
 	// is registered here under its address while they run (egress.go).
 	Egress *egress.Registry
+	// PublishAddress is the host address sandboxes' ports are published
+	// on (default DefaultPublishAddress, loopback; ports.go); PortLimits
+	// bound each published port.
+	PublishAddress netip.Addr
+	PortLimits     portfwd.Limits
 }
 
 // Manager owns the server's sandboxes.
@@ -313,6 +322,8 @@ type entry struct {
 	// runs (egress.go).
 	egress  *egress.Sandbox
 	netAddr netip.Addr
+	// net is what it holds of the host's ports while it runs (ports.go).
+	net portState
 
 	busy       atomic.Int32
 	lastActive atomic.Int64 // unix nanoseconds
@@ -354,8 +365,8 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// Close stops the janitor. Sandboxes keep running; a new Manager on the
-// same database reattaches to them.
+// Close stops the janitor and unpublishes sandboxes' ports. Sandboxes
+// keep running; a new Manager on the same database reattaches to them.
 func (m *Manager) Close() {
 	m.mu.Lock()
 	if m.closed {
@@ -367,10 +378,16 @@ func (m *Manager) Close() {
 	close(m.stop)
 	m.wg.Wait()
 	m.mu.Lock()
-	for _, e := range m.entries {
+	entries := slices.Collect(maps.Values(m.entries))
+	for _, e := range entries {
 		e.log.close()
 	}
 	m.mu.Unlock()
+	// The host's ports are this server's: the next one publishes the
+	// ports of the sandboxes it reattaches.
+	for _, e := range entries {
+		m.portsDown(e)
+	}
 }
 
 func (m *Manager) info(e *entry) Info {
@@ -483,6 +500,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if len(spec.Egress) > 0 && !m.networking() {
 		return Info{}, errNoNetwork
 	}
+	if len(spec.Ports) > 0 && !m.networking() {
+		return Info{}, errNoPorts(spec.Ports)
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -561,9 +581,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err == nil {
 		e.usage.reset(e.sb, started)
 	}
-	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError))) {
+	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError))) {
 		// The request was refused (an image the store lacks or could not
-		// pull, a volume the policy forbids): it leaves no record, no
+		// pull, a volume the policy forbids, a host port taken): it leaves no record, no
 		// name taken and nothing counted against the server's limits, as
 		// if it never came.
 		m.discard(ctx, e)
@@ -663,12 +683,25 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	} else if s, ok := e.sb.(backend.Reconfigurer); ok {
 		s.SetConfig(cfg)
 	}
+	// Bound first: a host port that is taken fails the start before the
+	// sandbox boots.
+	ports, err := m.bindPorts(spec.Ports)
+	if err != nil {
+		return err
+	}
 	// The request's cancellation must not leave a half-started sandbox:
 	// the start runs to its own deadline.
 	if err := e.sb.Start(context.WithoutCancel(ctx)); err != nil {
+		closePorts(ports)
 		return err
 	}
 	if err := m.netUp(e, e.sb); err != nil {
+		closePorts(ports)
+		_ = e.sb.Stop(context.WithoutCancel(ctx))
+		return err
+	}
+	if err := m.portsUp(e, ports); err != nil {
+		m.netDown(e)
 		_ = e.sb.Stop(context.WithoutCancel(ctx))
 		return err
 	}

@@ -40,6 +40,9 @@ func (m *Manager) StartPlanned(ctx context.Context, ns, name string, spec Spec, 
 		if err := spec.Validate(); err != nil {
 			return Info{}, false, err
 		}
+		if len(spec.Ports) > 0 && !m.networking() {
+			return Info{}, false, errNoPorts(spec.Ports)
+		}
 		if deps, err = m.startDependencies(ctx, ns, name, plan.DependsOn); err != nil {
 			return Info{}, false, err
 		}

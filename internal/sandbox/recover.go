@@ -82,6 +82,7 @@ func (m *Manager) recover(ctx context.Context) error {
 				e.logf("reattached after a daemon restart, without its network policy: %v", err)
 			} else {
 				e.logf("reattached after a daemon restart")
+				m.republish(e)
 			}
 			m.watch(e, sb)
 		default:
