@@ -59,10 +59,9 @@ func Open(cfg Config) (*Host, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256([]byte(cfg.Prefix))
 	h := &Host{
 		cfg:        cfg,
-		vethPrefix: "w" + hex.EncodeToString(sum[:3]),
+		vethPrefix: vethPrefixOf(cfg.Prefix),
 		attached:   map[string]Link{},
 		byName:     map[string]string{},
 		slots:      map[uint32]string{},
