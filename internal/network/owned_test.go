@@ -117,3 +117,34 @@ func TestAutoPoolExhausted(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSweepOwned is what every warren run pays for the sweep when
+// nothing is left to sweep: one listing of the host's tables.
+func BenchmarkSweepOwned(b *testing.B) {
+	testenv.RequireRoot(b)
+	for b.Loop() {
+		if _, err := SweepOwned("warren-bench-nothing"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStartRemove is what a warren run with a network pays for the
+// network itself, besides its sandbox's link: Start (listeners, the pool
+// slot, the table) and CloseAndRemove.
+func BenchmarkStartRemove(b *testing.B) {
+	testenv.RequireRoot(b)
+	prefix, err := OwnedPrefix("warren-bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		n, err := Start(Options{Prefix: prefix})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := n.CloseAndRemove(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
