@@ -148,3 +148,47 @@ func BenchmarkStartRemove(b *testing.B) {
 		}
 	}
 }
+
+// TestSweepOwned: of two owned instances, the one whose process is gone
+// is removed, table and links; the live one stays.
+func TestSweepOwned(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := "warren-test-sweep-" + strconv.Itoa(os.Getpid())
+	cmd := exec.Command("/bin/true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadPid := cmd.Process.Pid
+	deadStart, err := startTime(deadPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	dead := base + ownedInfix + strconv.Itoa(deadPid) + "-" + strconv.FormatUint(deadStart, 10)
+	live, err := OwnedPrefix(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []string{dead, live} {
+		// Pools of no slot of AutoRange's, so no real instance is disturbed.
+		pool := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 251, byte(16*i + os.Getpid()%8*32), 0}), 20).Masked()
+		h, err := netplumb.Open(netplumb.Config{Prefix: p, Pool: pool, ResolverPort: 1, ProxyPort: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = netplumb.RemoveInstance(p) })
+		if err := h.Close(); err != nil { // as a killed process would leave it
+			t.Fatal(err)
+		}
+	}
+	removed, err := SweepOwned(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != dead {
+		t.Errorf("swept %v, want only %s", removed, dead)
+	}
+	if ts, err := netplumb.Tables(base); err != nil || len(ts) != 1 || ts[0] != live {
+		t.Errorf("tables after the sweep: %v (%v), want only the live %s", ts, err, live)
+	}
+}
