@@ -2,7 +2,7 @@
 """What a whole `warren run -- /bin/true` costs, interleaved one by one:
 BASE's warren, NEW's warren, and NEW's with --net egress (docs/performance.md).
 Usage (root): scripts/runcost.py BASE_WARREN NEW_WARREN [ROUNDS]"""
-import os, resource, statistics, subprocess, sys, tempfile, time
+import os, resource, shutil, statistics, subprocess, sys, tempfile, time
 
 base, new = sys.argv[1], sys.argv[2]
 n = int(sys.argv[3]) if len(sys.argv) > 3 else 40
@@ -32,3 +32,4 @@ for k in cmds:
 for a, b in (("egress", "new"), ("new", "base")):
     print(f"{a} - {b}, paired median: {statistics.median(x - y for x, y in zip(wall[a], wall[b])):.1f} ms")
 print("load average", os.getloadavg())
+shutil.rmtree(top)  # every sandbox was removed: only files are left
