@@ -126,7 +126,7 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		{name: "no command", args: []string{"run"}, code: 2, stderrHas: "Usage: warren run"},
 		{name: "bad memory", args: []string{"run", "--memory", "lots", "--", "true"}, code: 1, stderrHas: "size \"lots\""},
 		{name: "bad env", args: []string{"run", "--env", "NOEQUALS", "--", "true"}, code: 1, stderrHas: "want K=V"},
-		{name: "bad network", args: []string{"run", "--net", "host", "--", "true"}, code: 1, stderrHas: "only \"none\""},
+		{name: "bad network", args: []string{"run", "--net", "host", "--", "true"}, code: 1, stderrHas: `--net "host": want none (loopback only) or egress`},
 		{name: "unknown image", args: []string{"run", "--image", "alpine", "--", "true"}, code: 1, stderrHas: "image not found: alpine"},
 		{name: "help", args: []string{"run", "--help"}, code: 0, stderrHas: "--memory"},
 		// Output is passed through whole, beyond the agent's 64 MiB cap for

@@ -21,9 +21,15 @@ type netFlags struct {
 
 func (n *netFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.mode, "network", envOr("WARREN_NETWORK", "auto"), "sandboxes' network (env WARREN_NETWORK): on = a link of their own whose traffic\nonly leaves as their egress rules allow (deny-all by default); off = loopback only;\nauto = on where the host can (nftables, veth: see warren doctor), else off with a warning")
-	fs.StringVar(&n.upstreams, "dns-upstream", envOr("WARREN_DNS_UPSTREAM", ""), "resolvers that sandboxes' allowed names are looked up with, comma-separated ADDR[:PORT]\n(env WARREN_DNS_UPSTREAM; default: the host's /etc/resolv.conf)")
+	n.registerUpstream(fs)
 	fs.StringVar(&n.publish, "publish-address", envOr("WARREN_PUBLISH_ADDRESS", "127.0.0.1"), "host address sandboxes' published ports listen on (env WARREN_PUBLISH_ADDRESS);\n0.0.0.0 publishes them on every address of the host, to whoever can reach it")
 	fs.StringVar(&n.pool, "net-pool", envOr("WARREN_NET_POOL", "auto"), "IPv4 range sandboxes' links are addressed from, a /30 each (env WARREN_NET_POOL);\nauto = a /20 of 10.201.0.0/16 no other server on this host has (1024 sandboxes)")
+}
+
+// registerUpstream registers --dns-upstream alone (warren run's only
+// network setting besides its rules).
+func (n *netFlags) registerUpstream(fs *flag.FlagSet) {
+	fs.StringVar(&n.upstreams, "dns-upstream", envOr("WARREN_DNS_UPSTREAM", ""), "resolvers that sandboxes' allowed names are looked up with, comma-separated ADDR[:PORT]\n(env WARREN_DNS_UPSTREAM; default: the host's /etc/resolv.conf)")
 }
 
 // start starts the host side of sandbox networking for the backend of
@@ -44,6 +50,24 @@ func (n *netFlags) start(runDir string, log *slog.Logger) (*network.Network, err
 		}
 		pool = p.Masked()
 	}
+	ups, err := n.upstreamAddrs()
+	if err != nil {
+		return nil, err
+	}
+	sweepRuns(runDir, log)
+	nw, err := network.Start(network.Options{Prefix: native.InstancePrefix(runDir), Pool: pool, Upstreams: ups, Logger: log})
+	if err != nil {
+		if n.mode == "on" {
+			return nil, fmt.Errorf("%w (--network on; see warren doctor)", err)
+		}
+		log.Warn("sandboxes get loopback only: their network is unavailable on this host (see warren doctor; --network off silences this)", "err", err.Error())
+		return nil, nil
+	}
+	return nw, nil
+}
+
+// upstreamAddrs parses --dns-upstream.
+func (n *netFlags) upstreamAddrs() ([]netip.AddrPort, error) {
 	var ups []netip.AddrPort
 	for _, u := range strings.Split(n.upstreams, ",") {
 		if u = strings.TrimSpace(u); u == "" {
@@ -59,15 +83,19 @@ func (n *netFlags) start(runDir string, log *slog.Logger) (*network.Network, err
 		}
 		ups = append(ups, ap)
 	}
-	nw, err := network.Start(network.Options{Prefix: native.InstancePrefix(runDir), Pool: pool, Upstreams: ups, Logger: log})
-	if err != nil {
-		if n.mode == "on" {
-			return nil, fmt.Errorf("%w (--network on; see warren doctor)", err)
-		}
-		log.Warn("sandboxes get loopback only: their network is unavailable on this host (see warren doctor; --network off silences this)", "err", err.Error())
-		return nil, nil
+	return ups, nil
+}
+
+// sweepRuns removes the network plumbing (table, links) that `warren run`s
+// of runDir killed with SIGKILL left (network.SweepOwned).
+func sweepRuns(runDir string, log *slog.Logger) {
+	removed, err := network.SweepOwned(native.InstancePrefix(runDir))
+	for _, p := range removed {
+		log.Info("removed the network of a warren run that is gone", "table", p)
 	}
-	return nw, nil
+	if err != nil {
+		log.Warn("could not remove the network of a warren run that is gone", "err", err.Error())
+	}
 }
 
 // publishAddress is --publish-address.

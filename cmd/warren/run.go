@@ -5,16 +5,23 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -25,13 +32,20 @@ and stderr are passed through whole and warren exits with CMD's exit code:
 out-of-memory message says so on stderr), 127 when CMD was not found.
 
 The sandbox has its own pid, mount, ipc, uts, net and cgroup namespaces (and
-a user namespace where the kernel allows), no network but loopback, a
-read-only view of the image, and a writable layer of its own.
+a user namespace where the kernel allows), a read-only view of the image, and
+a writable layer of its own. Its network is loopback only, unless --egress
+(or --net egress) gives it a link of its own whose traffic leaves only as the
+rules allow, as a warren serve sandbox's does: its DNS is answered by warren
+(allowed names only) and it reaches only what an allowed name resolved to or
+an address rule names (docs/network.md). A denial fails fast inside the
+sandbox (NXDOMAIN, a refused connection); at the end warren says on stderr
+how many connections and DNS queries were denied, and with -v lists them.
 
 Examples:
   warren run -- /usr/bin/python3 -c 'print(1)'
   warren run --memory 256M --cpus 0.5 --timeout 10s -- sh -c 'echo hi'
-  echo data | warren run -i -- wc -c`
+  echo data | warren run -i -- wc -c
+  warren run --egress pypi.org --egress '*.pythonhosted.org' -- pip download six`
 
 // storedImage looks name up in the image store and holds it (image rm
 // and prune leave it alone) until release.
@@ -61,7 +75,11 @@ func runCmd(ctx context.Context, args []string) error {
 	pids := fs.Int64("pids", backend.DefaultPids, fmt.Sprintf("maximum number of processes and threads, at least %d (the agent's own threads are not counted); 0 = unlimited", backend.MinPids))
 	timeout := fs.Duration("timeout", 0, "kill CMD after this long (e.g. 30s; below 1ms counts as 1ms); 0 = no limit")
 	workdir := fs.String("workdir", "", "working directory inside the sandbox, an absolute path (default: the image's, or /)")
-	netMode := fs.String("net", "none", "network: none (loopback only)")
+	netMode := fs.String("net", "", "network: none (loopback only; the default) or egress (a link whose traffic leaves only as\n--egress rules allow: with none, nothing leaves)")
+	var egressRules stringList
+	fs.Var(&egressRules, "egress", "let the sandbox reach RULE (repeatable; implies --net egress): NAME (ports 80, 443), *.SUFFIX,\nNAME:PORT, NAME:*, ADDR[/BITS][:PORT] (docs/network.md)")
+	var nf netFlags
+	nf.registerUpstream(fs)
 	stdin := fs.Bool("i", false, "pass warren's stdin to CMD (read whole, up to 16 MiB)")
 	var envs, volumeArgs stringList
 	fs.Var(&envs, "env", "set an environment variable K=V (repeatable)")
@@ -91,10 +109,11 @@ func runCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("--env %q: want K=V", e)
 		}
 	}
-	if *netMode != backend.NetworkNone {
-		return fmt.Errorf("--net %q: only \"none\" (loopback only) is supported by warren run; sandboxes of warren serve get a network with egress rules (docs/network.md)", *netMode)
+	mode, policy, ups, err := runNetSettings(fs, *netMode, egressRules, &nf)
+	if err != nil {
+		return err
 	}
-	cfg := backend.Config{Env: envs, Workdir: *workdir, MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: *netMode, Volumes: volumes}
+	cfg := backend.Config{Env: envs, Workdir: *workdir, MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: mode, Volumes: volumes}
 	// Before anything starts: the limits' ranges, an absolute workdir.
 	if err := cfg.CheckSettings(); err != nil {
 		return err
@@ -110,12 +129,28 @@ func runCmd(ctx context.Context, args []string) error {
 		}
 	}
 
-	be, err := hf.backend(native.Options{ExitWithHost: true})
+	// Clear what an earlier `warren run` killed with SIGKILL left behind:
+	// its network's table here, its sandbox's state below.
+	sweepRuns(hf.runDir, hf.logger())
+	opts := native.Options{ExitWithHost: true}
+	var nw *network.Network
+	if mode == backend.NetworkEgress {
+		if nw, err = startRunNetwork(hf.runDir, ups, hf.logger()); err != nil {
+			return err
+		}
+		// After the sandbox's removal (deferred below, so run before).
+		defer func() {
+			if err := nw.CloseAndRemove(); err != nil {
+				fmt.Fprintf(os.Stderr, "warren run: cleanup: %v\n", err)
+			}
+		}()
+		opts.Net = nw.Plumb
+	}
+	be, err := hf.backend(opts)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = be.Close() }()
-	// Clear what an earlier `warren run` killed with SIGKILL left behind.
 	_, _ = be.ReapOrphans(nil)
 	var sbImg *image.Image
 	if *img == image.HostName {
@@ -153,6 +188,16 @@ func runCmd(ctx context.Context, args []string) error {
 	}()
 	if err := sb.Start(ctx); err != nil {
 		return err
+	}
+	if nw != nil {
+		es, addr, err := registerEgress(nw, sb, policy)
+		if err != nil {
+			return err
+		}
+		// Out of the registry before the sandbox's removal frees its
+		// address; the report first, after CMD's own output.
+		defer nw.Registry.Remove(addr)
+		defer reportDenied(os.Stderr, es, hf.verbose)
 	}
 	// Output is written through as it comes, so none of it needs a cap.
 	req := &wire.ExecRequest{Argv: argv, Stdin: in, TimeoutMs: timeoutMs, NoOutputLimit: true}
@@ -236,4 +281,109 @@ func localVolumes(args []string) ([]backend.Volume, error) {
 		vs = append(vs, v)
 	}
 	return vs, nil // counts and duplicates: Create's validation
+}
+
+// runNetSettings checks warren run's network flags before anything starts:
+// the mode (--egress implies egress), the rules compiled (an invalid one
+// is named), the resolvers.
+func runNetSettings(fs *flag.FlagSet, mode string, rules []string, nf *netFlags) (string, *egress.Policy, []netip.AddrPort, error) {
+	switch mode {
+	case "":
+		mode = backend.NetworkNone
+		if len(rules) > 0 {
+			mode = backend.NetworkEgress
+		}
+	case backend.NetworkNone:
+		if len(rules) > 0 {
+			return "", nil, nil, errors.New("--egress gives the sandbox a network: not with --net none")
+		}
+	case backend.NetworkEgress:
+	default:
+		return "", nil, nil, fmt.Errorf("--net %q: want none (loopback only) or egress (docs/network.md)", mode)
+	}
+	if mode == backend.NetworkNone {
+		upstream := false
+		fs.Visit(func(f *flag.Flag) { upstream = upstream || f.Name == "dns-upstream" })
+		if upstream {
+			return "", nil, nil, errors.New("--dns-upstream: the sandbox has no network: add --egress RULE or --net egress")
+		}
+		return mode, nil, nil, nil
+	}
+	policy, err := egress.Compile(rules)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("--egress: %w", err)
+	}
+	ups, err := nf.upstreamAddrs()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return mode, policy, ups, nil
+}
+
+// startRunNetwork starts this process's own network instance: its table,
+// links and pool slot are no other process's (network.OwnedPrefix), and go
+// with it (CloseAndRemove, or the next run's sweep after a SIGKILL).
+func startRunNetwork(runDir string, ups []netip.AddrPort, log *slog.Logger) (*network.Network, error) {
+	prefix, err := network.OwnedPrefix(native.InstancePrefix(runDir))
+	if err != nil {
+		return nil, err
+	}
+	nw, err := network.Start(network.Options{Prefix: prefix, Upstreams: ups, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("%w (a sandbox's network needs nftables and veth: see warren doctor)", err)
+	}
+	return nw, nil
+}
+
+// registerEgress puts the running sandbox's egress state under its link's
+// address, where the resolver and the proxy look a packet's source up.
+func registerEgress(nw *network.Network, sb backend.Sandbox, p *egress.Policy) (*egress.Sandbox, netip.Addr, error) {
+	var addr netip.Addr
+	if n, ok := sb.(backend.Networked); ok {
+		addr = n.NetAddr()
+	}
+	if !addr.IsValid() {
+		return nil, netip.Addr{}, errors.New("network: the sandbox has no link")
+	}
+	es := egress.NewSandbox("", sb.ID(), p)
+	nw.Registry.Add(addr, es)
+	return es, addr, nil
+}
+
+// reportDenied says on w what es's rules denied: one line of counts, or
+// with verbose each denied query and connection the log kept.
+func reportDenied(w io.Writer, es *egress.Sandbox, verbose bool) {
+	counts := es.Counts()
+	conns, queries := counts["tcp"].Denied, counts["dns"].Denied
+	if conns+queries == 0 {
+		return
+	}
+	if !verbose {
+		fmt.Fprintf(w, "warren run: egress denied %d connection(s) and %d DNS query(ies) (-v lists them)\n", conns, queries)
+		return
+	}
+	var listed uint64
+	for _, r := range es.Log(0, 0) {
+		if r.Verdict != "deny" {
+			continue
+		}
+		listed++
+		what := "DNS query for " + printable(r.Name)
+		if r.Kind != "dns" {
+			what = fmt.Sprintf("connection to %s", net.JoinHostPort(r.Addr, strconv.Itoa(int(r.Port))))
+			if r.Name != "" {
+				what += " for " + printable(r.Name)
+			}
+		}
+		fmt.Fprintf(w, "warren run: egress denied %s: %s\n", what, printable(r.Reason))
+	}
+	if listed < conns+queries {
+		fmt.Fprintf(w, "warren run: egress denied %d more (the log keeps the last %d records)\n", conns+queries-listed, egress.LogSize)
+	}
+}
+
+// printable quotes what a sandbox chose (a name, a Host) for a terminal.
+func printable(s string) string {
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }

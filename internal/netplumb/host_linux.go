@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -124,20 +125,8 @@ func VethPrefixOf(prefix string) string {
 // TableExists reports whether the nftables table of the instance of
 // prefix exists (for leak checks).
 func TableExists(prefix string) (bool, error) {
-	c, err := nftables.New()
-	if err != nil {
-		return false, err
-	}
-	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		return false, err
-	}
-	for _, t := range ts {
-		if t.Name == prefix {
-			return true, nil
-		}
-	}
-	return false, nil
+	ts, err := Tables(prefix)
+	return slices.Contains(ts, prefix), err
 }
 
 // VethPrefix is how the host side of every veth of this Host begins.

@@ -57,11 +57,13 @@ type Network struct {
 
 // Start listens for the resolver and the proxy, then opens the plumbing
 // steering sandboxes' traffic to them.
-func Start(opts Options) (n *Network, err error) {
+func Start(opts Options) (_ *Network, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	n = &Network{Registry: egress.NewRegistry()}
+	// Not the named result: a failed Start returns nil, and the deferred
+	// close must still see the listeners.
+	n := &Network{Registry: egress.NewRegistry()}
 	defer func() {
 		if err != nil {
 			n.closeListeners()

@@ -15,11 +15,11 @@ import (
 	"github.com/warren-sandbox/warren/internal/netplumb"
 )
 
-// Pools of server instances. Every instance on a host (a warren serve, a
-// test's server) addresses its sandboxes' links from a pool of its own:
-// two pools that overlap would give two links the same addresses, and a
-// packet to one could be routed to the other. Without --net-pool an
-// instance takes a slot of AutoRange:
+// Pools of instances. Every instance on a host (a warren serve, a test's
+// server, a warren run with a network) addresses its sandboxes' links
+// from a pool of its own: two pools that overlap would give two links the
+// same addresses, and a packet to one could be routed to the other.
+// Without --net-pool an instance takes a slot of AutoRange:
 //   - a slot is an instance's while it holds the slot's lock (a file under
 //     PoolLockDir, flock'd for the process's life), so two live instances
 //     never share one;
@@ -51,7 +51,7 @@ func openAuto(cfg netplumb.Config) (*netplumb.Host, *os.File, error) {
 		lock, err := lockSlot(pool)
 		if err != nil {
 			if errors.Is(err, unix.EWOULDBLOCK) {
-				taken = append(taken, pool.String()+" (another server's)")
+				taken = append(taken, pool.String()+" (another instance's)")
 				continue
 			}
 			return nil, nil, err
@@ -69,7 +69,7 @@ func openAuto(cfg netplumb.Config) (*netplumb.Host, *os.File, error) {
 		}
 		return h, lock, nil
 	}
-	return nil, nil, fmt.Errorf("no free pool in %v: %s; give this server one with --net-pool", AutoRange, strings.Join(taken, ", "))
+	return nil, nil, fmt.Errorf("no free pool in %v: %s: each warren serve and each warren run with a network holds one while it runs; give a server a pool of its own with --net-pool", AutoRange, strings.Join(taken, ", "))
 }
 
 // slot is AutoRange's i-th slot.
