@@ -152,7 +152,12 @@ func (s *server) instancePrefix() string {
 // leftLinks lists the host's links the server made (their alias starts
 // with its prefix) that are still there.
 func (s *server) leftLinks() []string {
+	// Other tests' links come and go meanwhile: a dump they interrupt is
+	// taken again.
 	links, err := netlink.LinkList()
+	for i := 0; i < 20 && errors.Is(err, netlink.ErrDumpInterrupted); i++ {
+		links, err = netlink.LinkList()
+	}
 	if err != nil {
 		return []string{"(cannot list links: " + err.Error() + ")"}
 	}
