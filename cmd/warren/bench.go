@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"text/tabwriter"
@@ -11,7 +12,9 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/bench"
+	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/image/layer"
+	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/timerslack"
 )
 
@@ -24,6 +27,7 @@ to baselines run at the same time on the same machine:
                                        the same from a pool of pre-spawned agents,
                                        with a uid range per sandbox vs one shared,
                                        and from a stored image vs the host image
+                                       and with networking on vs off, cold and pooled
   exec /bin/true in a running sandbox  through the agent
   python3 -c 'print(1)'                in a sandbox vs on the host
   REPL 1+1 round trip                  warm Python interpreter
@@ -159,6 +163,10 @@ func benchCmd(ctx context.Context, args []string) error {
 	hostMed, storedMed := bench.Median(hostRuns), bench.Median(storedRuns)
 	row("  same, from a stored image", storedMed, hostMed, "host image, alternating")
 	fmt.Fprintf(tw, "  stored image - host image\t%+.3f ms\t\t\n", float64((storedMed-hostMed).Microseconds())/1000)
+	if err := benchNetwork(ctx, hf, tmp, *n, row); err != nil {
+		fmt.Fprintf(os.Stderr, "networking skipped: %v\n", err)
+		fmt.Fprintf(tw, "  networking on\tskipped\t\t(see warren doctor)\n")
+	}
 	if bw := bench.Bwrap(); bw != nil {
 		if d, err := baseline("bubblewrap", *n, bw); err == nil {
 			row("bubblewrap (same shape)", d, floor, "fork+exec")
@@ -214,3 +222,109 @@ func benchCmd(ctx context.Context, args []string) error {
 	fmt.Fprintf(tw, "idle agent RSS\t%.2f MiB\t\t\n", float64(rss)/(1<<20))
 	return tw.Flush()
 }
+
+// benchNetwork measures what a sandbox's network costs a start: the cold
+// cycle and a pooled start (create -> first exec) with networking on
+// (a link, the egress table, a resolver and proxy) against the same with
+// loopback only, alternating, each on backends with directories of their
+// own (and a network each: its own table and address range).
+func benchNetwork(ctx context.Context, hf hostFlags, tmp string, n int, row func(string, time.Duration, time.Duration, string)) error {
+	var closers []func()
+	defer func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}()
+	// The resolver's upstream, for the DNS row: a name of the
+	// documentation range, answered on loopback.
+	const dnsName = "bench.warren.test"
+	upstream, stopUpstream, err := bench.FakeUpstream(dnsName, netip.MustParseAddr("198.51.100.10"))
+	if err != nil {
+		return err
+	}
+	defer stopUpstream()
+	open := func(name string, prewarm int, netOn bool) (*bench.Env, *native.Backend, *network.Network, error) {
+		bhf := hf
+		bhf.dataDir, bhf.runDir = filepath.Join(tmp, name, "data"), filepath.Join(tmp, name, "run")
+		opts := native.Options{ExitWithHost: true, Prewarm: prewarm}
+		env := &bench.Env{}
+		var nw *network.Network
+		if netOn {
+			var err error
+			nw, err = network.Start(network.Options{Prefix: native.InstancePrefix(bhf.runDir), Upstreams: []netip.AddrPort{upstream}})
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			closers = append(closers, func() { _ = nw.CloseAndRemove() })
+			opts.Net, env.Network = nw.Plumb, backend.NetworkEgress
+		}
+		b, err := bhf.backend(opts)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("backend %s: %w", name, err)
+		}
+		closers = append(closers, func() { _ = b.Close() })
+		if env.Image, err = b.HostImage(); err != nil {
+			return nil, nil, nil, err
+		}
+		env.Backend = b
+		return env, b, nw, nil
+	}
+	on, _, onNet, err := open("net-on", 0, true)
+	if err != nil {
+		return err
+	}
+	off, _, _, err := open("net-off", 0, false)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "measuring cold cycle, networking on vs off, alternating (%d runs each)...\n", n)
+	dOn, dOff, err := bench.Paired(n, func() error { return on.ColdCycle(ctx) }, func() error { return off.ColdCycle(ctx) })
+	if err != nil {
+		return fmt.Errorf("cold cycle with networking: %w", err)
+	}
+	offMed := bench.Median(dOff)
+	row("  cold cycle, networking on", bench.Median(dOn), offMed, fmt.Sprintf("loopback only, alternating: %.3f ms", ms(offMed)))
+	pon, bon, _, err := open("net-on-pooled", 2, true)
+	if err != nil {
+		return err
+	}
+	poff, boff, _, err := open("net-off-pooled", 2, false)
+	if err != nil {
+		return err
+	}
+	// Each start waits for both pools to be full: what it measures is the
+	// start, not a refill's spawn (and link) beside it.
+	settled := func() bool { return bon.PoolSettled() && boff.PoolSettled() }
+	fmt.Fprintf(os.Stderr, "measuring pooled start (create -> first exec), networking on vs off, alternating (%d runs each)...\n", n)
+	dOn, dOff, err = bench.PairedTimed(n, func() (time.Duration, error) { return pon.PooledStart(ctx, settled) },
+		func() (time.Duration, error) { return poff.PooledStart(ctx, settled) })
+	if err != nil {
+		return fmt.Errorf("pooled start with networking: %w", err)
+	}
+	offMed = bench.Median(dOff)
+	row("pooled create -> first exec, networking on", bench.Median(dOn), offMed, fmt.Sprintf("loopback only, alternating: %.3f ms", ms(offMed)))
+
+	// A DNS answer for an allowed name the resolver has cached, as a stub
+	// resolver in the sandbox sees it (python's socket calls included).
+	sb, stop, err := on.Warm(ctx)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	addr := sb.(backend.Networked).NetAddr()
+	pol, err := egress.Compile([]string{dnsName})
+	if err != nil {
+		return err
+	}
+	onNet.Registry.Add(addr, egress.NewSandbox("bench", sb.ID(), pol))
+	defer onNet.Registry.Remove(addr)
+	fmt.Fprintln(os.Stderr, "measuring a cached DNS answer inside a sandbox (100 queries)...")
+	d, err := bench.DNSInSandbox(ctx, sb, addr.Prev(), dnsName, 100)
+	if err != nil {
+		return fmt.Errorf("dns in a sandbox: %w", err)
+	}
+	row("DNS answer, allowed and cached, in a sandbox", d, 0, "")
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -35,6 +35,8 @@ type Env struct {
 	Image   *image.Image
 	// HostPid returns the host pid of a sandbox's agent (for its RSS).
 	HostPid func(backend.Sandbox) int
+	// Network is the sandboxes' backend.Config.Network ("": loopback only).
+	Network string
 }
 
 var seq atomic.Int64
@@ -50,6 +52,7 @@ func (e *Env) ColdCycle(ctx context.Context) error {
 	sb, err := e.Backend.Create(ctx, backend.Config{
 		ID: fmt.Sprintf("bench-%d-%d", os.Getpid(), seq.Add(1)), Image: e.Image,
 		MemoryBytes: backend.DefaultMemoryBytes, CPUs: backend.DefaultCPUs, PidsMax: backend.DefaultPids,
+		Network: e.Network,
 	})
 	if err != nil {
 		return err
@@ -68,9 +71,44 @@ func (e *Env) ColdCycle(ctx context.Context) error {
 	return err
 }
 
+// PooledStart waits (untimed, up to 10 s) for settled, typically a warm
+// pool's being full with no refill under way, then times a sandbox's
+// create, start and first exec of /bin/true; the removal is untimed: what
+// a pooled start costs, apart from the refill it sets off.
+func (e *Env) PooledStart(ctx context.Context, settled func() bool) (time.Duration, error) {
+	for deadline := time.Now().Add(10 * time.Second); !settled(); {
+		if time.Now().After(deadline) {
+			return 0, errors.New("warm pool not refilled within 10s")
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	t0 := time.Now()
+	sb, err := e.Backend.Create(ctx, backend.Config{
+		ID: fmt.Sprintf("bench-%d-%d", os.Getpid(), seq.Add(1)), Image: e.Image,
+		MemoryBytes: backend.DefaultMemoryBytes, CPUs: backend.DefaultCPUs, PidsMax: backend.DefaultPids,
+		Network: e.Network,
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := sb.Start(ctx); err != nil {
+		_ = sb.Remove(ctx)
+		return 0, err
+	}
+	st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil)
+	d := time.Since(t0)
+	if rerr := sb.Remove(ctx); err == nil {
+		err = rerr
+	}
+	if err == nil && st.Code != 0 {
+		err = fmt.Errorf("/bin/true exited %d: %s", st.Code, st.Error)
+	}
+	return d, err
+}
+
 // Warm starts a sandbox for the in-sandbox measurements; stop removes it.
 func (e *Env) Warm(ctx context.Context) (sb backend.Sandbox, stop func(), err error) {
-	sb, err = e.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-warm-%d-%d", os.Getpid(), seq.Add(1)), Image: e.Image, MemoryBytes: backend.DefaultMemoryBytes, CPUs: backend.DefaultCPUs})
+	sb, err = e.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-warm-%d-%d", os.Getpid(), seq.Add(1)), Image: e.Image, MemoryBytes: backend.DefaultMemoryBytes, CPUs: backend.DefaultCPUs, Network: e.Network})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -262,22 +300,35 @@ func Sample(n int, f func() error) ([]time.Duration, error) {
 // Paired times a and b alternately, n times each (after a warm-up call of
 // each), so drift on a noisy machine lands on both sides alike.
 func Paired(n int, a, b func() error) (da, db []time.Duration, err error) {
-	for _, f := range []func() error{a, b} {
-		if err := f(); err != nil {
+	timed := func(f func() error) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			start := time.Now()
+			err := f()
+			return time.Since(start), err
+		}
+	}
+	return PairedTimed(n, timed(a), timed(b))
+}
+
+// PairedTimed is Paired for functions that time themselves (to leave
+// their setup and cleanup out).
+func PairedTimed(n int, a, b func() (time.Duration, error)) (da, db []time.Duration, err error) {
+	for _, f := range []func() (time.Duration, error){a, b} {
+		if _, err := f(); err != nil {
 			return nil, nil, err
 		}
 	}
 	da, db = make([]time.Duration, 0, n), make([]time.Duration, 0, n)
 	for range n {
 		for _, side := range []struct {
-			f   func() error
+			f   func() (time.Duration, error)
 			out *[]time.Duration
 		}{{a, &da}, {b, &db}} {
-			start := time.Now()
-			if err := side.f(); err != nil {
+			d, err := side.f()
+			if err != nil {
 				return nil, nil, err
 			}
-			*side.out = append(*side.out, time.Since(start))
+			*side.out = append(*side.out, d)
 		}
 	}
 	return da, db, nil

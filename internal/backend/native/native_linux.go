@@ -778,8 +778,13 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	// A pooled agent has run nothing of any sandbox yet: its cgroup
 	// becomes the sandbox's (renamed, limits set) before it reads its
 	// config. Otherwise a new cgroup is made and the agent born in it.
+	// With the host's plumbing every pooled agent has a link
+	// (pool_linux.go): a sandbox of loopback only starts without the pool.
 	var cg *cgroup.Cgroup
-	a := s.b.pool.take()
+	var a *agentProc
+	if s.cfg.Network == backend.NetworkEgress || s.b.opts.Net == nil {
+		a = s.b.pool.take()
+	}
 	if a != nil {
 		undo = append(undo, a.discard)
 		if cg, err = s.adoptPoolCgroup(a, limits); err != nil {
@@ -839,10 +844,18 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		}()
 	}
 	var link netplumb.Link
+	var tNet time.Duration
 	if s.cfg.Network == backend.NetworkEgress {
-		if link, err = s.attachNet(a.proc.pid); err != nil {
+		t := time.Now()
+		if a.netID != "" {
+			link, err = s.adoptNet(a) // the pool attached it
+		} else {
+			link, err = s.attachNet(a.proc.pid)
+		}
+		if err != nil {
 			return err
 		}
+		tNet = time.Since(t)
 		undo = append(undo, func() { _ = s.b.opts.Net.Detach(s.cfg.ID) })
 		gcfg.Nameserver = link.Gateway.String()
 	}
@@ -860,7 +873,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	// The phases are built only for a debug log: this is every start's path.
 	if s.b.log.Enabled(ctx, slog.LevelDebug) {
 		attrs := []any{"id", s.cfg.ID, "pid", a.proc.pid, "pooled", pooled, "staged", a.setupPhases["staged"] == 1, "host_root", root != nil,
-			"prepare_ms", ms(tPrepare), "setup_ms", ms(time.Since(t0) - tPrepare)}
+			"prepare_ms", ms(tPrepare), "net_ms", ms(tNet), "setup_ms", ms(time.Since(t0) - tPrepare)}
 		for _, p := range []string{"overlay", "mounts", "pivot", "mask_and_misc", "launcher", "seccomp"} {
 			attrs = append(attrs, "agent_"+p+"_ms", a.setupPhases[p])
 		}

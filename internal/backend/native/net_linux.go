@@ -30,21 +30,50 @@ func (s *Sandbox) attachNet(pid int) (netplumb.Link, error) {
 	if s.b.opts.Net == nil {
 		return netplumb.Link{}, errors.New("network: this host gives sandboxes no network (see warren doctor)")
 	}
+	l, err := attachLink(s.b.opts.Net, s.cfg.ID, pid)
+	if err != nil {
+		return netplumb.Link{}, err
+	}
+	if err := s.recordNet(l); err != nil {
+		_ = s.b.opts.Net.Detach(s.cfg.ID)
+		return netplumb.Link{}, err
+	}
+	return l, nil
+}
+
+// adoptNet hands a pooled agent's link, attached when the pool filled, to
+// the sandbox: a rename of its id (the interface's alias) and the record,
+// a tenth of a millisecond where attaching takes milliseconds. Holds s.mu.
+func (s *Sandbox) adoptNet(a *agentProc) (netplumb.Link, error) {
+	if err := a.plumb.Rename(a.netID, s.cfg.ID); err != nil {
+		return netplumb.Link{}, fmt.Errorf("network: %w", err)
+	}
+	a.netID = "" // the sandbox's now: discarding a no longer detaches it
+	if err := s.recordNet(a.link); err != nil {
+		_ = a.plumb.Detach(s.cfg.ID)
+		return netplumb.Link{}, err
+	}
+	return a.link, nil
+}
+
+// attachLink attaches the network namespace of pid under id.
+func attachLink(h *netplumb.Host, id string, pid int) (netplumb.Link, error) {
 	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 	if err != nil {
 		return netplumb.Link{}, fmt.Errorf("network: the agent's namespace: %w", err)
 	}
 	defer func() { _ = ns.Close() }()
-	l, err := s.b.opts.Net.Attach(s.cfg.ID, ns)
+	l, err := h.Attach(id, ns)
 	if err != nil {
 		return netplumb.Link{}, fmt.Errorf("network: %w", err)
 	}
-	b, _ := json.Marshal(l)
-	if err := os.WriteFile(filepath.Join(s.run, netFile), b, 0o600); err != nil {
-		_ = s.b.opts.Net.Detach(s.cfg.ID)
-		return netplumb.Link{}, err
-	}
 	return l, nil
+}
+
+// recordNet writes the running sandbox's link into its run directory.
+func (s *Sandbox) recordNet(l netplumb.Link) error {
+	b, _ := json.Marshal(l)
+	return os.WriteFile(filepath.Join(s.run, netFile), b, 0o600)
 }
 
 // restoreNet restores the link of a sandbox this process reattached to.
@@ -81,11 +110,18 @@ func (s *Sandbox) NetAddr() netip.Addr {
 }
 
 // sweepNet removes what the plumbing holds for sandboxes whose agent is
-// gone (a crashed server's).
+// gone (a crashed server's), and for pooled agents of processes that are
+// gone. A live process's pooled links stay, this one's included: a link
+// being renamed to its sandbox may still show the pool's id.
 func (b *Backend) sweepNet() error {
 	if b.opts.Net == nil {
 		return nil
 	}
-	_, err := b.opts.Net.Sweep(func(id string) bool { return alive(filepath.Join(b.opts.RunDir, id)) })
+	_, err := b.opts.Net.Sweep(func(id string) bool {
+		if pool, live := isLivePoolID(id); pool {
+			return live
+		}
+		return alive(filepath.Join(b.opts.RunDir, id))
+	})
 	return err
 }

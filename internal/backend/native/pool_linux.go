@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
@@ -18,12 +19,23 @@ import (
 // sandbox code and holds nothing of any sandbox. Each is born in a cgroup of
 // its own, which Start renames to the sandbox's and sets the limits of: no
 // process migration (a grace-period wait on cgroup v1) on the start path.
+// With the host's plumbing (Options.Net), each also gets its network link
+// when it is spawned, named by the pool's id for it (its cgroup's name),
+// and Start hands the link to the sandbox with a rename: attaching (a
+// veth, addresses, a route, 1.5-4 ms) is off the start path too.
 type pool struct {
 	ready chan *agentProc
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	dir   string
+	// made and taken count the agents spawned and taken out (settled).
+	made, taken atomic.Int64
 }
+
+// poolSeq numbers pooled agents across the process's backends: their ids
+// (cgroup names, which name their links too) are unique in the process,
+// so backends sharing one netplumb.Host never collide.
+var poolSeq atomic.Int64
 
 // startPool keeps n agents ready, under runDir/.pool.
 func (b *Backend) startPool(n int) error {
@@ -48,8 +60,9 @@ func (b *Backend) startPool(n int) error {
 	go func() {
 		defer p.wg.Done()
 		backoff := 10 * time.Millisecond
-		for seq := 0; ; seq++ {
-			d := filepath.Join(dir, strconv.Itoa(seq))
+		for {
+			seq := poolSeq.Add(1)
+			d := filepath.Join(dir, strconv.FormatInt(seq, 10))
 			a, err := b.spawnPooled(d, fmt.Sprintf("%s%d-%d", poolCgroupPrefix, os.Getpid(), seq))
 			if err != nil {
 				b.log.Warn("warm pool: spawn agent", "err", err.Error())
@@ -62,6 +75,7 @@ func (b *Backend) startPool(n int) error {
 				continue
 			}
 			backoff = 10 * time.Millisecond
+			p.made.Add(1)
 			select {
 			case p.ready <- a:
 			case <-p.stop:
@@ -81,6 +95,7 @@ func (p *pool) take() *agentProc {
 	for {
 		select {
 		case a := <-p.ready:
+			p.taken.Add(1)
 			if !a.proc.exited() {
 				return a
 			}
@@ -90,6 +105,17 @@ func (p *pool) take() *agentProc {
 		}
 	}
 }
+
+// settled reports whether the pool holds all it keeps (every slot ready
+// and one more agent spawned, waiting for a slot): no refill under way.
+func (p *pool) settled() bool {
+	return p != nil && p.made.Load()-p.taken.Load() == int64(cap(p.ready))+1
+}
+
+// PoolSettled reports whether the warm pool is full and not refilling
+// (false without a pool): a benchmark waits for it so that a pooled
+// start's time is the start's alone, not shared with a refill's spawn.
+func (b *Backend) PoolSettled() bool { return b.pool.settled() }
 
 // close stops refilling and kills the pooled agents.
 func (p *pool) close() {
@@ -116,7 +142,10 @@ const poolStageDir = "stage"
 // .pool-<pid of the owning process>-<sequence>.
 const poolCgroupPrefix = ".pool-"
 
-// spawnPooled spawns an agent for the pool, into a new cgroup of its own.
+// spawnPooled spawns an agent for the pool, into a new cgroup of its own,
+// and attaches its link under the cgroup's name when the backend gives
+// sandboxes a network. (Sandbox ids start with a letter or digit, never
+// the pool's ".".)
 func (b *Backend) spawnPooled(dir, cgName string) (*agentProc, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err
@@ -139,16 +168,43 @@ func (b *Backend) spawnPooled(dir, cgName string) (*agentProc, error) {
 		return nil, err
 	}
 	a.cg, a.idle = cg, idle
+	if b.opts.Net != nil {
+		l, err := attachLink(b.opts.Net, cgName, a.proc.pid)
+		if err != nil {
+			a.discard()
+			return nil, err
+		}
+		a.plumb, a.netID, a.link = b.opts.Net, cgName, l
+	}
 	return a, nil
 }
 
-// discard kills a pooled agent and removes its cgroup and directory.
+// discard kills a pooled agent and removes its cgroup, its directory and
+// its link (the pair goes with its namespace; Detach frees the address
+// and the rules).
 func (a *agentProc) discard() {
 	a.kill()
 	if a.cg != nil {
 		_ = a.cg.Destroy()
 	}
+	if a.netID != "" {
+		_ = a.plumb.Detach(a.netID)
+		a.netID = ""
+	}
 	_ = os.RemoveAll(a.dir)
+}
+
+// isLivePoolID reports whether id is a pooled agent's (its cgroup's name),
+// and whether the process that pooled it still runs: then its link is in
+// the pool or being handed to a sandbox, never a leftover.
+func isLivePoolID(id string) (pool, live bool) {
+	rest, ok := strings.CutPrefix(id, poolCgroupPrefix)
+	if !ok {
+		return false, false
+	}
+	pidStr, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidStr)
+	return true, err == nil && (pid == os.Getpid() || procStartTime(pid) != 0)
 }
 
 // reapPoolCgroups removes pool cgroups of processes that are gone.

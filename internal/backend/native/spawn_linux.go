@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/spawner"
 	"github.com/warren-sandbox/warren/internal/timerslack"
@@ -37,6 +38,12 @@ type agentProc struct {
 	// in the scheduler's idle class when idle.
 	cg   *cgroup.Cgroup
 	idle bool
+	// netID names the pooled agent's link in plumb (the host's plumbing)
+	// while the pool holds it: its cgroup's name; "" without one, and
+	// once a start took the link.
+	plumb *netplumb.Host
+	netID string
+	link  netplumb.Link
 	// setupPhases are the agent's own setup timings (ms), from its report.
 	setupPhases map[string]float64
 	// uid is the first host id of the agent's uid range: its own
