@@ -66,7 +66,9 @@ func startServer(t *testing.T, extra ...string) *server {
 	}
 	s.addr = ln.Addr().String()
 	_ = ln.Close()
-	s.cmd = s.command(append([]string{"serve", "--listen", s.addr, "--prewarm", "0", "--log-text"}, extra...)...)
+	// A warm pool of two: the sandboxes take links the pool attached
+	// ahead (a rename at start), the path a server's starts take.
+	s.cmd = s.command(append([]string{"serve", "--listen", s.addr, "--prewarm", "2", "--log-text"}, extra...)...)
 	s.cmd.Stderr = s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
