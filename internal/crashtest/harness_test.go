@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,7 +24,9 @@ import (
 
 	_ "modernc.org/sqlite" // the database is read as the server writes it
 
+	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -67,6 +67,7 @@ func newServer(t *testing.T, data string, extra ...string) *server {
 	s.log = f
 	t.Cleanup(func() {
 		s.kill()
+		s.reapHost()
 		_ = f.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(s.logPath)
@@ -293,9 +294,30 @@ func (s *server) execOut(ctx context.Context, ns, name string, argv ...string) (
 }
 
 // cgroupPrefix is the cgroup prefix the native backend uses for run dir.
-func cgroupPrefix(run string) string {
-	sum := sha256.Sum256([]byte(run))
-	return "warren-" + hex.EncodeToString(sum[:4])
+func cgroupPrefix(run string) string { return native.InstancePrefix(run) }
+
+// reapHost ends what the server's sandboxes left running once the server
+// is gone: sandboxes outlive their server by design, and a test that ends
+// without removing every sandbox (a failed one, one that does not check)
+// must not leave agents, cgroups or network plumbing on the host.
+func (s *server) reapHost() {
+	prefix := cgroupPrefix(s.run)
+	v := s.hostView(s.t)
+	for _, pids := range v.procs {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if cg, err := cgroup.New(prefix); err == nil {
+		deadline := time.Now().Add(10 * time.Second)
+		for _, id := range v.cgroups {
+			for cg.Destroy(id) != nil && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond) // the killed are still exiting
+			}
+		}
+		_ = cg.Close()
+	}
+	_ = netplumb.RemoveInstance(prefix)
 }
 
 // hostView is what the host holds for the server's sandboxes: the kernel's

@@ -214,9 +214,11 @@ func cgroupOf(t *testing.T, pid int) string {
 			}
 		}
 	}
-	// On v2 an agent is in its sandbox's agent leaf ("agent"),
-	// the sandbox's cgroup, with cpu.idle, is its parent.
-	return "/sys/fs/cgroup" + strings.TrimSuffix(v2, "/agent")
+	// On v2 an agent's threads are in its sandbox's two threaded leaves:
+	// "agent", and "work" for the launcher thread, which the process's
+	// line names when the launcher is its first thread. The sandbox's
+	// cgroup, with cpu.idle, is their parent.
+	return "/sys/fs/cgroup" + strings.TrimSuffix(strings.TrimSuffix(v2, "/agent"), "/work")
 }
 
 // cpuIdle reads cpu.idle of pid's cgroup.
