@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +36,7 @@ type server struct {
 	url       string
 	cmd       *exec.Cmd
 	exited    chan struct{} // closed when cmd has been waited for
-	log       *syncBuffer
+	log       *testenv.SyncBuffer
 	key       string // ns's key
 	admin     string // every namespace's
 	client    *http.Client
@@ -58,7 +57,7 @@ func startServer(t *testing.T, extra ...string) *server {
 	testenv.RequireRoot(t)
 	dir := testenv.SearchableDir(t, "warren-egress-")
 	s := &server{t: t, bin: testenv.WarrenBinary(t), data: filepath.Join(dir, "data"), run: filepath.Join(dir, "run"),
-		log: &syncBuffer{}, client: &http.Client{Timeout: 2 * time.Minute}}
+		log: &testenv.SyncBuffer{}, client: &http.Client{Timeout: 2 * time.Minute}}
 	s.key, s.admin = s.newKey(ns), s.newKey("*")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -239,24 +238,6 @@ func (s *server) exec(name string, argv []string, stdin string, env []string, ti
 // create starts sandbox name with the egress rules.
 func (s *server) create(name string, egress []string) error {
 	return s.call(s.key, "sandbox.create", map[string]any{"name": name, "namespace": ns, "egress": egress}, nil)
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's stderr and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 func tail(s string, n int) string {

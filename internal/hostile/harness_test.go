@@ -43,7 +43,7 @@ type server struct {
 	data, run string
 	url       string
 	cmd       *exec.Cmd
-	log       *syncBuffer
+	log       *testenv.SyncBuffer
 	// Keys: one per namespace, and one for every namespace.
 	attacker, victim, admin string
 	client                  *http.Client
@@ -71,7 +71,7 @@ func startServer(t *testing.T, extra ...string) *server {
 			}
 		})
 	}
-	s := &server{t: t, bin: testenv.WarrenBinary(t), dir: testenv.SearchableDir(t, "warren-hostile-"), log: &syncBuffer{},
+	s := &server{t: t, bin: testenv.WarrenBinary(t), dir: testenv.SearchableDir(t, "warren-hostile-"), log: &testenv.SyncBuffer{},
 		client: &http.Client{Timeout: 3 * time.Minute}}
 	s.data, s.run = filepath.Join(s.dir, "data"), filepath.Join(s.dir, "run")
 	s.attacker, s.victim, s.admin = s.key(nsAttacker), s.key(nsVictim), s.key("*")
@@ -322,24 +322,6 @@ func (s *server) leftovers() []string {
 		}
 	}
 	return left
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's stderr and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // rssWatch samples a process's resident memory every 50 ms.

@@ -7,6 +7,7 @@
 package testenv
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -185,4 +186,24 @@ func CreateKey(t testing.TB, data, run, namespace, description string) string {
 		t.Fatalf("key create %s: %v %q", namespace, err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// SyncBuffer is a bytes.Buffer that a process's output and a test's reads
+// may use at once.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String is what was written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
