@@ -316,8 +316,10 @@ func benchNetwork(ctx context.Context, hf hostFlags, tmp string, n int, row func
 	if err != nil {
 		return err
 	}
-	onNet.Registry.Add(addr, egress.NewSandbox("bench", sb.ID(), pol))
-	defer onNet.Registry.Remove(addr)
+	if err := onNet.Registry.Add(addr, egress.NewSandbox("bench", sb.ID(), pol)); err != nil {
+		return err
+	}
+	defer func() { _ = onNet.Registry.Remove(addr) }()
 	fmt.Fprintln(os.Stderr, "measuring a cached DNS answer inside a sandbox (100 queries)...")
 	d, err := bench.DNSInSandbox(ctx, sb, addr.Prev(), dnsName, 100)
 	if err != nil {

@@ -196,7 +196,7 @@ func runCmd(ctx context.Context, args []string) error {
 		}
 		// Out of the registry before the sandbox's removal frees its
 		// address; the report first, after CMD's own output.
-		defer nw.Registry.Remove(addr)
+		defer func() { _ = nw.Registry.Remove(addr) }()
 		defer reportDenied(os.Stderr, es, hf.verbose)
 	}
 	// Output is written through as it comes, so none of it needs a cap.
@@ -346,7 +346,9 @@ func registerEgress(nw *network.Network, sb backend.Sandbox, p *egress.Policy) (
 		return nil, netip.Addr{}, errors.New("network: the sandbox has no link")
 	}
 	es := egress.NewSandbox("", sb.ID(), p)
-	nw.Registry.Add(addr, es)
+	if err := nw.Registry.Add(addr, es); err != nil {
+		return nil, netip.Addr{}, fmt.Errorf("network: %w", err)
+	}
 	return es, addr, nil
 }
 

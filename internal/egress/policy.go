@@ -144,6 +144,10 @@ func (p *Policy) pick(idx []int, port uint16, anyPort bool) (string, bool) {
 	return "", false
 }
 
+// hasAddrRules reports whether p allows addresses by rule, which no pin
+// (and so no gate) knows of.
+func (p *Policy) hasAddrRules() bool { return p != nil && len(p.addrs) > 0 }
+
 // AllowsAddr reports whether an address rule allows dst.
 func (p *Policy) AllowsAddr(dst netip.AddrPort) (rule string, ok bool) {
 	return p.matchAddr(dst.Addr(), dst.Port(), false)

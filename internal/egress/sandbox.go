@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -66,6 +67,9 @@ type Sandbox struct {
 	policy          atomic.Pointer[Policy]
 	setMu           sync.Mutex // orders SetPolicy's swaps as its records
 
+	gateMu sync.Mutex // orders the gate's updates with its state
+	gate   gateState
+
 	pinMu sync.RWMutex
 	pins  map[netip.Addr]map[string]time.Time // address → name → expiry
 	npins int
@@ -110,7 +114,17 @@ func (s *Sandbox) SetPolicy(p *Policy) {
 	}
 	s.setMu.Lock()
 	defer s.setMu.Unlock()
+	// The gate lets an address-rule policy's traffic through before the
+	// policy is in force, and closes after one without is: it never
+	// refuses what the policy in force allows.
+	var gateErr error
+	if p.hasAddrRules() {
+		gateErr = s.bypassGate(true)
+	}
 	s.policy.Store(p)
+	if !p.hasAddrRules() {
+		gateErr = s.bypassGate(false)
+	}
 	// The record shares the policy's (immutable) rule texts, at most
 	// maxListed bytes of them, so a thousand changes to a long policy
 	// cannot hold much memory.
@@ -124,6 +138,9 @@ func (s *Sandbox) SetPolicy(p *Policy) {
 	}
 	if n < p.Len() {
 		r.Reason += fmt.Sprintf(" (the first %d listed)", n)
+	}
+	if gateErr != nil {
+		r.Reason += "; the host's gate did not follow (connections to address rules may be refused): " + gateErr.Error()
 	}
 	s.Record(r)
 }
@@ -152,41 +169,54 @@ func (s *Sandbox) Rebinding(name string, a netip.Addr) (why string, refused bool
 	return fmt.Sprintf("%s resolves to %s, which is %s", show(name), a.Unmap(), kind), true
 }
 
-// Pin records that the sandbox's resolver answered name with a, for
-// max(ttl, MinPinTTL) (at most MaxPinTTL). A later pin of the same pair
-// extends it.
-func (s *Sandbox) Pin(name string, a netip.Addr, ttl time.Duration) {
+// Pin records that the sandbox's resolver answers name with as, for
+// max(ttl, MinPinTTL) (at most MaxPinTTL); a later pin of the same pair
+// extends it. The sandbox's gate is opened for as before Pin returns, so
+// the answer may leave once it has: an error means the gate did not open
+// and the answer must not be given (the connections would be refused).
+func (s *Sandbox) Pin(name string, as []netip.Addr, ttl time.Duration) error {
 	name, ok := canonName(name)
-	a = a.Unmap().WithZone("")
-	if s == nil || !ok || !a.IsValid() {
-		return
+	if s == nil || !ok {
+		return nil
 	}
 	ttl = min(max(ttl, MinPinTTL), MaxPinTTL)
 	now := s.now()
 	exp := now.Add(ttl)
+	var pinned, evicted []netip.Addr
 	s.pinMu.Lock()
-	defer s.pinMu.Unlock()
-	names := s.pins[a]
-	if old, ok := names[name]; ok {
-		if exp.After(old) {
-			names[name] = exp
+	for _, a := range as {
+		a = a.Unmap().WithZone("")
+		if !a.IsValid() {
+			continue
 		}
-		return
+		pinned = append(pinned, a)
+		names := s.pins[a]
+		if old, ok := names[name]; ok {
+			if exp.After(old) {
+				names[name] = exp
+			}
+			continue
+		}
+		if s.npins >= MaxPins {
+			evicted = append(evicted, s.evictLocked(now)...)
+		}
+		if names = s.pins[a]; names == nil {
+			names = map[string]time.Time{}
+			s.pins[a] = names
+		}
+		names[name] = exp
+		s.npins++
 	}
-	if s.npins >= MaxPins {
-		s.evictLocked(now)
-	}
-	if names == nil {
-		names = map[string]time.Time{}
-		s.pins[a] = names
-	}
-	names[name] = exp
-	s.npins++
+	// An evicted address pinned again above is open and stays so.
+	evicted = slices.DeleteFunc(evicted, func(a netip.Addr) bool { return len(s.pins[a]) > 0 })
+	s.pinMu.Unlock()
+	return errors.Join(s.closeGate(evicted), s.openGate(pinned, exp))
 }
 
 // evictLocked drops every expired pin, or if none has expired the one
-// closest to expiry.
-func (s *Sandbox) evictLocked(now time.Time) {
+// closest to expiry, and returns the addresses left without a pin.
+func (s *Sandbox) evictLocked(now time.Time) []netip.Addr {
+	var gone []netip.Addr
 	var oldA netip.Addr
 	var oldN string
 	var oldT time.Time
@@ -202,16 +232,19 @@ func (s *Sandbox) evictLocked(now time.Time) {
 		}
 		if len(names) == 0 {
 			delete(s.pins, a)
+			gone = append(gone, a)
 		}
 	}
 	if s.npins < MaxPins {
-		return
+		return gone
 	}
 	delete(s.pins[oldA], oldN)
 	if len(s.pins[oldA]) == 0 {
 		delete(s.pins, oldA)
+		gone = append(gone, oldA)
 	}
 	s.npins--
+	return gone
 }
 
 // PinnedNames lists the names pinned to a that have not expired, sorted.

@@ -113,6 +113,28 @@ func TestEgress(t *testing.T) {
 			t.Errorf("the fake internet got %d requests for allowed.test by its literal", n-before)
 		}
 		mustAllow(t, s, "pin", `(resolve("allowed.test"), http(`+py(a)+`, "allowed.test", "/lit"))[1]`, "host=allowed.test path=/lit")
+		// What no answer opened is refused at connect (the host's gate),
+		// not accepted and reset: a port scan sees nothing open.
+		d := in.Addr("denied.test").String()
+		o := checks(t, s, "pin", deny(`socket.create_connection((`+py(d)+`, 443), timeout=5).close()`),
+			deny(`socket.create_connection(("198.51.100.131", 2222), timeout=5).close()`))
+		for _, o := range o {
+			if !strings.Contains(o.Error, "ConnectionRefusedError") {
+				t.Errorf("connect to an address nothing opened: %s, want ConnectionRefusedError", o.Error)
+			}
+		}
+		// The kernel reports refusals as they happen; allow it a moment.
+		found := false
+		for deadline := time.Now().Add(3 * time.Second); !found && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			for _, r := range egressLog(t, s, "pin", 0) {
+				if r.Kind == "tcp" && r.Verdict == "deny" && r.Addr == d && r.Port == 443 && strings.HasPrefix(r.Reason, "refused at connect: ") {
+					found = true
+				}
+			}
+		}
+		if !found {
+			t.Errorf("the log has no refused-at-connect record for %s:443", d)
+		}
 	})
 	t.Run("shared-address", func(t *testing.T) {
 		// SNI and Host are checked on the wire against the pinned name.

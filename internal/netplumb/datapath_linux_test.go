@@ -199,9 +199,11 @@ func proxyPath(b *testing.B) *netns {
 	svc := newServices(b)
 	h := openHost(b, svc.config(""))
 	sb := newNetns(b)
-	if _, err := h.Attach("bench", sb.f); err != nil {
+	l, err := h.Attach("bench", sb.f)
+	if err != nil {
 		b.Fatal(err)
 	}
+	openAll(b, h, l)
 	go func() {
 		for {
 			c, err := svc.proxy.AcceptTCP()

@@ -24,9 +24,11 @@ func TestFirstConnection(t *testing.T) {
 	}()
 	for i := range 20 {
 		ns := newNetns(t)
-		if _, err := h.Attach(fmt.Sprint("f", i), ns.f); err != nil {
+		l, err := h.Attach(fmt.Sprint("f", i), ns.f)
+		if err != nil {
 			t.Fatal(err)
 		}
+		openAll(t, h, l)
 		t0 := time.Now()
 		ns.do(func() {
 			c, err := dialTCP("203.0.113.1:80")

@@ -266,3 +266,12 @@ func testPrefix() string {
 	_, _ = rand.Read(b)
 	return "warren-test-" + hex.EncodeToString(b)
 }
+
+// openAll lets every connection of l's sandbox through the gate to the
+// proxy, for tests of what is behind it (the gate has its own test).
+func openAll(t testing.TB, h *netplumb.Host, l netplumb.Link) {
+	t.Helper()
+	if err := h.Gate().Bypass(l.Addr, true); err != nil {
+		t.Fatal(err)
+	}
+}

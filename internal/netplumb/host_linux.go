@@ -36,6 +36,9 @@ type Host struct {
 
 	pending sync.WaitGroup // Detach's veth deletions
 
+	log     *nflog // the gate's refusals (Config.Refused), or nil
+	logDone chan struct{}
+
 	mu       sync.Mutex
 	delErr   error           // of the deletions behind Detach, for Wait
 	attached map[string]Link // id -> link, including Attaches under way
@@ -88,6 +91,17 @@ func Open(cfg Config) (*Host, error) {
 		h.close()
 		return nil, err
 	}
+	if cfg.Refused != nil {
+		if h.log, err = openNflog(cfg.Prefix); err != nil {
+			h.close()
+			return nil, fmt.Errorf("netplumb: %w", err)
+		}
+		h.logDone = make(chan struct{})
+		go func() {
+			defer close(h.logDone)
+			h.log.serve(cfg.Refused)
+		}()
+	}
 	h.nftMu.Lock()
 	defer h.nftMu.Unlock()
 	if err := h.writeTable(h.nft); err != nil {
@@ -102,6 +116,10 @@ func Open(cfg Config) (*Host, error) {
 }
 
 func (h *Host) close() {
+	if h.log != nil {
+		h.log.close()
+		<-h.logDone
+	}
 	h.nl.Close()
 	_ = h.nft.CloseLasting()
 	_ = h.hostNS.Close()

@@ -90,9 +90,11 @@ func TestTwoHosts(t *testing.T) {
 	cfg2.Pool = cfg1.Pool
 	cfg2.Prefix = testPrefix()
 	n1, n2 := newNetns(t), newNetns(t)
-	if _, err := h1.Attach("x", n1.f); err != nil {
+	l1, err := h1.Attach("x", n1.f)
+	if err != nil {
 		t.Fatal(err)
 	}
+	openAll(t, h1, l1)
 	if _, err := netplumb.Open(cfg2); err == nil {
 		t.Fatal("a second server on the same pool was let in")
 	}
@@ -103,9 +105,11 @@ func TestTwoHosts(t *testing.T) {
 	}
 	defer func() { _ = h2.Remove() }()
 	// Same id, other server: its own name and address space.
-	if _, err := h2.Attach("x", n2.f); err != nil {
+	l2, err := h2.Attach("x", n2.f)
+	if err != nil {
 		t.Fatal(err)
 	}
+	openAll(t, h2, l2)
 	check := func(n *netns, svc *services) {
 		t.Helper()
 		n.do(func() {
@@ -299,9 +303,11 @@ func TestConnLimit(t *testing.T) {
 	cfg.MaxConns = 8
 	h := openHost(t, cfg)
 	ns := newNetns(t)
-	if _, err := h.Attach("x", ns.f); err != nil {
+	l, err := h.Attach("x", ns.f)
+	if err != nil {
 		t.Fatal(err)
 	}
+	openAll(t, h, l)
 	var held []net.Conn
 	defer func() {
 		for _, c := range held {
@@ -448,6 +454,7 @@ func TestReopenPorts(t *testing.T) {
 	if err := h2.Restore("r", l); err != nil {
 		t.Fatal(err)
 	}
+	openAll(t, h2, l) // a new table: the server re-registers its sandboxes
 	ns.do(func() {
 		c, err := dialTCP("203.0.113.5:80")
 		if err != nil {
@@ -494,9 +501,11 @@ func TestPortsOnlyFromSandboxes(t *testing.T) {
 	}
 	// A sandbox's connection to any address still reaches the proxy.
 	ns := newNetns(t)
-	if _, err := h.Attach("portcheck", ns.f); err != nil {
+	l, err := h.Attach("portcheck", ns.f)
+	if err != nil {
 		t.Fatal(err)
 	}
+	openAll(t, h, l)
 	var derr error
 	ns.do(func() {
 		var c net.Conn

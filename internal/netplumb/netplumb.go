@@ -33,6 +33,10 @@ type Config struct {
 	// entries, a host-wide table); a new one beyond it is rejected.
 	// Default DefaultMaxConns.
 	MaxConns int
+	// Refused, when set, is told of new TCP connections the gate refused
+	// (at most refusedRate a second per sandbox), for the sandbox's log.
+	// It runs on one goroutine: it must not block.
+	Refused func(src netip.Addr, dst netip.AddrPort)
 }
 
 // DefaultMaxConns is the default of Config.MaxConns: 64 sandboxes at their

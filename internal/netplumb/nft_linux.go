@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -17,7 +18,10 @@ import (
 // One inet table instead of ip+ip6 ones: one transaction, one place, and
 // IPv6 is dropped by the same chain that checks IPv4 sources.
 //
-//	prerouting (filter, -150): from ours: ip6 drop; iifname . ip saddr not in @spoof drop
+//	prerouting (filter, -150): from ours: ip6 drop; iifname . ip saddr not in @spoof drop;
+//	                           the gate: a new TCP flow not to port 53 nor to a local
+//	                           address, from a saddr not in @bypass, whose saddr . daddr
+//	                           is not in @pins: log (rate-limited) and reject with reset
 //	prerouting (nat, -100):    from ours: udp/tcp dport 53 redirect to :ResolverPort,
 //	                           other tcp redirect to :ProxyPort
 //	prerouting (filter, 0):    from ours: ct established,related accept; a new flow
@@ -96,6 +100,9 @@ func (h *Host) writeTable(c *nftables.Conn) error {
 		&expr.Payload{DestRegister: reg3204, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 		&expr.Lookup{SourceRegister: reg1, SetName: set.Name, SetID: set.ID, Invert: true},
 	}, drop)
+	if err := h.writeGate(c, pre, from); err != nil {
+		return err
+	}
 
 	nat := c.AddChain(&nftables.Chain{Name: "nat", Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest})
@@ -153,6 +160,39 @@ func (h *Host) writeTable(c *nftables.Conn) error {
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
 	rejectAll(c, fwd, from)
 	rejectAll(c, fwd, to)
+	return nil
+}
+
+// writeGate queues the gate's sets and rules (gate_linux.go) into pre.
+func (h *Host) writeGate(c *nftables.Conn, pre *nftables.Chain, from []expr.Any) error {
+	pins, bypass := h.pins(), h.bypass()
+	if err := c.AddSet(pins, nil); err != nil {
+		return err
+	}
+	if err := c.AddSet(bypass, nil); err != nil {
+		return err
+	}
+	accept := &expr.Verdict{Kind: expr.VerdictAccept}
+	newTCP := append(append(append([]expr.Any{}, from...), nfproto(unix.NFPROTO_IPV4)...), l4(unix.IPPROTO_TCP)...)
+	newTCP = append(newTCP, ctState(expr.CtStateBitNEW)...)
+	saddr := &expr.Payload{DestRegister: reg1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4}
+	rule(c, pre, newTCP, dport(53), accept)
+	rule(c, pre, newTCP, localDst(), accept)
+	rule(c, pre, newTCP, saddr, &expr.Lookup{SourceRegister: reg1, SetName: bypass.Name, SetID: bypass.ID}, accept)
+	rule(c, pre, newTCP, saddr,
+		&expr.Payload{DestRegister: unix.NFT_REG32_01, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Lookup{SourceRegister: reg1, SetName: pins.Name, SetID: pins.ID}, accept)
+	if h.log != nil {
+		rate := h.refusals()
+		if err := c.AddSet(rate, nil); err != nil {
+			return err
+		}
+		rule(c, pre, newTCP, saddr,
+			&expr.Dynset{SrcRegKey: reg1, SetName: rate.Name, SetID: rate.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: time.Minute,
+				Exprs: []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: refusedRate, Unit: expr.LimitTimeSecond, Burst: refusedBurst}}},
+			&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_SNAPLEN, Group: h.log.group, Snaplen: logSnap})
+	}
+	rule(c, pre, newTCP, &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
 	return nil
 }
 

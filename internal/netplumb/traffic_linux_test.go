@@ -24,7 +24,15 @@ const fast = 2 * time.Second
 func TestTraffic(t *testing.T) {
 	requireNet(t)
 	svc := newServices(t)
-	h := openHost(t, svc.config(""))
+	refusals := make(chan [2]string, 256)
+	cfg := svc.config("")
+	cfg.Refused = func(src netip.Addr, dst netip.AddrPort) {
+		select {
+		case refusals <- [2]string{src.String(), dst.String()}:
+		default:
+		}
+	}
+	h := openHost(t, cfg)
 	a, b := newNetns(t), newNetns(t)
 	la, err := h.Attach("a", a.f)
 	if err != nil {
@@ -58,7 +66,14 @@ func TestTraffic(t *testing.T) {
 		return l.AcceptTCP()
 	}
 
-	t.Run("tcp to anywhere reaches the proxy with its original destination", func(t *testing.T) {
+	t.Run("tcp to an address the gate holds open reaches the proxy with its original destination", func(t *testing.T) {
+		opened := []netip.Addr{netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("169.254.169.254"), lb.Addr}
+		if err := h.Gate().Open(la.Addr, opened, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = h.Gate().Close(la.Addr, opened) }()
+		// The gateway is the host's own address: the gate leaves it to
+		// the input chain, and the redirect makes it the proxy's.
 		for _, dst := range []string{"203.0.113.7:8080", "198.51.100.1:443", "169.254.169.254:80", la.Gateway.String() + ":22", lb.Addr.String() + ":80"} {
 			c, err := dial("tcp4", "", dst)
 			if err != nil {
@@ -81,6 +96,83 @@ func TestTraffic(t *testing.T) {
 			}
 			_ = c.Close()
 			_ = s.Close()
+		}
+	})
+
+	t.Run("the gate refuses the rest at connect, and says so", func(t *testing.T) {
+		refused := func(dst string) {
+			t.Helper()
+			t0 := time.Now()
+			c, err := dial("tcp4", "", dst)
+			if err == nil {
+				_ = c.Close()
+				t.Fatalf("%s: connected; want refused", dst)
+			}
+			if !errors.Is(err, unix.ECONNREFUSED) || time.Since(t0) > fast/2 {
+				t.Fatalf("%s: %v after %v; want connection refused at once", dst, err, time.Since(t0))
+			}
+			select {
+			case r := <-refusals:
+				if r != [2]string{la.Addr.String(), dst} {
+					t.Errorf("refusal reported as %v, want %s → %s", r, la.Addr, dst)
+				}
+			case <-time.After(fast):
+				t.Errorf("%s: refusal not reported", dst)
+			}
+		}
+		passes := func(dst string) {
+			t.Helper()
+			c, err := dial("tcp4", "", dst)
+			if err != nil {
+				t.Fatalf("%s: %v; want the proxy", dst, err)
+			}
+			_ = c.Close()
+			s, err := accept(svc.proxy, fast)
+			if err != nil {
+				t.Fatalf("%s: proxy accepted nothing: %v", dst, err)
+			}
+			_ = s.Close()
+		}
+		g := h.Gate()
+		dst := netip.MustParseAddr("203.0.113.99")
+		refused("203.0.113.99:8080")
+		refused(lb.Addr.String() + ":80") // another sandbox
+		// Opened for a: a passes, b (another source) is still refused.
+		if err := g.Open(la.Addr, []netip.Addr{dst}, time.Now().Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		passes("203.0.113.99:8080")
+		// Opening again (a pin extended) keeps it open; closing refuses.
+		if err := g.Open(la.Addr, []netip.Addr{dst}, time.Now().Add(2*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		passes("203.0.113.99:443")
+		if err := g.Close(la.Addr, []netip.Addr{dst}); err != nil {
+			t.Fatal(err)
+		}
+		refused("203.0.113.99:8080")
+		// Closing what is not there is no error.
+		if err := g.Close(la.Addr, []netip.Addr{dst}); err != nil {
+			t.Fatal(err)
+		}
+		// A deadline passes: refused again without a Close.
+		if err := g.Open(la.Addr, []netip.Addr{dst}, time.Now().Add(1500*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		passes("203.0.113.99:8080")
+		time.Sleep(2 * time.Second)
+		refused("203.0.113.99:8080")
+		// Bypass: everything of a goes to the proxy, until it is off.
+		if err := g.Bypass(la.Addr, true); err != nil {
+			t.Fatal(err)
+		}
+		passes("192.0.2.77:9999")
+		if err := g.Bypass(la.Addr, false); err != nil {
+			t.Fatal(err)
+		}
+		refused("192.0.2.77:9999")
+		if err := g.Bypass(la.Addr, false); err != nil {
+			t.Fatalf("bypass off twice: %v", err)
 		}
 	})
 

@@ -17,7 +17,10 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/egress/resolver"
 	"github.com/warren-sandbox/warren/internal/egress/tproxy"
@@ -53,6 +56,10 @@ type Network struct {
 	tcp   net.Listener // the resolver's
 	pln   net.Listener // the proxy's
 	wg    sync.WaitGroup
+
+	refused atomic.Uint64 // connections the gate refused at their SYN
+
+	stopWatch chan struct{} // ends watchHostLocal
 }
 
 // Start listens for the resolver and the proxy, then opens the plumbing
@@ -100,7 +107,8 @@ func Start(opts Options) (_ *Network, err error) {
 			return nil
 		},
 	})
-	cfg := netplumb.Config{Prefix: opts.Prefix, Pool: opts.Pool, ResolverPort: port(n.tcp.Addr()), ProxyPort: port(n.pln.Addr())}
+	cfg := netplumb.Config{Prefix: opts.Prefix, Pool: opts.Pool, ResolverPort: port(n.tcp.Addr()), ProxyPort: port(n.pln.Addr()),
+		Refused: n.refusedAt}
 	if opts.Pool.IsValid() {
 		n.Plumb, err = netplumb.Open(cfg)
 	} else {
@@ -110,9 +118,12 @@ func Start(opts Options) (_ *Network, err error) {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	n.Pool = n.Plumb.Pool()
+	reg.SetGate(n.Plumb.Gate())
+	reg.OnRemove(n.res.Forget)
 	// The host's own addresses and every sandbox link are reached only by
 	// a rule naming exactly that address (egress.Special).
 	egress.SetHostLocal(hostLocal(n.Pool))
+	n.watchHostLocal(opts.Logger)
 	n.serve(opts.Logger, "resolver (udp)", func() error { return n.res.ServeUDP(n.udp) })
 	n.serve(opts.Logger, "resolver (tcp)", func() error { return n.res.ServeTCP(n.tcp) })
 	n.serve(opts.Logger, "proxy", func() error { return n.proxy.Serve(n.pln) })
@@ -148,10 +159,49 @@ func listenPair() (net.PacketConn, net.Listener, error) {
 	return nil, nil, fmt.Errorf("no port free for both udp and tcp: %w", last)
 }
 
+// hostLocalEvery is how often the host's addresses are read again when no
+// change was announced (a missed netlink message, a full socket buffer).
+const hostLocalEvery = 30 * time.Second
+
+// watchHostLocal keeps the policy's host-local addresses current: read
+// again when the kernel announces an address of the host's outside the
+// sandboxes' pool (their gateways are in it), and every hostLocalEvery.
+func (n *Network) watchHostLocal(log *slog.Logger) {
+	n.stopWatch = make(chan struct{})
+	updates := make(chan netlink.AddrUpdate, 64)
+	err := netlink.AddrSubscribeWithOptions(updates, n.stopWatch, netlink.AddrSubscribeOptions{
+		ErrorCallback: func(err error) { log.Warn("network: watching the host's addresses", "err", err.Error()) },
+	})
+	if err != nil {
+		log.Warn("network: cannot watch the host's addresses; reading them every "+hostLocalEvery.String(), "err", err.Error())
+		updates = nil
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		tick := time.NewTicker(hostLocalEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-n.stopWatch:
+				return
+			case <-tick.C:
+			case u, ok := <-updates:
+				if !ok {
+					updates = nil // closed on error: the ticker goes on
+					continue
+				}
+				if a, ok := netip.AddrFromSlice(u.LinkAddress.IP); ok && n.Pool.Contains(a.Unmap()) {
+					continue
+				}
+			}
+			egress.SetHostLocal(hostLocal(n.Pool))
+		}
+	}()
+}
+
 // hostLocal is the host's addresses, as read now, and the sandboxes'
-// pool. An address the host gains later is still private, loopback or
-// link-local in almost every setup; a public one it gains is not known to
-// the policy until the next start (docs/network.md).
+// pool.
 func hostLocal(pool netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
 	if pool.IsValid() {
@@ -173,6 +223,22 @@ func port(a net.Addr) uint16 {
 	return 0
 }
 
+// refusedAt logs a connection the gate refused in its sandbox's log, with
+// the reason the policy gives.
+func (n *Network) refusedAt(src netip.Addr, dst netip.AddrPort) {
+	n.refused.Add(1)
+	sb := n.Registry.Lookup(src)
+	if sb == nil {
+		return
+	}
+	reason := "not opened by this sandbox's resolver"
+	if v := sb.Decide(dst, "", ""); !v.Allow {
+		reason = v.Reason
+	}
+	sb.Record(egress.Record{Time: time.Now(), Kind: "tcp", Addr: dst.Addr().String(), Port: dst.Port(),
+		Verdict: "deny", Reason: "refused at connect: " + reason})
+}
+
 // Register adds the network's counters to reg. No namespace label: only a
 // key for every namespace sees them.
 func (n *Network) Register(reg *metrics.Registry) {
@@ -190,7 +256,7 @@ func (n *Network) Register(reg *metrics.Registry) {
 		func(emit func(float64, ...string)) {
 			st := n.proxy.Stats()
 			emit(float64(st.Allowed), "allowed")
-			emit(float64(st.Denied), "denied")
+			emit(float64(st.Denied+n.refused.Load()), "denied")
 			emit(float64(st.Unknown), "unknown")
 		})
 	reg.CounterFunc("warren_egress_bytes_total", "Bytes carried for sandboxes' allowed connections, by direction (out: sandbox to remote).", []string{"direction"},
@@ -221,6 +287,9 @@ func (n *Network) close(remove bool) error {
 		errs = append(errs, n.proxy.Close())
 	}
 	n.closeListeners()
+	if n.stopWatch != nil {
+		close(n.stopWatch)
+	}
 	n.wg.Wait()
 	switch {
 	case n.Plumb == nil:

@@ -62,7 +62,12 @@ func (m *Manager) netUp(e *entry, sb backend.Sandbox) error {
 	m.mu.Lock()
 	e.egress, e.netAddr = es, addr
 	m.mu.Unlock()
-	m.opts.Egress.Add(addr, es)
+	if err := m.opts.Egress.Add(addr, es); err != nil {
+		// Registered: what the gate did not open is refused, and the
+		// sandbox's log and the server's say why.
+		e.logf("egress: the host's gate: %v", err)
+		m.log.Warn("egress: the host's gate failed", "namespace", e.ns, "sandbox", e.name, "err", err.Error())
+	}
 	return nil
 }
 
@@ -75,7 +80,9 @@ func (m *Manager) netDown(e *entry) {
 	e.netAddr = netip.Addr{}
 	m.mu.Unlock()
 	if addr.IsValid() && m.opts.Egress != nil {
-		m.opts.Egress.Remove(addr)
+		if err := m.opts.Egress.Remove(addr); err != nil {
+			m.log.Warn("egress: the host's gate did not close", "namespace", e.ns, "sandbox", e.name, "err", err.Error())
+		}
 	}
 }
 

@@ -62,5 +62,5 @@ func BenchmarkCachedAnswer(b *testing.B) {
 // discardSandbox keeps no pins or records (a benchmark makes millions).
 type discardSandbox struct{ sandbox }
 
-func (*discardSandbox) Pin(string, netip.Addr, time.Duration) {}
-func (*discardSandbox) Record(egress.Record)                  {}
+func (*discardSandbox) Pin(string, []netip.Addr, time.Duration) error { return nil }
+func (*discardSandbox) Record(egress.Record)                          {}

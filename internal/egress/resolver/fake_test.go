@@ -201,10 +201,13 @@ func (s *sandbox) Rebinding(_ string, a netip.Addr) (string, bool) {
 	return "", false
 }
 
-func (s *sandbox) Pin(name string, a netip.Addr, ttl time.Duration) {
+func (s *sandbox) Pin(name string, as []netip.Addr, ttl time.Duration) error {
 	s.mu.Lock()
-	s.pins = append(s.pins, pin{name, a, ttl})
+	for _, a := range as {
+		s.pins = append(s.pins, pin{name, a, ttl})
+	}
 	s.mu.Unlock()
+	return nil
 }
 
 func (s *sandbox) Record(r egress.Record) {

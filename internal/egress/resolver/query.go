@@ -121,8 +121,12 @@ func (s *Server) handle(ctx context.Context, sb Sandbox, msg []byte) []byte {
 			given = append(given, ad)
 		}
 	}
-	for _, ad := range given {
-		sb.Pin(name, ad, ttl)
+	if err := sb.Pin(name, given, ttl); err != nil {
+		// The host's gate would refuse connections to these addresses:
+		// an answer would only mislead.
+		s.n.servFail.Add(1)
+		lg.allow("SERVFAIL: the host's gate did not open: "+err.Error(), nil)
+		return reply(h, &q, dnsmessage.RCodeServerFailure, edns, nil, 0)
 	}
 	if dropped > len(refused) {
 		refused = append(refused, fmt.Sprintf("%d more", dropped-len(refused)))

@@ -41,7 +41,7 @@ import (
 type Sandbox interface {
 	AllowName(name string) (rule string, ok bool)                   // may the sandbox resolve name (any port)?
 	Rebinding(name string, a netip.Addr) (why string, refused bool) // an answer address that must not be handed out
-	Pin(name string, a netip.Addr, ttl time.Duration)               // record what this sandbox was given
+	Pin(name string, as []netip.Addr, ttl time.Duration) error      // record what this sandbox is given (and open its gate) before the answer leaves
 	Record(r egress.Record)                                         // the connection log (Kind "dns")
 }
 
