@@ -159,9 +159,10 @@ type sandbox struct {
 	allow  []string
 	ranges []netip.Prefix
 
-	mu   sync.Mutex
-	pins []pin
-	log  []egress.Record
+	mu     sync.Mutex
+	pins   []pin
+	log    []egress.Record
+	pinErr error // what Pin answers (the host's gate failing)
 }
 
 type pin struct {
@@ -203,10 +204,13 @@ func (s *sandbox) Rebinding(_ string, a netip.Addr) (string, bool) {
 
 func (s *sandbox) Pin(name string, as []netip.Addr, ttl time.Duration) error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pinErr != nil {
+		return s.pinErr
+	}
 	for _, a := range as {
 		s.pins = append(s.pins, pin{name, a, ttl})
 	}
-	s.mu.Unlock()
 	return nil
 }
 

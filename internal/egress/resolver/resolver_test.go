@@ -140,6 +140,22 @@ func TestAllowedName(t *testing.T) {
 	}
 }
 
+// TestGateFails: when the host's gate does not open for the addresses, the
+// answer is SERVFAIL, not addresses whose connections would be refused.
+func TestGateFails(t *testing.T) {
+	s, _, sb := setup(t, Config{})
+	sb.mu.Lock()
+	sb.pinErr = errors.New("netlink: no buffer space")
+	sb.mu.Unlock()
+	p := ask(t, s, "allowed.test", dnsmessage.TypeA)
+	if p.h.RCode != dnsmessage.RCodeServerFailure || len(p.addrs) != 0 {
+		t.Fatalf("answer %+v, want SERVFAIL without addresses", p)
+	}
+	if r := sb.lastRecord(t); !strings.Contains(r.Reason, "gate did not open: netlink: no buffer space") {
+		t.Fatalf("record %+v", r)
+	}
+}
+
 func isNotFound(err error) bool {
 	var de *net.DNSError
 	return errors.As(err, &de) && de.IsNotFound
