@@ -84,6 +84,34 @@ func pinKeys(src netip.Addr, dsts []netip.Addr) ([]nftables.SetElement, error) {
 // maxBatch bounds the elements of one netlink batch.
 const maxBatch = 256
 
+// inBatches queues queue(chunk) for chunks of at most maxBatch elements,
+// flushing each; what is a failure says what was asked.
+func (h *Host) inBatches(els []nftables.SetElement, what string, queue func(chunk []nftables.SetElement) error) error {
+	h.nftMu.Lock()
+	defer h.nftMu.Unlock()
+	for len(els) > 0 {
+		n := min(len(els), maxBatch)
+		err := queue(els[:n])
+		if err == nil {
+			err = h.nft.Flush()
+		}
+		if err != nil {
+			return fmt.Errorf("netplumb: gate: %s %d address(es): %w", what, n, err)
+		}
+		els = els[n:]
+	}
+	return nil
+}
+
+// keysOnly is els without their timeouts.
+func keysOnly(els []nftables.SetElement, timeout time.Duration) []nftables.SetElement {
+	out := make([]nftables.SetElement, len(els))
+	for i, e := range els {
+		out[i] = nftables.SetElement{Key: e.Key, Timeout: timeout}
+	}
+	return out
+}
+
 // Open lets src's new connections to dsts through until the deadline (a
 // deadline already passed opens nothing). An element already there gets
 // the new deadline: add (a no-op if it exists), delete, add, in one batch.
@@ -96,59 +124,23 @@ func (g Gate) Open(src netip.Addr, dsts []netip.Addr, until time.Time) error {
 	if err != nil {
 		return err
 	}
-	for i := range els {
-		els[i].Timeout = ttl
-	}
-	h := g.h
-	h.nftMu.Lock()
-	defer h.nftMu.Unlock()
-	set := h.pins()
-	for len(els) > 0 {
-		n := min(len(els), maxBatch)
-		keys := make([]nftables.SetElement, n)
-		for i := range n {
-			keys[i] = nftables.SetElement{Key: els[i].Key}
-		}
-		err := errors.Join(h.nft.SetAddElements(set, els[:n]), h.nft.SetDeleteElements(set, keys), h.nft.SetAddElements(set, els[:n]))
-		if err == nil {
-			err = h.nft.Flush()
-		}
-		if err != nil {
-			return fmt.Errorf("netplumb: gate: open %d address(es) for %v: %w", n, src, err)
-		}
-		els = els[n:]
-	}
-	return nil
+	set := g.h.pins()
+	return g.h.inBatches(keysOnly(els, ttl), "open for "+src.String(), func(c []nftables.SetElement) error {
+		return errors.Join(g.h.nft.SetAddElements(set, c), g.h.nft.SetDeleteElements(set, keysOnly(c, 0)), g.h.nft.SetAddElements(set, c))
+	})
 }
 
-// Close takes dsts away from src; what is not there (expired) is no error.
+// Close takes dsts away from src; what is not there (expired) is no error:
+// adding first makes the delete succeed, and the batch removes them all.
 func (g Gate) Close(src netip.Addr, dsts []netip.Addr) error {
 	els, err := pinKeys(src, dsts)
 	if err != nil {
 		return err
 	}
-	h := g.h
-	h.nftMu.Lock()
-	defer h.nftMu.Unlock()
-	set := h.pins()
-	for len(els) > 0 {
-		n := min(len(els), maxBatch)
-		// Adding first makes the delete succeed for elements that expired
-		// meanwhile; the batch removes them all.
-		add := make([]nftables.SetElement, n)
-		for i := range n {
-			add[i] = nftables.SetElement{Key: els[i].Key, Timeout: time.Second}
-		}
-		err := errors.Join(h.nft.SetAddElements(set, add), h.nft.SetDeleteElements(set, els[:n]))
-		if err == nil {
-			err = h.nft.Flush()
-		}
-		if err != nil {
-			return fmt.Errorf("netplumb: gate: close %d address(es) for %v: %w", n, src, err)
-		}
-		els = els[n:]
-	}
-	return nil
+	set := g.h.pins()
+	return g.h.inBatches(els, "close for "+src.String(), func(c []nftables.SetElement) error {
+		return errors.Join(g.h.nft.SetAddElements(set, keysOnly(c, time.Second)), g.h.nft.SetDeleteElements(set, c))
+	})
 }
 
 // Bypass lets every new connection of src through to the proxy (on), or
