@@ -23,8 +23,9 @@ const (
 	nfulnlMsgPacket = 0
 	nfulnlMsgConfig = 1
 
-	nfulaCfgCmd  = 1
-	nfulaCfgMode = 2
+	nfulaCfgCmd     = 1
+	nfulaCfgMode    = 2
+	nfulaCfgQthresh = 5
 
 	nfulnlCfgCmdBind = 1
 
@@ -90,7 +91,13 @@ func openNflog(prefix string) (*nflog, error) {
 		mode := make([]byte, 6)
 		binary.BigEndian.PutUint32(mode, logSnap)
 		mode[4] = nfulnlCopyPacket
-		m, err = nflogMsg(nfulnlMsgConfig, g, []netlink.Attribute{{Type: nfulaCfgMode, Data: mode}})
+		// One packet per message, sent at once: the kernel's default
+		// holds up to 100 for up to a second, and a sandbox's log must
+		// have the record by the time its command has returned.
+		m, err = nflogMsg(nfulnlMsgConfig, g, []netlink.Attribute{
+			{Type: nfulaCfgMode, Data: mode},
+			{Type: nfulaCfgQthresh, Data: binary.BigEndian.AppendUint32(nil, 1)},
+		})
 		if err == nil {
 			_, err = c.Execute(m)
 		}

@@ -190,7 +190,8 @@ func (h *Host) writeGate(c *nftables.Conn, pre *nftables.Chain, from []expr.Any)
 		rule(c, pre, newTCP, saddr,
 			&expr.Dynset{SrcRegKey: reg1, SetName: rate.Name, SetID: rate.ID, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: time.Minute,
 				Exprs: []expr.Any{&expr.Limit{Type: expr.LimitTypePkts, Rate: refusedRate, Unit: expr.LimitTimeSecond, Burst: refusedBurst}}},
-			&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_SNAPLEN, Group: h.log.group, Snaplen: logSnap})
+			&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_SNAPLEN | 1<<unix.NFTA_LOG_QTHRESHOLD,
+				Group: h.log.group, Snaplen: logSnap, QThreshold: 1})
 	}
 	rule(c, pre, newTCP, &expr.Reject{Type: unix.NFT_REJECT_TCP_RST})
 	return nil

@@ -170,7 +170,13 @@ func (n *Network) watchHostLocal(log *slog.Logger) {
 	n.stopWatch = make(chan struct{})
 	updates := make(chan netlink.AddrUpdate, 64)
 	err := netlink.AddrSubscribeWithOptions(updates, n.stopWatch, netlink.AddrSubscribeOptions{
-		ErrorCallback: func(err error) { log.Warn("network: watching the host's addresses", "err", err.Error()) },
+		ErrorCallback: func(err error) {
+			select {
+			case <-n.stopWatch: // the socket closing under it
+			default:
+				log.Warn("network: watching the host's addresses", "err", err.Error())
+			}
+		},
 	})
 	if err != nil {
 		log.Warn("network: cannot watch the host's addresses; reading them every "+hostLocalEvery.String(), "err", err.Error())
