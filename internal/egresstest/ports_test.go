@@ -166,7 +166,7 @@ func TestPorts(t *testing.T) {
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		if err != nil {
-			return string(out), fmt.Errorf("warren ports %q: %v: %s", args, err, stderr.String())
+			return string(out), fmt.Errorf("warren ports %q: %w: %s", args, err, stderr.String())
 		}
 		return string(out), nil
 	}

@@ -257,7 +257,7 @@ func (m *Manager) ExposePort(ctx context.Context, ns, name string, guest, host u
 	// Recorded before it is served: a port that is served is one the
 	// next start publishes again.
 	x := ExposedPort{Address: addr, Host: p.Host, Guest: guest}
-	if err := m.setExposed(ctx, e, append(slices.Clip(e.spec.Exposed), x)); err != nil {
+	if err := m.setExposed(ctx, e, func(xs []ExposedPort) []ExposedPort { return append(slices.Clip(xs), x) }); err != nil {
 		closePorts([]*published{p})
 		return PublishedPort{}, err
 	}
@@ -267,12 +267,13 @@ func (m *Manager) ExposePort(ctx context.Context, ns, name string, guest, host u
 	return p.PublishedPort, nil
 }
 
-// setExposed replaces e's exposed ports in its spec and the store (the
-// old ones kept on an error). Holds e.life; xs is a slice of its own.
-func (m *Manager) setExposed(ctx context.Context, e *entry, xs []ExposedPort) error {
+// setExposed replaces e's exposed ports with change's of them (a slice of
+// its own), in its spec and the store; on an error the old ones stay.
+// Holds e.life.
+func (m *Manager) setExposed(ctx context.Context, e *entry, change func([]ExposedPort) []ExposedPort) error {
 	m.mu.Lock()
 	old := e.spec.Exposed
-	e.spec.Exposed = xs
+	e.spec.Exposed = change(old)
 	m.mu.Unlock()
 	if err := m.persistErr(ctx, e); err != nil {
 		m.mu.Lock()
