@@ -559,8 +559,11 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		m.entries[k] = e // reserves the name; concurrent starts see it starting
 	} else {
 		// Ports exposed live are the sandbox's until unexposed, whatever
-		// config a restart brings.
-		spec.Exposed = e.spec.Exposed
+		// config a restart brings; one that config gives a host port of
+		// its own to is replaced by it.
+		spec.Exposed = slices.DeleteFunc(slices.Clone(e.spec.Exposed), func(x ExposedPort) bool {
+			return slices.ContainsFunc(spec.Ports, func(p backend.PortMapping) bool { return p.Host == x.Host })
+		})
 		e.state, e.err, e.spec = Starting, "", spec
 	}
 	m.mu.Unlock()

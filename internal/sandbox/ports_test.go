@@ -295,3 +295,24 @@ func TestExposedPortTakenAtStart(t *testing.T) {
 		t.Errorf("expose beyond %d: %v, want limit", backend.MaxPorts, err)
 	}
 }
+
+// TestRestartConfigTakesExposedPort: a restart whose config publishes a
+// host port a port exposed earlier had replaces that exposed port rather
+// than failing on it.
+func TestRestartConfigTakesExposedPort(t *testing.T) {
+	m := newEnv(t, sandbox.Options{Egress: egress.NewRegistry()}).manager(t)
+	mustStart(t, m, "a", spec)
+	x, err := m.ExposePort(t.Context(), "ns", "a", 81, 0, netip.Addr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Stop(t.Context(), "ns", "a"); err != nil {
+		t.Fatal(err)
+	}
+	s := spec
+	s.Ports = []backend.PortMapping{{Host: x.Host, Guest: 80}}
+	mustStart(t, m, "a", s)
+	if ps, err := m.Ports("ns", "a"); err != nil || len(ps) != 1 || !ps[0].FromSpec || ps[0].Guest != 80 || !listening(x.Host) {
+		t.Errorf("ports %+v %v, want the config's %d:80 only", ps, err, x.Host)
+	}
+}
