@@ -143,6 +143,12 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		{name: "flag value is a flag", args: []string{"run", "--workdir", "--net", "none", "--", "true"}, code: 1, stderrHas: `flag --workdir needs a value, but is followed by "--net"`},
 		{name: "flag value at the end", args: []string{"run", "--image"}, code: 1, stderrHas: "flag needs an argument"},
 		{name: "relative workdir", args: []string{"run", "--workdir", "relative", "--", "true"}, code: 1, stderrHas: `workdir "relative": want an absolute path`},
+		{name: "ports without a name", args: []string{"ports"}, code: 2, stderrHas: "Usage: warren ports"},
+		{name: "ports expose without a port", args: []string{"ports", "expose", "web"}, code: 2, stderrHas: "Usage: warren ports"},
+		{name: "ports expose port 0", args: []string{"ports", "expose", "web", "0:80"}, code: 1, stderrHas: `port "0:80": want [HOST:]GUEST`},
+		{name: "ports expose beyond 65535", args: []string{"ports", "expose", "web", "8080:65536"}, code: 1, stderrHas: `port "8080:65536": want [HOST:]GUEST`},
+		{name: "ports unexpose bad port", args: []string{"ports", "unexpose", "web", "http"}, code: 1, stderrHas: `host port "http": want 1-65535`},
+		{name: "ports help", args: []string{"ports", "--help"}, code: 0, stderrHas: "warren ports expose NAME [HOST:]GUEST"},
 		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderrHas: "unknown command"},
 		{name: "top help", args: []string{"help"}, code: 0, stderrHas: "doctor"},
 	} {

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
@@ -22,6 +23,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
+	"github.com/warren-sandbox/warren/internal/portfwd"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -40,12 +42,15 @@ rules allow, as a warren serve sandbox's does: its DNS is answered by warren
 an address rule names (docs/network.md). A denial fails fast inside the
 sandbox (NXDOMAIN, a refused connection); at the end warren says on stderr
 how many connections and DNS queries were denied, and with -v lists them.
+--publish HOST:GUEST serves sandbox port GUEST on 127.0.0.1:HOST while CMD
+runs (it gives the sandbox that link too; CMD must listen on 0.0.0.0).
 
 Examples:
   warren run -- /usr/bin/python3 -c 'print(1)'
   warren run --memory 256M --cpus 0.5 --timeout 10s -- sh -c 'echo hi'
   echo data | warren run -i -- wc -c
-  warren run --egress pypi.org --egress '*.pythonhosted.org' -- pip download six`
+  warren run --egress pypi.org --egress '*.pythonhosted.org' -- pip download six
+  warren run --publish 8080:8000 -- python3 -m http.server 8000`
 
 // storedImage looks name up in the image store and holds it (image rm
 // and prune leave it alone) until release.
@@ -78,6 +83,8 @@ func runCmd(ctx context.Context, args []string) error {
 	netMode := fs.String("net", "", "network: none (loopback only; the default) or egress (a link whose traffic leaves only as\n--egress rules allow: with none, nothing leaves)")
 	var egressRules stringList
 	fs.Var(&egressRules, "egress", "let the sandbox reach RULE (repeatable; implies --net egress): NAME (ports 80, 443), *.SUFFIX,\nNAME:PORT, NAME:*, ADDR[/BITS][:PORT] (docs/network.md)")
+	var publishArgs stringList
+	fs.Var(&publishArgs, "publish", "serve sandbox port GUEST on 127.0.0.1:HOST while CMD runs: HOST:GUEST or PORT (repeatable;\nimplies --net egress)")
 	var nf netFlags
 	nf.registerUpstream(fs)
 	stdin := fs.Bool("i", false, "pass warren's stdin to CMD (read whole, up to 16 MiB)")
@@ -109,11 +116,15 @@ func runCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("--env %q: want K=V", e)
 		}
 	}
+	ports, err := runPorts(publishArgs, netMode)
+	if err != nil {
+		return err
+	}
 	mode, policy, ups, err := runNetSettings(fs, *netMode, egressRules, &nf)
 	if err != nil {
 		return err
 	}
-	cfg := backend.Config{Env: envs, Workdir: *workdir, MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: mode, Volumes: volumes}
+	cfg := backend.Config{Env: envs, Workdir: *workdir, MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: mode, Volumes: volumes, Ports: ports}
 	// Before anything starts: the limits' ranges, an absolute workdir.
 	if err := cfg.CheckSettings(); err != nil {
 		return err
@@ -128,6 +139,13 @@ func runCmd(ctx context.Context, args []string) error {
 			return fmt.Errorf("stdin is larger than %d MiB", wire.MaxStdin>>20)
 		}
 	}
+
+	// Bound before anything starts: a host port that is taken fails here.
+	fwds, err := bindRunPorts(ports)
+	if err != nil {
+		return err
+	}
+	defer closeForwarders(fwds)
 
 	// Clear what an earlier `warren run` killed with SIGKILL left behind:
 	// its network's table here, its sandbox's state below.
@@ -198,6 +216,15 @@ func runCmd(ctx context.Context, args []string) error {
 		// address; the report first, after CMD's own output.
 		defer func() { _ = nw.Registry.Remove(addr) }()
 		defer reportDenied(os.Stderr, es, hf.verbose)
+		// Closed (with every connection through them) before the
+		// sandbox's address goes.
+		defer closeForwarders(fwds)
+		for i, f := range fwds {
+			f.Serve(netip.AddrPortFrom(addr, ports[i].Guest), nil)
+			if hf.verbose {
+				fmt.Fprintf(os.Stderr, "warren run: port %d published on %s\n", ports[i].Guest, f.Addr())
+			}
+		}
 	}
 	// Output is written through as it comes, so none of it needs a cap.
 	req := &wire.ExecRequest{Argv: argv, Stdin: in, TimeoutMs: timeoutMs, NoOutputLimit: true}
@@ -281,6 +308,54 @@ func localVolumes(args []string) ([]backend.Volume, error) {
 		vs = append(vs, v)
 	}
 	return vs, nil // counts and duplicates: Create's validation
+}
+
+// runPorts reads --publish (microsandbox's ports: HOST:GUEST or PORT);
+// publishing needs the sandbox's link, so it sets --net egress unless
+// --net none says otherwise, which is an error.
+func runPorts(args []string, netMode *string) ([]backend.PortMapping, error) {
+	if len(args) == 0 {
+		return nil, nil
+	}
+	var ps []backend.PortMapping
+	for _, a := range args {
+		p, err := backend.ParsePort(a)
+		if err != nil {
+			return nil, fmt.Errorf("--publish: %w", err)
+		}
+		ps = append(ps, p)
+	}
+	switch *netMode {
+	case "":
+		*netMode = backend.NetworkEgress
+	case backend.NetworkNone:
+		return nil, errors.New("--publish gives the sandbox a network: not with --net none")
+	}
+	return ps, backend.ValidatePorts(ps)
+}
+
+// bindRunPorts binds --publish's host ports on loopback; on an error none
+// stays bound.
+func bindRunPorts(ps []backend.PortMapping) ([]*portfwd.Forwarder, error) {
+	var fwds []*portfwd.Forwarder
+	for _, p := range ps {
+		f, err := portfwd.Listen(netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), p.Host), portfwd.Limits{})
+		if err != nil {
+			closeForwarders(fwds)
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return nil, fmt.Errorf("--publish %s: host port %d on 127.0.0.1 is taken: choose another", p, p.Host)
+			}
+			return nil, fmt.Errorf("--publish %s: %w", p, err)
+		}
+		fwds = append(fwds, f)
+	}
+	return fwds, nil
+}
+
+func closeForwarders(fwds []*portfwd.Forwarder) {
+	for _, f := range fwds {
+		_ = f.Close()
+	}
 }
 
 // runNetSettings checks warren run's network flags before anything starts:

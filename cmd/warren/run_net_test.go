@@ -3,6 +3,9 @@ package main
 import (
 	"bufio"
 	"errors"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -99,6 +102,12 @@ func TestRunEgress(t *testing.T) {
 // starts (no run directory, no table).
 func TestRunNetSettingsRefused(t *testing.T) {
 	testenv.RequireRoot(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	taken := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	for _, tc := range []struct {
 		name, has string
 		args      []string
@@ -108,6 +117,11 @@ func TestRunNetSettingsRefused(t *testing.T) {
 		{"unknown mode", `--net "host": want none (loopback only) or egress`, []string{"--net", "host"}},
 		{"upstream without a network", "--dns-upstream: the sandbox has no network", []string{"--dns-upstream", "192.0.2.1"}},
 		{"bad upstream", `--dns-upstream "nonsense": want ADDR or ADDR:PORT`, []string{"--egress", "ok.example", "--dns-upstream", "nonsense"}},
+		{"publish port 0", `--publish: port "0:80": want HOST:GUEST or PORT`, []string{"--publish", "0:80"}},
+		{"publish beyond 65535", `--publish: port "8080:65536": want HOST:GUEST or PORT`, []string{"--publish", "8080:65536"}},
+		{"publish twice", "host port 18080 given twice", []string{"--publish", "18080:80", "--publish", "18080:81"}},
+		{"publish with --net none", "--publish gives the sandbox a network: not with --net none", []string{"--net", "none", "--publish", "8080:80"}},
+		{"publish a taken port", "--publish " + taken + ":80: host port " + taken + " on 127.0.0.1 is taken", []string{"--publish", taken + ":80"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := stateDir(t)
@@ -121,6 +135,60 @@ func TestRunNetSettingsRefused(t *testing.T) {
 			assertNoRunNet(t, native.InstancePrefix(filepath.Join(dir, "run")))
 		})
 	}
+}
+
+// TestRunPublish: `warren run --publish` serves a sandbox port on the
+// host while CMD runs (python's http.server answering one request through
+// it), and nothing of it is left when CMD ends.
+func TestRunPublish(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	serveOne := `import http.server as h
+class H(h.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"published")
+h.HTTPServer(("0.0.0.0", 8000), H).handle_request()`
+	cmd := warren(t, dir, "run", "--publish", strconv.Itoa(hp)+":8000", "--", "/usr/bin/python3", "-c", serveOne)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := http.Client{Timeout: 5 * time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	var body []byte
+	for {
+		resp, err := c.Get("http://127.0.0.1:" + strconv.Itoa(hp) + "/")
+		if err == nil {
+			body, _ = io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("GET through --publish: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if string(body) != "published" {
+		t.Errorf("GET through --publish: %q", body)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("warren run: %v\n%s", err, stderr.String())
+	}
+	if conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(hp), time.Second); err == nil {
+		_ = conn.Close()
+		t.Error("the published port listens after warren run ended")
+	}
+	assertNoRunNet(t, native.InstancePrefix(filepath.Join(dir, "run")))
+	assertNoSandboxState(t, dir)
 }
 
 // TestRunNetInstances: concurrent `warren run`s with a network are

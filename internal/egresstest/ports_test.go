@@ -55,7 +55,8 @@ http.server.ThreadingHTTPServer(('0.0.0.0', 8001), H).serve_forever()
 // in the sandbox from the host; the HTTP route proxies to a sandbox port
 // with a key for its namespace only, never passing the key on, WebSocket
 // included; a taken host port fails a start clearly, leaving nothing; a
-// stop closes the ports.
+// stop closes the ports, and the next start publishes them again, the one
+// exposed live (with warren ports) too, on the same host port.
 func TestPorts(t *testing.T) {
 	s := startServer(t)
 	hp := freePort(t)
@@ -157,6 +158,34 @@ func TestPorts(t *testing.T) {
 		t.Errorf("a start refused for its port left a sandbox: %v", err)
 	}
 
+	// Exposed with the CLI; listed by it.
+	cli := func(args ...string) (string, error) {
+		cmd := s.command(append([]string{"ports"}, args...)...)
+		cmd.Env = append(cmd.Env, "MSB_SERVER_URL="+s.url, "MSB_API_KEY="+s.key)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			return string(out), fmt.Errorf("warren ports %q: %w: %s", args, err, stderr.String())
+		}
+		return string(out), nil
+	}
+	out, err := cli("expose", "web", "8000", "--namespace", ns)
+	rows := strings.Fields(out)
+	if err != nil || len(rows) != 10 || rows[5] != "127.0.0.1" || rows[7] != "8000" || rows[8] != "expose" || rows[9] != "yes" {
+		t.Fatalf("warren ports expose: %q %v", out, err)
+	}
+	yp, _ := strconv.Atoi(rows[6])
+	if body := waitGet(t, fmt.Sprintf("http://127.0.0.1:%d/index.html", yp)); body != "hello-from-sandbox\n" {
+		t.Fatalf("GET through the port warren ports exposed: %q", body)
+	}
+	if out, err := cli("web", "--namespace", ns); err != nil || strings.Count(out, "\n") != 3 || !strings.Contains(out, strconv.Itoa(yp)) {
+		t.Errorf("warren ports web: %q %v, want a header and 2 ports", out, err)
+	}
+	if _, err := cli("expose", "web", fmt.Sprintf("%d:8000", yp), "--namespace", ns); err == nil || !strings.Contains(err.Error(), "is taken") {
+		t.Errorf("warren ports expose on a host port taken: %v", err)
+	}
+
 	// A stop closes the published port (and what is open through it).
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", hp))
 	if err != nil {
@@ -172,6 +201,29 @@ func TestPorts(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("a connection through the port outlived the stop: %v", err)
+	}
+	if out, err := cli("web", "--namespace", ns); err != nil || strings.Count(out, " no\n") != 2 || listens(yp) {
+		t.Errorf("stopped: warren ports web %q %v (exposed port listening: %v), want 2 ports unpublished", out, err, listens(yp))
+	}
+
+	// Started again as it last ran: both ports are back.
+	if err := s.call(s.key, "sandbox.start", map[string]any{"sandbox": "web", "namespace": ns}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.exec("web", []string{"sh", "-c", "mkdir -p /tmp/www && echo hello-again > /tmp/www/index.html"}, "", nil, 30); err != nil || r.ExitCode != 0 {
+		t.Fatalf("write the files: %v %+v", err, r)
+	}
+	if err := s.call(s.key, "sandbox.process.start", map[string]any{"sandbox": "web", "namespace": ns,
+		"argv": []string{"python3", "-m", "http.server", "8000", "--bind", "0.0.0.0", "--directory", "/tmp/www"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range []int{hp, yp} {
+		if body := waitGet(t, fmt.Sprintf("http://127.0.0.1:%d/index.html", port)); body != "hello-again\n" {
+			t.Errorf("after a restart, GET through port %d: %q", port, body)
+		}
+	}
+	if _, err := cli("unexpose", "web", strconv.Itoa(yp), "--namespace", ns); err != nil || listens(yp) {
+		t.Errorf("warren ports unexpose: %v (still listening: %v)", err, listens(yp))
 	}
 }
 

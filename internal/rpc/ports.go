@@ -23,9 +23,13 @@ type portInfo struct {
 	HostAddress string `json:"host_address"`
 	HostPort    uint16 `json:"host_port"`
 	GuestPort   uint16 `json:"guest_port"`
-	// Origin is "config" (sandbox.start's ports, published at every
-	// start) or "expose" (sandbox.port.expose, this run only).
+	// Origin is "config" (the ports of sandbox.start's config or of
+	// sandbox.create) or "expose" (sandbox.port.expose); both are
+	// published at every start, until unexposed.
 	Origin string `json:"origin"`
+	// Published: served now (false: the sandbox does not run; its next
+	// start publishes it).
+	Published bool `json:"published"`
 }
 
 type portList struct {
@@ -37,7 +41,7 @@ func toPortInfo(p sandbox.PublishedPort) portInfo {
 	if p.FromSpec {
 		origin = "config"
 	}
-	return portInfo{HostAddress: p.Address.String(), HostPort: p.Host, GuestPort: p.Guest, Origin: origin}
+	return portInfo{HostAddress: p.Address.String(), HostPort: p.Host, GuestPort: p.Guest, Origin: origin, Published: p.Published}
 }
 
 func toPortList(ps []sandbox.PublishedPort) portList {
@@ -79,7 +83,7 @@ func addressParam(s string) (netip.Addr, error) {
 	return a.Unmap(), nil
 }
 
-func (s *Server) portExpose(_ context.Context, c *call, p *portExposeParams) (any, error) {
+func (s *Server) portExpose(ctx context.Context, c *call, p *portExposeParams) (any, error) {
 	ns, name, err := c.resolveRef(p.sandboxRef)
 	if err != nil {
 		return nil, err
@@ -96,7 +100,7 @@ func (s *Server) portExpose(_ context.Context, c *call, p *portExposeParams) (an
 	if err != nil {
 		return nil, err
 	}
-	pp, err := s.mgr.ExposePort(ns, name, guest, host, addr)
+	pp, err := s.mgr.ExposePort(ctx, ns, name, guest, host, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +125,7 @@ type portUnexposeParams struct {
 	Address string `json:"address"`
 }
 
-func (s *Server) portUnexpose(_ context.Context, c *call, p *portUnexposeParams) (any, error) {
+func (s *Server) portUnexpose(ctx context.Context, c *call, p *portUnexposeParams) (any, error) {
 	ns, name, err := c.resolveRef(p.sandboxRef)
 	if err != nil {
 		return nil, err
@@ -134,7 +138,7 @@ func (s *Server) portUnexpose(_ context.Context, c *call, p *portUnexposeParams)
 	if err != nil {
 		return nil, err
 	}
-	ps, err := s.mgr.UnexposePort(ns, name, host, addr)
+	ps, err := s.mgr.UnexposePort(ctx, ns, name, host, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -109,3 +109,72 @@ func TestPortMethods(t *testing.T) {
 		t.Errorf("route to a stopped sandbox: %d, want 409", resp.StatusCode)
 	}
 }
+
+// TestCreatePorts: sandbox.create's ports, read as sandbox.start's (one
+// parser): published from the create on, listed as "config"; hostile
+// lists refused naming the problem, leaving no sandbox; a taken host port
+// a conflict that leaves nothing.
+func TestCreatePorts(t *testing.T) {
+	e := newFakeEnv(t, false, func(o *sandbox.Options) { o.Egress = egress.NewRegistry() })
+	free := func() int {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = ln.Close() }()
+		return ln.Addr().(*net.TCPAddr).Port
+	}
+	tooMany := make([]string, 65)
+	for i := range tooMany {
+		tooMany[i] = strconv.Itoa(20000 + i)
+	}
+	for _, c := range []struct {
+		ports any
+		want  string
+	}{
+		{[]string{"0:80"}, `\"0:80\"`},
+		{[]string{"8080:0"}, `\"8080:0\"`},
+		{[]string{"65536:80"}, `\"65536:80\"`},
+		{[]string{"80:-1"}, `\"80:-1\"`},
+		{[]string{"8080:80/udp"}, `\"8080:80/udp\"`},
+		{[]string{"127.0.0.1:8080:80"}, `\"127.0.0.1:8080:80\"`},
+		{[]string{""}, `\"\"`},
+		{[]string{"18080:80", "18080:81"}, "given twice"},
+		{tooMany, "at most 64"},
+		{[]int{8080}, "invalid"},
+	} {
+		r := e.call("sandbox.create", map[string]any{"name": "bad", "ports": c.ports})
+		if r.kind() != "invalid_params" || !strings.Contains(string(r.Raw), c.want) {
+			t.Errorf("create with ports %v: %s, want invalid_params naming %s", c.ports, r.Raw, c.want)
+		}
+	}
+	if r := e.call("sandbox.get", map[string]any{"sandbox": "bad"}); r.kind() != "not_found" {
+		t.Errorf("a refused create left a sandbox: %s", r.Raw)
+	}
+
+	hp := free()
+	if r := e.call("sandbox.create", map[string]any{"name": "web", "ports": []string{strconv.Itoa(hp) + ":8000"}}); r.Status != 200 {
+		t.Fatalf("create with ports: %s", r.Raw)
+	}
+	var list struct {
+		Ports []struct {
+			HostPort  int    `json:"host_port"`
+			GuestPort int    `json:"guest_port"`
+			Origin    string `json:"origin"`
+			Published bool   `json:"published"`
+		} `json:"ports"`
+	}
+	r := e.call("sandbox.port.list", map[string]any{"sandbox": "web"})
+	if json.Unmarshal(r.Result, &list) != nil || len(list.Ports) != 1 || list.Ports[0].HostPort != hp || list.Ports[0].GuestPort != 8000 ||
+		list.Ports[0].Origin != "config" || !list.Ports[0].Published {
+		t.Fatalf("list after create: %s", r.Raw)
+	}
+	// The same host port for another sandbox: taken.
+	r = e.call("sandbox.create", map[string]any{"name": "web2", "ports": []string{strconv.Itoa(hp) + ":80"}})
+	if r.kind() != "conflict" || !strings.Contains(string(r.Raw), strconv.Itoa(hp)) {
+		t.Errorf("create on a taken host port: %s, want a conflict naming %d", r.Raw, hp)
+	}
+	if r := e.call("sandbox.get", map[string]any{"sandbox": "web2"}); r.kind() != "not_found" {
+		t.Errorf("a create refused for its port left a sandbox: %s", r.Raw)
+	}
+}

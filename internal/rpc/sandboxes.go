@@ -114,7 +114,9 @@ func parseVolumes(vs []string) ([]backend.Volume, error) {
 }
 
 // parsePorts reads microsandbox's "HOST:GUEST" (or "PORT") published
-// ports; whether the sandbox can publish them is the backend's to say.
+// ports, of sandbox.start's config and sandbox.create alike; whether the
+// sandbox can publish them is the backend's to say, and duplicates the
+// spec's check (backend.ValidatePorts).
 func parsePorts(ps []string) ([]backend.PortMapping, error) {
 	if len(ps) > backend.MaxPorts {
 		return nil, errdefs.Errorf(errInvalidParams, "ports: %d given, at most %d", len(ps), backend.MaxPorts)
@@ -248,6 +250,7 @@ type createParams struct {
 	Secrets     []string          `json:"secrets"`
 	Egress      []string          `json:"egress"`
 	Volumes     []string          `json:"volumes"`
+	Ports       []string          `json:"ports"`
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (any, error) {
@@ -280,8 +283,12 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 	if err != nil {
 		return nil, err
 	}
+	ports, err := parsePorts(p.Ports)
+	if err != nil {
+		return nil, err
+	}
 	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
-		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Egress: p.Egress}
+		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, name, spec, true)
 	if err != nil {

@@ -80,6 +80,10 @@ type Spec struct {
 	// Ports are published on the host; the backend refuses them while
 	// sandboxes have no network (backend.Config.CheckSettings).
 	Ports []backend.PortMapping `json:"ports,omitempty"`
+	// Exposed are the ports published with ExposePort: the manager's to
+	// keep (a start's spec never sets them; a restart keeps them) and
+	// published at every start like Ports, until unexposed (ports.go).
+	Exposed []ExposedPort `json:"exposed,omitempty"`
 	// Egress is the sandbox's allowlist (package egress's rules); empty =
 	// nothing leaves the sandbox. It needs the server's networking
 	// (Options.Egress).
@@ -158,6 +162,9 @@ func (s *Spec) Validate() error {
 		}
 	}
 	if err := checkEgress(s.Egress); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkExposed(s.Ports, s.Exposed); err != nil {
 		errs = append(errs, err)
 	}
 	if len(s.Workdir) > 4096 {
@@ -394,6 +401,8 @@ func (m *Manager) info(e *entry) Info {
 	spec := e.spec
 	spec.Labels = maps.Clone(e.spec.Labels)
 	spec.Env = slices.Clone(e.spec.Env)
+	spec.Ports = slices.Clone(e.spec.Ports)
+	spec.Exposed = slices.Clone(e.spec.Exposed)
 	return Info{ID: e.id, Namespace: e.ns, Name: e.name, State: e.state, Error: e.err, Spec: spec,
 		Created: e.created, Started: e.started, Stopped: e.stopped}
 }
@@ -501,7 +510,7 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		return Info{}, errNoNetwork
 	}
 	if len(spec.Ports) > 0 && !m.networking() {
-		return Info{}, errNoPorts(spec.Ports)
+		return Info{}, errNoPorts(spec.Ports, nil)
 	}
 	m.mu.Lock()
 	if m.closed {
@@ -549,6 +558,12 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		e.life.Lock()
 		m.entries[k] = e // reserves the name; concurrent starts see it starting
 	} else {
+		// Ports exposed live are the sandbox's until unexposed, whatever
+		// config a restart brings; one that config gives a host port of
+		// its own to is replaced by it.
+		spec.Exposed = slices.DeleteFunc(slices.Clone(e.spec.Exposed), func(x ExposedPort) bool {
+			return slices.ContainsFunc(spec.Ports, func(p backend.PortMapping) bool { return p.Host == x.Host })
+		})
 		e.state, e.err, e.spec = Starting, "", spec
 	}
 	m.mu.Unlock()
@@ -685,7 +700,7 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	}
 	// Bound first: a host port that is taken fails the start before the
 	// sandbox boots.
-	ports, err := m.bindPorts(spec.Ports)
+	ports, err := m.bindPorts(e.name, spec)
 	if err != nil {
 		return err
 	}

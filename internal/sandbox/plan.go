@@ -41,7 +41,7 @@ func (m *Manager) StartPlanned(ctx context.Context, ns, name string, spec Spec, 
 			return Info{}, false, err
 		}
 		if len(spec.Ports) > 0 && !m.networking() {
-			return Info{}, false, errNoPorts(spec.Ports)
+			return Info{}, false, errNoPorts(spec.Ports, nil)
 		}
 		if deps, err = m.startDependencies(ctx, ns, name, plan.DependsOn); err != nil {
 			return Info{}, false, err

@@ -18,10 +18,15 @@ import (
 // Published ports: a TCP port of a running sandbox, reachable at its link's
 // address from the host, served on a host address (portfwd). Invariants:
 //   - a sandbox's ports are published only while it runs with a link: the
-//     spec's (Spec.Ports, microsandbox's "ports") are bound before the
-//     backend starts it, so a host port that is taken fails the start
-//     before anything runs, and served once its address is known; ports
-//     exposed live (ExposePort) last for this run only;
+//     spec's (Spec.Ports, microsandbox's "ports"; Spec.Exposed, those
+//     exposed live) are bound before the backend starts it, so a host port
+//     that is taken fails the start before anything runs (the sandbox is
+//     left in error naming the port), and served once its address is
+//     known;
+//   - the spec is the record: a port exposed live is written to it (and
+//     the store) before it is served, one unexposed is taken out of it, so
+//     a stop, a restart or the server's own restart publishes exactly what
+//     was published before;
 //   - they are unpublished, and every connection through them or through
 //     the HTTP route (DialPort) closed, BEFORE the sandbox's address goes
 //     (netDown, which every stop path calls first): no connection can
@@ -35,9 +40,37 @@ type PublishedPort struct {
 	Address netip.Addr // the host address
 	Host    uint16     // the host port
 	Guest   uint16     // the sandbox's port
-	// FromSpec: from the sandbox's spec (published at every start), not
-	// exposed live (this run only).
+	// FromSpec: from the spec's Ports (the start's config), not exposed
+	// live (ExposePort). Both are published at every start.
 	FromSpec bool
+	// Published: served now. A stopped sandbox's ports are listed
+	// unpublished, as its next start will publish them.
+	Published bool
+}
+
+// ExposedPort is a port ExposePort published, as the spec keeps it: the
+// host port it got (also when any free one was asked for).
+type ExposedPort struct {
+	Address netip.Addr `json:"address"`
+	Host    uint16     `json:"host"`
+	Guest   uint16     `json:"guest"`
+}
+
+// checkExposed checks a spec's exposed ports (the store's, so perhaps
+// written by an older server) and bounds all of its ports together.
+func checkExposed(ports []backend.PortMapping, exposed []ExposedPort) error {
+	if n := len(ports) + len(exposed); n > backend.MaxPorts {
+		return fmt.Errorf("ports: %d published, at most %d", n, backend.MaxPorts)
+	}
+	seen := map[netip.AddrPort]bool{}
+	for _, x := range exposed {
+		ap := netip.AddrPortFrom(x.Address, x.Host)
+		if !x.Address.IsValid() || x.Host == 0 || x.Guest == 0 || seen[ap] {
+			return fmt.Errorf("exposed port %s for %d: want an address, ports 1-65535, each host port once", ap, x.Guest)
+		}
+		seen[ap] = true
+	}
+	return nil
 }
 
 // published is a PublishedPort and its forwarder.
@@ -89,18 +122,26 @@ func (m *Manager) listen(addr netip.Addr, host, guest uint16, fromSpec bool) (*p
 	return p, nil
 }
 
-// bindPorts binds the spec's ports before a start; on an error none stays
-// bound.
-func (m *Manager) bindPorts(ps []backend.PortMapping) ([]*published, error) {
-	if len(ps) == 0 {
+// bindPorts binds the ports of sandbox name's spec before a start; on an
+// error none stays bound.
+func (m *Manager) bindPorts(name string, spec Spec) ([]*published, error) {
+	if len(spec.Ports)+len(spec.Exposed) == 0 {
 		return nil, nil
 	}
 	if !m.networking() {
-		return nil, portError{errNoPorts(ps)}
+		return nil, portError{errNoPorts(spec.Ports, spec.Exposed)}
 	}
 	var out []*published
-	for _, p := range ps {
+	for _, p := range spec.Ports {
 		pp, err := m.listen(m.publishAddress(), p.Host, p.Guest, true)
+		if err != nil {
+			closePorts(out)
+			return nil, portError{err}
+		}
+		out = append(out, pp)
+	}
+	for _, x := range spec.Exposed {
+		pp, err := m.bindExposed(name, x)
 		if err != nil {
 			closePorts(out)
 			return nil, portError{err}
@@ -110,10 +151,29 @@ func (m *Manager) bindPorts(ps []backend.PortMapping) ([]*published, error) {
 	return out, nil
 }
 
-func errNoPorts(ps []backend.PortMapping) error {
-	list := make([]string, len(ps))
-	for i, p := range ps {
-		list[i] = p.String()
+// bindExposed binds a port exposed in an earlier run: where it was, if
+// that is still allowed and free; otherwise an error saying how to start
+// without it.
+func (m *Manager) bindExposed(name string, x ExposedPort) (*published, error) {
+	err := m.checkPublishAddress(x.Address)
+	var pp *published
+	if err == nil {
+		pp, err = m.listen(x.Address, x.Host, x.Guest, false)
+	}
+	if err != nil {
+		// Its kind (conflict: taken; forbidden: no longer allowed) stays.
+		return nil, fmt.Errorf("port %d exposed on %s: %w (warren ports unexpose %s %d: start without it)", x.Guest, netip.AddrPortFrom(x.Address, x.Host), err, name, x.Host)
+	}
+	return pp, nil
+}
+
+func errNoPorts(ps []backend.PortMapping, xs []ExposedPort) error {
+	list := make([]string, 0, len(ps)+len(xs))
+	for _, p := range ps {
+		list = append(list, p.String())
+	}
+	for _, x := range xs {
+		list = append(list, fmt.Sprintf("%d:%d", x.Host, x.Guest))
 	}
 	return errdefs.Errorf(errdefs.ErrInvalid, "ports %v: publishing ports needs the sandbox network, which this server does not give (warren serve --network off, or the host cannot: see warren doctor)", list)
 }
@@ -139,6 +199,7 @@ func (m *Manager) portsUp(e *entry, ps []*published) error {
 	}
 	for _, p := range ps {
 		p.fwd.Serve(netip.AddrPortFrom(addr, p.Guest), e.use)
+		p.Published = true
 	}
 	e.net.ports = append(e.net.ports, ps...)
 	m.mu.Unlock()
@@ -162,9 +223,10 @@ func (m *Manager) portsDown(e *entry) {
 }
 
 // ExposePort publishes port guest of the running sandbox ns/name on the
-// host, for this run: on addr (the zero Addr: the server's publish
-// address) and port host (0: any free one).
-func (m *Manager) ExposePort(ns, name string, guest, host uint16, addr netip.Addr) (PublishedPort, error) {
+// host, on addr (the zero Addr: the server's publish address) and port
+// host (0: any free one), and records it in the sandbox's spec: its later
+// starts publish it again on the same host port, until UnexposePort.
+func (m *Manager) ExposePort(ctx context.Context, ns, name string, guest, host uint16, addr netip.Addr) (PublishedPort, error) {
 	if guest == 0 {
 		return PublishedPort{}, errdefs.Errorf(errdefs.ErrInvalid, "guest port: want 1-65535")
 	}
@@ -174,13 +236,13 @@ func (m *Manager) ExposePort(ns, name string, guest, host uint16, addr netip.Add
 	if err := m.checkPublishAddress(addr); err != nil {
 		return PublishedPort{}, err
 	}
-	e, unlock, err := m.runningEntry(ns, name)
+	e, unlock, err := m.lockedEntry(ns, name, true)
 	if err != nil {
 		return PublishedPort{}, err
 	}
 	defer unlock()
 	m.mu.Lock()
-	n, netAddr := len(e.net.ports), e.netAddr
+	n, netAddr := max(len(e.net.ports), len(e.spec.Ports)+len(e.spec.Exposed)), e.netAddr
 	m.mu.Unlock()
 	if !netAddr.IsValid() {
 		return PublishedPort{}, errdefs.Errorf(errdefs.ErrInvalid, "sandbox %q has no network link to publish a port from (this server gives sandboxes none)", name)
@@ -192,10 +254,34 @@ func (m *Manager) ExposePort(ns, name string, guest, host uint16, addr netip.Add
 	if err != nil {
 		return PublishedPort{}, err
 	}
+	// Recorded before it is served: a port that is served is one the
+	// next start publishes again.
+	x := ExposedPort{Address: addr, Host: p.Host, Guest: guest}
+	if err := m.setExposed(ctx, e, func(xs []ExposedPort) []ExposedPort { return append(slices.Clip(xs), x) }); err != nil {
+		closePorts([]*published{p})
+		return PublishedPort{}, err
+	}
 	if err := m.portsUp(e, []*published{p}); err != nil {
 		return PublishedPort{}, err
 	}
 	return p.PublishedPort, nil
+}
+
+// setExposed replaces e's exposed ports with change's of them (a slice of
+// its own), in its spec and the store; on an error the old ones stay.
+// Holds e.life.
+func (m *Manager) setExposed(ctx context.Context, e *entry, change func([]ExposedPort) []ExposedPort) error {
+	m.mu.Lock()
+	old := e.spec.Exposed
+	e.spec.Exposed = change(old)
+	m.mu.Unlock()
+	if err := m.persistErr(ctx, e); err != nil {
+		m.mu.Lock()
+		e.spec.Exposed = old
+		m.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // checkPublishAddress: loopback, or the address the operator chose (any,
@@ -208,8 +294,9 @@ func (m *Manager) checkPublishAddress(addr netip.Addr) error {
 	return errdefs.Errorf(errdefs.ErrForbidden, "address %s: this server publishes ports on %s and loopback only (warren serve --publish-address)", addr, pub)
 }
 
-// runningEntry holds ns/name's life if it runs; unlock releases it.
-func (m *Manager) runningEntry(ns, name string) (*entry, func(), error) {
+// lockedEntry holds ns/name's life if it runs, or (unless running) if it
+// is stopped or in error; unlock releases it.
+func (m *Manager) lockedEntry(ns, name string, running bool) (*entry, func(), error) {
 	m.mu.Lock()
 	e := m.entries[key{ns, name}]
 	m.mu.Unlock()
@@ -224,14 +311,16 @@ func (m *Manager) runningEntry(ns, name string) (*entry, func(), error) {
 		e.life.Unlock()
 		return nil, nil, notFound(ns, name)
 	}
-	if st != Running {
+	if st != Running && (running || (st != Stopped && st != Error)) {
 		e.life.Unlock()
 		return nil, nil, errdefs.Errorf(errdefs.ErrConflict, "sandbox %q in namespace %q is %s: ports are published while it runs", name, ns, st)
 	}
 	return e, e.life.Unlock, nil
 }
 
-// Ports lists ns/name's published ports (none while it is stopped).
+// Ports lists ns/name's ports: while it runs, those published (a port its
+// start could not publish again after a server restart is missing); else
+// those its next start will publish.
 func (m *Manager) Ports(ns, name string) ([]PublishedPort, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -239,42 +328,77 @@ func (m *Manager) Ports(ns, name string) ([]PublishedPort, error) {
 	if e == nil || e.removed {
 		return nil, notFound(ns, name)
 	}
-	out := make([]PublishedPort, len(e.net.ports))
-	for i, p := range e.net.ports {
-		out[i] = p.PublishedPort
+	if e.state == Running {
+		out := make([]PublishedPort, len(e.net.ports))
+		for i, p := range e.net.ports {
+			out[i] = p.PublishedPort
+		}
+		return out, nil
 	}
-	return out, nil
+	return m.specPorts(e.spec), nil
+}
+
+// specPorts are the ports a start of spec publishes.
+func (m *Manager) specPorts(spec Spec) []PublishedPort {
+	out := make([]PublishedPort, 0, len(spec.Ports)+len(spec.Exposed))
+	for _, p := range spec.Ports {
+		out = append(out, PublishedPort{Address: m.publishAddress(), Host: p.Host, Guest: p.Guest, FromSpec: true})
+	}
+	for _, x := range spec.Exposed {
+		out = append(out, PublishedPort{Address: x.Address, Host: x.Host, Guest: x.Guest})
+	}
+	return out
 }
 
 // UnexposePort unpublishes ns/name's host port (on addr only, when it is
-// valid) and returns what it unpublished. A port from the spec is
-// published again at the next start.
-func (m *Manager) UnexposePort(ns, name string, host uint16, addr netip.Addr) ([]PublishedPort, error) {
-	e, unlock, err := m.runningEntry(ns, name)
+// valid), running or stopped, and takes it out of its spec: no later start
+// publishes it, whether it came from the start's config or was exposed.
+// It returns what it unpublished.
+func (m *Manager) UnexposePort(ctx context.Context, ns, name string, host uint16, addr netip.Addr) ([]PublishedPort, error) {
+	e, unlock, err := m.lockedEntry(ns, name, false)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
+	match := func(a netip.Addr, h uint16) bool { return h == host && (!addr.IsValid() || a == addr) }
+	pub := m.publishAddress()
 	m.mu.Lock()
-	var gone []*published
-	e.net.ports = slices.DeleteFunc(e.net.ports, func(p *published) bool {
-		match := p.Host == host && (!addr.IsValid() || p.Address == addr)
-		if match {
+	old := e.spec
+	var gone []PublishedPort
+	for _, p := range m.specPorts(old) {
+		if match(p.Address, p.Host) {
 			gone = append(gone, p)
 		}
-		return match
+	}
+	e.spec.Ports = slices.DeleteFunc(slices.Clone(old.Ports), func(p backend.PortMapping) bool { return match(pub, p.Host) })
+	e.spec.Exposed = slices.DeleteFunc(slices.Clone(old.Exposed), func(x ExposedPort) bool { return match(x.Address, x.Host) })
+	var closing []*published
+	e.net.ports = slices.DeleteFunc(e.net.ports, func(p *published) bool {
+		if match(p.Address, p.Host) {
+			closing = append(closing, p)
+			return true
+		}
+		return false
 	})
 	m.mu.Unlock()
-	if len(gone) == 0 {
+	if len(gone) == 0 && len(closing) == 0 {
 		return nil, errdefs.Errorf(errdefs.ErrNotFound, "sandbox %q has no port published on host port %d", name, host)
 	}
-	closePorts(gone)
-	out := make([]PublishedPort, len(gone))
-	for i, p := range gone {
-		out[i] = p.PublishedPort
+	closePorts(closing)
+	if err := m.persistErr(ctx, e); err != nil {
+		// Unpublished now; the store may publish it again at the next start.
+		return nil, err
+	}
+	if len(closing) > 0 {
+		gone = gone[:0]
+		for _, p := range closing {
+			gone = append(gone, p.PublishedPort)
+		}
+	}
+	for _, p := range gone {
 		e.logf("port %d unpublished from %s", p.Guest, netip.AddrPortFrom(p.Address, p.Host))
 	}
-	return out, nil
+	return gone, nil
 }
 
 // DialPort connects to port of the running sandbox ns/name from the host
@@ -336,17 +460,35 @@ func (c *dialedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// republish publishes the spec's ports of e, reattached after a restart
-// (ports exposed live went with the last server); a port taken meanwhile
-// is logged, the sandbox kept.
+// republish publishes the ports of e, reattached after a restart, each
+// on its own: one taken meanwhile (or no longer allowed) is logged in its
+// log and the server's, and left out; the sandbox keeps running.
 func (m *Manager) republish(e *entry) {
-	ps, err := m.bindPorts(e.spec.Ports)
-	if err == nil {
-		err = m.portsUp(e, ps)
+	m.mu.Lock()
+	spec := e.spec
+	m.mu.Unlock()
+	var ps []*published
+	var errs []error
+	for _, p := range spec.Ports {
+		one := spec
+		one.Ports, one.Exposed = []backend.PortMapping{p}, nil
+		pp, err := m.bindPorts(e.name, one)
+		ps, errs = append(ps, pp...), append(errs, err)
 	}
-	if err != nil {
-		e.logf("reattached without its published ports: %v", err)
-		m.log.Warn("sandbox reattached without its published ports", "namespace", e.ns, "name", e.name, "err", err.Error())
+	for _, x := range spec.Exposed {
+		one := spec
+		one.Ports, one.Exposed = nil, []ExposedPort{x}
+		pp, err := m.bindPorts(e.name, one)
+		ps, errs = append(ps, pp...), append(errs, err)
+	}
+	if err := m.portsUp(e, ps); err != nil {
+		errs = append(errs, err)
+	}
+	for _, err := range errs {
+		if err != nil {
+			e.logf("reattached without a published port: %v", err)
+			m.log.Warn("sandbox reattached without a published port", "namespace", e.ns, "name", e.name, "err", err.Error())
+		}
 	}
 }
 

@@ -55,6 +55,10 @@ type Spec struct {
 	// Policy-bearing: refused unless the server allows host mounts
 	// beneath the HOST path (warren serve --volume-root).
 	Volumes []string
+	// Ports publish sandbox ports on the server's host, "HOST:GUEST" or
+	// "PORT" (both), at every start; refused by a server without the
+	// sandbox network.
+	Ports []string
 }
 
 type createParams struct {
@@ -72,6 +76,7 @@ type createParams struct {
 	Secrets     []string          `json:"secrets,omitempty"`
 	Egress      []string          `json:"egress,omitempty"`
 	Volumes     []string          `json:"volumes,omitempty"`
+	Ports       []string          `json:"ports,omitempty"`
 }
 
 // SandboxInfo describes a sandbox.
@@ -164,6 +169,7 @@ func (c *Client) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 		Workdir:     spec.Workdir,
 		Labels:      spec.Labels,
 		Volumes:     spec.Volumes,
+		Ports:       spec.Ports,
 		IdleTimeout: secs(spec.IdleTimeout),
 		MaxLifetime: secs(spec.MaxLifetime),
 		Workspace:   spec.Workspace,

@@ -171,11 +171,11 @@ func TestRequestShapes(t *testing.T) {
 		{"create full", "team", func(ctx context.Context, c *Client) error {
 			_, err := c.Create(ctx, Spec{Name: "sb1", Image: "node", MemoryMiB: 1024, CPUs: 0.5, Env: []string{"A=1"},
 				Workdir: "/w", Labels: map[string]string{"team": "a"}, IdleTimeout: 90 * time.Second, MaxLifetime: 1500 * time.Millisecond,
-				Workspace: "ws", Secrets: []string{"db"}, Egress: []string{"pypi.org"}})
+				Workspace: "ws", Secrets: []string{"db"}, Egress: []string{"pypi.org"}, Ports: []string{"8080:80"}})
 			return err
 		}, "sandbox.create", map[string]any{"name": "sb1", "namespace": "team", "image": "node", "memory_mib": 1024, "cpus": 0.5,
 			"env": []string{"A=1"}, "workdir": "/w", "labels": map[string]string{"team": "a"}, "idle_timeout": 90, "max_lifetime": 1.5,
-			"workspace": "ws", "secrets": []string{"db"}, "egress": []string{"pypi.org"}}},
+			"workspace": "ws", "secrets": []string{"db"}, "egress": []string{"pypi.org"}, "ports": []string{"8080:80"}}},
 		{"get", "", func(ctx context.Context, c *Client) error { _, err := c.Get(ctx, "sb1"); return err },
 			"sandbox.get", map[string]any{"sandbox": "sb1"}},
 		{"list all", "", func(ctx context.Context, c *Client) error { _, err := c.List(ctx, ListOptions{}); return err },
