@@ -248,3 +248,28 @@ func TestNamespaceEgress(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestLabelsCarried: a sandbox's labels reach what records are written
+// from (Labels, Usage), as copies, and List filters by them.
+func TestLabelsCarried(t *testing.T) {
+	m := newEnv(t, sandbox.Options{}).manager(t)
+	s := spec
+	s.Labels = map[string]string{"team": "ml", "cost": "x1"}
+	mustStart(t, m, "a", s)
+	mustStart(t, m, "b", spec)
+	l, err := m.Labels("ns", "a")
+	if err != nil || l["team"] != "ml" || len(l) != 2 {
+		t.Fatalf("Labels = %v, %v", l, err)
+	}
+	l["team"] = "changed"
+	u, err := m.Usage("ns", "a")
+	if err != nil || u.Labels["team"] != "ml" || u.Labels["cost"] != "x1" {
+		t.Errorf("Usage labels %v, %v (or a caller's change reached the sandbox)", u.Labels, err)
+	}
+	if got := m.List(sandbox.Filter{Labels: map[string]string{"team": "ml"}}); len(got) != 1 || got[0].Name != "a" {
+		t.Errorf("List by label: %+v", got)
+	}
+	if _, err := m.Labels("ns", "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("Labels of a sandbox that does not exist: %v", err)
+	}
+}
