@@ -67,12 +67,12 @@ func nsCmd(ctx context.Context, args []string) error {
 	fmt.Fprintln(tw, "NAMESPACE\tRUNNING\tMEMORY\tCPUS\tDISK\tSANDBOXES\tPER SANDBOX")
 	for _, n := range out.Namespaces {
 		q := n.Quota
-		per := fmt.Sprintf("%s MiB, %s cpus, %s disk", orDash(float64(q.MaxMemoryMiB)), orDash(q.MaxCPUs), sizeOrDash(q.DiskBytes))
+		per := fmt.Sprintf("memory %s MiB, cpus %s, disk %s", orDash(float64(q.MaxMemoryMiB)), orDash(q.MaxCPUs), sizeOrDash(q.DiskBytes))
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Namespace,
 			of(strconv.Itoa(n.Running), float64(q.MaxSandboxes), ""),
 			of(strconv.FormatInt(n.MemoryMiB, 10), float64(q.TotalMemoryMiB), " MiB"),
 			of(strconv.FormatFloat(n.CPUs, 'f', -1, 64), q.TotalCPUs, ""),
-			fmt.Sprintf("%.1f MiB", float64(n.DiskBytes)/(1<<20)), n.Sandboxes, per)
+			bytesText(n.DiskBytes), n.Sandboxes, per)
 	}
 	return tw.Flush()
 }
@@ -84,10 +84,24 @@ func orDash(x float64) string {
 	return strconv.FormatFloat(x, 'f', -1, 64)
 }
 
-// sizeOrDash is n bytes in MiB, "-" for none.
+// sizeOrDash is bytesText(n), "-" for none.
 func sizeOrDash(n int64) string {
 	if n <= 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	return bytesText(n)
+}
+
+// bytesText is n in the largest binary unit it has one of.
+func bytesText(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	x, i := float64(n), 0
+	for x >= 1024 && i < len(units)-1 {
+		x /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", x, units[i])
 }
