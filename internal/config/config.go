@@ -240,6 +240,7 @@ func Parse(name string, data []byte) (*File, error) {
 		path, line := v.lines.next(k)
 		v.problems = append(v.problems, Problem{Line: line, Key: path, Msg: "unknown key"})
 	}
+	v.problems = append(v.problems, caseProblems(md, v.lines)...)
 	f := &File{Defaults: r.Defaults, Audit: r.Audit, Secrets: r.Secrets, Workspaces: r.Workspaces, Namespaces: r.Namespaces}
 	if f.Namespaces == nil {
 		f.Namespaces = map[string]Namespace{}

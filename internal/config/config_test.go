@@ -192,6 +192,30 @@ func TestDecodeErrors(t *testing.T) {
 	}
 }
 
+// TestKeysCaseSensitive: the decoder would take "Max_Memory" for
+// max_memory; TOML keys are case-sensitive, and so is the file.
+func TestKeysCaseSensitive(t *testing.T) {
+	_, err := Parse("t.toml", []byte("[namespaces.Team]\nMax_Memory = \"1G\"\n[[secrets.providers]]\nname = \"f\"\ntype = \"env\"\nTYPE = \"dir\"\n[Defaults]\ndisk = 1\n"))
+	var ce *Error
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v", err)
+	}
+	want := []string{
+		`line 2: namespaces.Team.Max_Memory: keys are case-sensitive: write "max_memory"`,
+		`line 6: secrets.providers[0].TYPE: keys are case-sensitive: write "type"`,
+		`line 7: Defaults: keys are case-sensitive: write "defaults"`,
+		`line 3: secrets.providers[0].path: "": a dir provider needs an absolute, clean path`, // TYPE set it
+	}
+	if len(ce.Problems) != len(want) {
+		t.Errorf("problems: %v", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("no %q in %v", w, err)
+		}
+	}
+}
+
 func TestSizes(t *testing.T) {
 	for s, want := range map[string]int64{
 		"0": 0, "512": 512, "1K": 1024, "1kib": 1024, "512MiB": 512 << 20, "10GiB": 10 << 30, "1G": 1 << 30,

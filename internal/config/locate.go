@@ -1,6 +1,8 @@
 package config
 
 import (
+	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,4 +130,73 @@ func unquote(s string) string {
 		return s[1 : len(s)-1]
 	}
 	return s
+}
+
+// The TOML decoder matches keys to fields ignoring case, where TOML keys
+// are case-sensitive: "Max_Memory" would set max_memory, and "Type" and
+// "type" in one table would both set it, the last one winning. caseProblems
+// finds the keys that name a field in another case.
+
+// tags are the schema's field names.
+var tags = func() map[string]bool {
+	m := map[string]bool{}
+	for _, v := range []any{raw{}, Defaults{}, Audit{}, Secrets{}, Provider{}, Workspaces{}, Store{}, Namespace{}, Grant{}} {
+		t := reflect.TypeOf(v)
+		for i := range t.NumField() {
+			if tag := t.Field(i).Tag.Get("toml"); tag != "" {
+				m[tag] = true
+			}
+		}
+	}
+	return m
+}()
+
+// fieldPieces are the indexes of k's pieces that name fields (the others
+// name namespaces, stores, or [server]'s keys, which are exact already).
+func fieldPieces(k toml.Key) []int {
+	out := []int{0}
+	if len(k) < 2 {
+		return out
+	}
+	switch k[0] {
+	case "defaults", "audit":
+		out = append(out, 1)
+	case "secrets":
+		out = append(out, 1, 2)
+	case "workspaces":
+		out = append(out, 1, 3)
+	case "namespaces":
+		out = append(out, 2)
+		if len(k) > 2 && k[2] == "secrets" {
+			out = append(out, 3)
+		}
+	}
+	return out
+}
+
+// caseProblems reports every key a field matched in another case.
+func caseProblems(md toml.MetaData, l *locator) []Problem {
+	var out []Problem
+	seen := map[string]bool{}
+	count := map[string]int{} // as locate counts entries of arrays of tables
+	for _, k := range md.Keys() {
+		if md.Type(k...) == "ArrayHash" {
+			count[k.String()]++
+		}
+		for _, i := range fieldPieces(k) {
+			if i >= len(k) || tags[k[i]] {
+				continue
+			}
+			for tag := range tags {
+				if strings.EqualFold(tag, k[i]) {
+					p := indexed(k[:i+1], count)
+					if !seen[p] {
+						seen[p] = true
+						out = append(out, Problem{Line: l.at(p), Key: p, Msg: fmt.Sprintf("keys are case-sensitive: write %q", tag)})
+					}
+				}
+			}
+		}
+	}
+	return out
 }
