@@ -3,6 +3,7 @@ module github.com/warren-sandbox/warren
 go 1.26.0
 
 require (
+	github.com/BurntSushi/toml v1.6.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/nftables v0.3.0
 	github.com/modelcontextprotocol/go-sdk v1.8.0

@@ -28,6 +28,7 @@ func commands() []command {
 		{"logs", "print a sandbox's log from a server", logsCmd},
 		{"egress", "show or change a server sandbox's network rules, print its connection log", egressCmd},
 		{"ports", "list, publish and unpublish a server sandbox's ports on the host", portsCmd},
+		{"ns", "list a server's namespaces with their use of their quotas", nsCmd},
 		{"exec", "run a command in a server's sandbox", execCmd},
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
 		{"image", "import, list and remove images in the local store", imageCmd},

@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
@@ -39,9 +42,14 @@ Sandboxes keep running when the server stops; the next 'warren serve' on
 the same data directory reattaches to them and removes what it does not
 know. Logs are JSON lines on stderr.
 
+With --config FILE the server reads its settings and the namespaces'
+quotas from a TOML file (docs/policy.md, docs/warren.example.toml); SIGHUP
+reloads the quotas.
+
 Examples:
   warren serve --dev
-  warren serve --listen 0.0.0.0:5555 --idle-timeout 5m`
+  warren serve --listen 0.0.0.0:5555 --idle-timeout 5m
+  warren serve --config /etc/warren/warren.toml`
 
 // serveConfig is everything serve needs, from flags.
 type serveConfig struct {
@@ -74,11 +82,34 @@ type serveConfig struct {
 	// keepFileMax keeps fs.file-max even when it is below what the
 	// sandboxes' memory can hold open.
 	keepFileMax bool
+	// configPath is --config; policy is its live part (serveconfig.go),
+	// nil without a file.
+	configPath string
+	policy     *livePolicy
 }
 
 func serveCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren serve", "warren serve [flags]", serveAbout)
 	var c serveConfig
+	fs, err := c.flagSet()
+	if err != nil {
+		return err
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
+	}
+	if err := c.applyConfig(fs); err != nil {
+		return err
+	}
+	return serve(ctx, &c)
+}
+
+// flagSet registers serve's flags on a new flag set.
+func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
+	fs := newFlagSet("warren serve", "warren serve [flags]", serveAbout)
+	fs.StringVar(&c.configPath, "config", envOr("WARREN_CONFIG", ""), "configuration file (TOML; env WARREN_CONFIG; docs/policy.md): its [server] keys set these flags\n(a flag given here wins), its namespaces get quotas; SIGHUP reloads it")
 	c.hf.register(fs)
 	c.net.register(fs)
 	fs.StringVar(&c.listen, "listen", envOr("WARREN_LISTEN", "127.0.0.1:5555"), "address to listen on (env WARREN_LISTEN)")
@@ -96,7 +127,7 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&c.maxTarDownload, "max-tar-download", "1G", "largest tar stream one download sends: a size like 512M or 2G (plain numbers are MiB)")
 	pull, err := envBool("WARREN_PULL", true)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fs.BoolVar(&c.pull, "pull", pull, "pull an image the store lacks when a sandbox starts with it, as microsandbox does (env WARREN_PULL);\nanonymously, bounded by --pull-max-size and --pull-timeout. --pull=false refuses such starts")
 	fs.StringVar(&c.pullMaxSize, "pull-max-size", "8G", "largest image (unpacked bytes) one such pull may fetch: a size like 512M or 8G")
@@ -109,16 +140,10 @@ func serveCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&c.cpuOvercommit, "cpu-overcommit", envOr("WARREN_CPU_OVERCOMMIT", strconv.Itoa(sandbox.DefaultCPUOvercommit)), "CPUs granted to running sandboxes together, as a multiple of the host's (env WARREN_CPU_OVERCOMMIT)")
 	keepFileMax, err := envBool("WARREN_KEEP_FILE_MAX", false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fs.BoolVar(&c.keepFileMax, "keep-file-max", keepFileMax, "keep the host's fs.file-max when it is below what the sandboxes' memory can hold open (env WARREN_KEEP_FILE_MAX);\nwithout it the server raises fs.file-max at start to the host's memory over "+strconv.Itoa(sandbox.FileBytes)+" bytes")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q (see --help)", fs.Args())
-	}
-	return serve(ctx, &c)
+	return fs, nil
 }
 
 func (c *serveConfig) logger() *slog.Logger {
@@ -135,6 +160,23 @@ func (c *serveConfig) logger() *slog.Logger {
 
 func serve(ctx context.Context, c *serveConfig) error {
 	log := c.logger()
+	if c.policy != nil {
+		// SIGHUP reloads the file; without one, SIGHUP keeps its default
+		// (it ends the server, as before).
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go func() {
+			for {
+				select {
+				case <-hup:
+					_ = c.policy.reload(log)
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
 	maxTar, err := parseSize(c.maxTarDownload)
 	if err != nil || maxTar <= 0 {
 		return fmt.Errorf("--max-tar-download %q: want a positive size like 512M or 2G (plain numbers are MiB)", c.maxTarDownload)
@@ -227,13 +269,21 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if c.pull {
 		res.OnDemand = &image.OnDemand{MaxBytes: pullMax, Timeout: c.pullTimeout, Logger: log}
 	}
-	mgr, err = sandbox.New(ctx, sandbox.Options{
+	mopts := sandbox.Options{
 		Backend: be, DB: db.DB(), Images: res.Resolve, Pull: res.Pull,
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
 		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
 		Limits: limits, Capacity: capacity, Egress: egressReg, PublishAddress: publish,
-	})
+	}
+	if c.policy != nil {
+		mopts.Policy, mopts.Namespaces = c.policy.Policy, c.policy.Namespaces
+		log.Info("config loaded", "path", c.configPath, "namespaces", len(c.policy.boot.Namespaces))
+		for _, k := range c.policy.overridden {
+			log.Info("config: a command-line flag wins over the file's setting", "key", "server."+k)
+		}
+	}
+	mgr, err = sandbox.New(ctx, mopts)
 	if err != nil {
 		return err
 	}

@@ -89,6 +89,7 @@ func (s *Server) methodTable() map[string]method {
 		"sandbox.file.mkdir":     strict(s.fileMkdir),
 		"sandbox.file.remove":    strict(s.fileRemove),
 		"sandbox.file.move":      strict(s.fileMove),
+		"namespace.usage":        strict(s.namespaceUsage),
 		"image.list":             strict(s.imageList),
 		"image.pull":             strict(s.imagePull),
 		"key.create":             strict(s.keyCreate),

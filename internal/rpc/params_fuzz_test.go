@@ -60,6 +60,7 @@ var paramSeeds = map[string][]string{
 	"sandbox.file.mkdir":     {`{"sandbox":"box","namespace":"fuzz","path":"/tmp/a/b","parents":true,"mode":493}`},
 	"sandbox.file.remove":    {`{"sandbox":"box","namespace":"fuzz","path":"/tmp/a","recursive":true}`},
 	"sandbox.file.move":      {`{"sandbox":"box","namespace":"fuzz","from":"/tmp/f","to":"/tmp/g"}`},
+	"namespace.usage":        {`{}`, `{"namespace":"fuzz"}`, `{"namespace":"*"}`},
 	"image.list":             {`{}`},
 	"image.pull":             {`{"ref":"127.0.0.1:1/x:latest","name":"x","platform":"linux/amd64","insecure":true}`},
 	"key.create":             {`{"namespace":"fuzz","expire":3600,"description":"d"}`},

@@ -49,6 +49,7 @@ var results = map[string]any{
 	"sandbox.file.mkdir":     done{},
 	"sandbox.file.remove":    done{},
 	"sandbox.file.move":      done{},
+	"namespace.usage":        namespaceUsageResult{},
 	"image.list":             imageList{},
 	"image.pull":             imageInfo{},
 	"key.create":             keyCreated{},

@@ -107,6 +107,9 @@ func (m *Manager) SetEgress(ctx context.Context, ns, name string, rules []string
 	if err != nil {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "egress: %w", err)
 	}
+	if err := checkEgressPolicy(ns, m.policy(ns), p.Rules()); err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	e := m.entries[key{ns, name}]
 	m.mu.Unlock()

@@ -281,6 +281,14 @@ type Options struct {
 	// bound each published port.
 	PublishAddress netip.Addr
 	PortLimits     portfwd.Limits
+	// Policy, when set, is each namespace's quotas and allowlists
+	// (policy.go), asked at every start; nil = none beyond the server's.
+	// It is called without the manager's locks held and must be cheap (a
+	// reload swaps what it reads).
+	Policy func(ns string) NamespacePolicy
+	// Namespaces, when set, lists the namespaces that have a policy of
+	// their own, so NamespaceUsage shows them before they hold sandboxes.
+	Namespaces func() []string
 }
 
 // Manager owns the server's sandboxes.
@@ -503,6 +511,23 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err := m.limits.checkCaps(spec); err != nil {
 		return Info{}, err
 	}
+	pol := m.policy(ns)
+	if len(spec.Egress) == 0 && len(pol.EgressDefault) > 0 && m.networking() {
+		m.mu.Lock()
+		exists := m.entries[key{ns, name}] != nil
+		m.mu.Unlock()
+		if !exists {
+			// A new sandbox that asks for no egress gets its
+			// namespace's default; a restart keeps what it had.
+			spec.Egress = slices.Clone(pol.EgressDefault)
+			if err := checkEgress(spec.Egress); err != nil {
+				return Info{}, errdefs.Errorf(errdefs.ErrInvalid, "namespace %q's egress_default: %w", ns, err)
+			}
+		}
+	}
+	if err := m.checkSpec(ctx, ns, pol, spec); err != nil {
+		return Info{}, err
+	}
 	if err := m.checkVolumes(spec.Volumes); err != nil {
 		return Info{}, err
 	}
@@ -540,6 +565,10 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	}
 	// Admitted and marked starting under one hold of m.mu: concurrent
 	// starts cannot both take the last of a resource.
+	if err := m.admitNamespace(ns, pol, spec); err != nil {
+		m.mu.Unlock()
+		return Info{}, err
+	}
 	if err := m.opts.Capacity.admit(m.grantedLocked(), m.limits.grant(spec)); err != nil {
 		m.mu.Unlock()
 		return Info{}, err

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -76,6 +77,9 @@ type Usage struct {
 	// rounding up means a running sandbox never reports 0.
 	MemoryMiB *int64
 	DiskBytes *int64
+	// Labels are the sandbox's, so a usage record can be billed by
+	// label (a copy).
+	Labels map[string]string
 }
 
 // Usage measures one sandbox.
@@ -87,8 +91,9 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 		return Usage{}, notFound(ns, name)
 	}
 	running, sb, cpus := e.state == Running, e.sb, e.spec.CPUs
+	labels := maps.Clone(e.spec.Labels)
 	m.mu.Unlock()
-	u := Usage{Namespace: ns, Name: name, Running: running}
+	u := Usage{Namespace: ns, Name: name, Running: running, Labels: labels}
 	now := time.Now()
 	if d, ok := sb.(backend.DiskUser); ok {
 		e.usage.mu.Lock()
