@@ -22,6 +22,23 @@ var all = flag.Bool("hostile.all", false, "run every hostile attempt, not only t
 // the limits attempts see the server's admission control, not this cap.
 const maxRunning = 48
 
+// attackerQuota is the attacker's namespace's max_sandboxes (running at
+// once): below what the host's capacity admits (finding 6's rule: one
+// tenant cannot take every slot), so another namespace still starts.
+const attackerQuota = 6
+
+// writeConfig writes the server's configuration file: the namespace quotas
+// the suite's attacker runs under.
+func writeConfig(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "warren.toml")
+	cfg := fmt.Sprintf("[namespaces.%s]\nmax_sandboxes = %d\n", nsAttacker, attackerQuota)
+	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // baselineFor is how long the victims' latency is measured before any
 // attack.
 const baselineFor = 10 * time.Second
@@ -69,7 +86,7 @@ func failf(t *testing.T, format string, args ...any) {
 // memory and that nothing is left behind.
 func TestHostile(t *testing.T) {
 	start := time.Now()
-	s := startServer(t, "--max-running", fmt.Sprint(maxRunning))
+	s := startServer(t, "--max-running", fmt.Sprint(maxRunning), "--config", writeConfig(t))
 	defer func() {
 		if t.Failed() {
 			t.Logf("server log (tail):\n%s", tail(s.log.String(), 4000))
