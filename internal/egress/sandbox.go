@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/secrets"
 )
 
 // Bounds on one sandbox's state.
@@ -70,6 +72,10 @@ type Sandbox struct {
 	pins  map[netip.Addr]map[string]time.Time // address → name → expiry
 	npins int
 
+	// secrets are the proxy-mode secrets of the sandbox's current run
+	// (nil: none); the proxy reads them per connection.
+	secrets atomic.Pointer[secrets.Proxy]
+
 	logMu  sync.Mutex
 	ring   []Record // the newest records; ring[start] is the oldest
 	start  int
@@ -127,6 +133,18 @@ func (s *Sandbox) SetPolicy(p *Policy) {
 	}
 	s.Record(r)
 }
+
+// Secrets are the sandbox's proxy-mode secrets (nil: none).
+func (s *Sandbox) Secrets() *secrets.Proxy {
+	if s == nil {
+		return nil
+	}
+	return s.secrets.Load()
+}
+
+// SetSecrets replaces the proxy-mode secrets (nil: none) for every later
+// connection.
+func (s *Sandbox) SetSecrets(p *secrets.Proxy) { s.secrets.Store(p) }
 
 // maxListed bounds the rule texts one policy record lists, in bytes.
 const maxListed = 4096
