@@ -144,7 +144,11 @@ func (s *Sandbox) Secrets() *secrets.Proxy {
 
 // SetSecrets replaces the proxy-mode secrets (nil: none) for every later
 // connection.
-func (s *Sandbox) SetSecrets(p *secrets.Proxy) { s.secrets.Store(p) }
+func (s *Sandbox) SetSecrets(p *secrets.Proxy) {
+	if s != nil {
+		s.secrets.Store(p)
+	}
+}
 
 // maxListed bounds the rule texts one policy record lists, in bytes.
 const maxListed = 4096

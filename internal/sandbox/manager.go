@@ -30,6 +30,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/portfwd"
+	"github.com/warren-sandbox/warren/internal/secrets"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -84,6 +85,10 @@ type Spec struct {
 	// nothing leaves the sandbox. It needs the server's networking
 	// (Options.Egress).
 	Egress []string `json:"egress,omitempty"`
+	// Secrets are the names of the secrets the sandbox gets (granted to
+	// its namespace, Options.Secrets): names only, the values are read
+	// at every start (secrets.go).
+	Secrets []string `json:"secrets,omitempty"`
 	// IdleTimeout stops the sandbox after this long without a request;
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -274,6 +279,9 @@ type Options struct {
 	// bound each published port.
 	PublishAddress netip.Addr
 	PortLimits     portfwd.Limits
+	// Secrets are the server's secret providers and grants; nil: a spec
+	// naming secrets is refused (ErrForbidden).
+	Secrets *secrets.Store
 }
 
 // Manager owns the server's sandboxes.
@@ -322,6 +330,9 @@ type entry struct {
 	// runs (egress.go).
 	egress  *egress.Sandbox
 	netAddr netip.Addr
+	// secrets are the proxy-mode secrets of the current run, handed to
+	// the egress state at netUp (secrets.go).
+	secrets *secrets.Proxy
 	// net is what it holds of the host's ports while it runs (ports.go).
 	net portState
 
@@ -394,6 +405,7 @@ func (m *Manager) info(e *entry) Info {
 	spec := e.spec
 	spec.Labels = maps.Clone(e.spec.Labels)
 	spec.Env = slices.Clone(e.spec.Env)
+	spec.Secrets = slices.Clone(e.spec.Secrets)
 	return Info{ID: e.id, Namespace: e.ns, Name: e.name, State: e.state, Error: e.err, Spec: spec,
 		Created: e.created, Started: e.started, Stopped: e.stopped}
 }
@@ -502,6 +514,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	}
 	if len(spec.Ports) > 0 && !m.networking() {
 		return Info{}, errNoPorts(spec.Ports)
+	}
+	if err := m.checkSecrets(ns, spec.Secrets); err != nil {
+		return Info{}, err
 	}
 	m.mu.Lock()
 	if m.closed {
@@ -668,7 +683,12 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	if err != nil {
 		return err
 	}
-	cfg := m.config(spec, e.id, img)
+	// Read now, at every start: a rotated value takes effect here.
+	sec, err := m.resolveSecrets(ctx, e, spec.Secrets)
+	if err != nil {
+		return err
+	}
+	cfg := withSecrets(m.config(spec, e.id, img), sec)
 	if e.sb == nil {
 		sb, err := m.be.Open(ctx, cfg)
 		if err != nil {
@@ -695,6 +715,16 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 		closePorts(ports)
 		return err
 	}
+	if sec.Proxy != nil {
+		if err := installCA(context.WithoutCancel(ctx), e.sb, sec.Proxy.CA().PEM()); err != nil {
+			closePorts(ports)
+			_ = e.sb.Stop(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	m.mu.Lock()
+	e.secrets = sec.Proxy
+	m.mu.Unlock()
 	if err := m.netUp(e, e.sb); err != nil {
 		closePorts(ports)
 		_ = e.sb.Stop(context.WithoutCancel(ctx))

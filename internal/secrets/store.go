@@ -27,35 +27,35 @@ const (
 // ProviderConfig is a provider of the server's configuration
 // ([[secrets.providers]]).
 type ProviderConfig struct {
-	Name   string
-	Type   string // "dir" (Path) or "env" (Prefix)
-	Path   string
-	Prefix string
+	Name   string `json:"name"`
+	Type   string `json:"type"` // "dir" (Path) or "env" (Prefix)
+	Path   string `json:"path,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
 }
 
 // Grant lets a namespace use a secret ([[namespaces.NS.secrets]]).
 type Grant struct {
 	// Name is the logical name sandbox.create's secrets list uses.
-	Name string
+	Name string `json:"name"`
 	// Provider names a provider; Key is the value's name there (default
 	// Name).
-	Provider string
-	Key      string
+	Provider string `json:"provider"`
+	Key      string `json:"key,omitempty"`
 	// Mode is ModeEnv or ModeProxy ("" = ModeProxy).
-	Mode string
+	Mode string `json:"mode,omitempty"`
 	// Env is the variable the sandbox sees (default Name upper-cased,
 	// '-' and '.' as '_').
-	Env string
+	Env string `json:"env,omitempty"`
 	// Hosts are the only hosts that receive the value (proxy mode):
 	// names, or "*.suffix" for the names below suffix.
-	Hosts []string
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // Config is the secrets part of the server's configuration: providers,
 // and grants by namespace.
 type Config struct {
-	Providers []ProviderConfig
-	Grants    map[string][]Grant
+	Providers []ProviderConfig   `json:"providers"`
+	Grants    map[string][]Grant `json:"grants"`
 }
 
 // Bounds.

@@ -1,0 +1,99 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/secrets"
+	"github.com/warren-sandbox/warren/internal/wire"
+)
+
+// A sandbox's secrets, seen from the manager. Invariants:
+//   - the spec (and so the database, sandbox.get and every response) holds
+//     the secrets' names only; their values are read from the providers at
+//     every start (Options.Secrets.Resolve), go into the backend's
+//     configuration for that start (the environment) and into the
+//     sandbox's egress state while it runs (proxy mode), and nowhere else;
+//   - a name the namespace has no grant for is refused (ErrForbidden)
+//     before anything is made;
+//   - with proxy-mode secrets, the sandbox's trust store holds the CA of
+//     the current start before Start returns, and the proxy has its
+//     secrets from then until the stop (netDown clears them).
+
+// checkSecrets refuses names ns may not use.
+func (m *Manager) checkSecrets(ns string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	return m.opts.Secrets.Check(ns, names)
+}
+
+// resolveSecrets reads the values of e's secrets for this start: what the
+// sandbox's environment gets, and the proxy's part (nil without
+// proxy-mode secrets). Holds e.life.
+func (m *Manager) resolveSecrets(ctx context.Context, e *entry, names []string) (*secrets.Delivery, error) {
+	if len(names) == 0 {
+		return &secrets.Delivery{}, nil
+	}
+	d, err := m.opts.Secrets.Resolve(ctx, e.ns, e.name, names)
+	if err != nil {
+		return nil, err
+	}
+	if d.Proxy != nil && !m.networking() {
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "secrets: proxy mode needs the server's network (warren serve --network), which this server does not give sandboxes")
+	}
+	return d, nil
+}
+
+// withSecrets is cfg with d's environment added last (so it wins over
+// the spec's and the image's variables of the same names).
+func withSecrets(cfg backend.Config, d *secrets.Delivery) backend.Config {
+	if len(d.Env) > 0 {
+		cfg.Env = append(slices.Clone(cfg.Env), d.Env...)
+	}
+	return cfg
+}
+
+// bundleSources are where images keep their system trust store, in the
+// order looked for (Debian, Ubuntu, Alpine; Fedora, RHEL; others).
+var bundleSources = []string{secrets.BundlePath, "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
+
+// installCA puts the sandbox's CA in its trust store, through its agent:
+// the image's system bundle with the CA appended (a former start's CA
+// replaced), written where the image keeps it and at secrets.BundlePath,
+// which SSL_CERT_FILE and the like name. The writes land in the sandbox's
+// own upper layer; the image's layers are not touched.
+func installCA(ctx context.Context, sb backend.Sandbox, caPEM []byte) error {
+	cl := sb.Agent()
+	if cl == nil {
+		return fmt.Errorf("secrets: the sandbox's agent is not running")
+	}
+	var base []byte
+	src := ""
+	for _, p := range bundleSources {
+		if b, err := cl.ReadFile(ctx, p); err == nil {
+			base, src = b, p
+			break
+		}
+	}
+	bundle := secrets.AppendToBundle(base, caPEM)
+	targets := []string{secrets.BundlePath}
+	if src != "" && src != secrets.BundlePath {
+		targets = append(targets, src)
+	}
+	if src == "" {
+		if err := cl.Mkdir(ctx, wire.MkdirRequest{Path: "/etc/ssl/certs", Parents: true}); err != nil {
+			return fmt.Errorf("secrets: install the sandbox's CA: %w", err)
+		}
+	}
+	for _, p := range targets {
+		if err := cl.WriteFile(ctx, p, bytes.NewReader(bundle), 0o644); err != nil {
+			return fmt.Errorf("secrets: install the sandbox's CA in %s: %w", p, err)
+		}
+	}
+	return nil
+}
