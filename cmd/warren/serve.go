@@ -244,7 +244,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
 		Limits: limits, Capacity: capacity, Egress: egressReg, PublishAddress: publish,
-		Secrets: secretStore,
+		Secrets: secretStore, SecretsDir: filepath.Join(c.hf.runDir, "secrets"),
 	})
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/testenv/fakenet"
 )
@@ -27,6 +28,7 @@ import (
 // and no value is in any response, log line, metric, sandbox log or
 // database file of the server.
 func TestSecrets(t *testing.T) {
+	start := time.Now()
 	in := fakenet.Start(t)
 	random := func(p string) string {
 		b := make([]byte, 12)
@@ -58,6 +60,7 @@ func TestSecrets(t *testing.T) {
 	}
 	hostBundle, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
 	s := startServer(t, "--dns-upstream", in.DNS.String(), "--secrets-config", cfgPath, "--egress-upstream-ca", in.CAFile)
+	t.Logf("fake internet and server up in %v", time.Since(start))
 
 	// Every answer of the server but the output of what the sandbox ran
 	// (the echo server's answers and env mode's values are the sandbox's
@@ -221,6 +224,16 @@ EOF`)
 			t.Errorf("%d CAs of Warren's in the bundle", n)
 		}
 	})
+	t.Run("server-restart", func(t *testing.T) {
+		// The sandbox runs on; the next server goes on with its
+		// placeholders and CA, the values read again. Without a warm
+		// pool: its agents' links can take a reattached sandbox's
+		// address before it is restored (reported separately).
+		s.args = append(s.args, "--prewarm", "0")
+		s.restart()
+		wantGot("https://allowed.test after a server restart", echo("https://allowed.test/echo", ""), rotated)
+		wantGot("http://allowed.test after a server restart", echo("http://allowed.test/echo", ""), rotated)
+	})
 	// A provider that refuses (a file others may read): the start fails
 	// naming the secret and the reason.
 	if err := os.Chmod(filepath.Join(secretsDir, "openai_key"), 0o644); err != nil {
@@ -247,6 +260,9 @@ EOF`)
 	must("sandbox.stop", map[string]any{"sandbox": "sec", "namespace": ns})
 	if err := s.stop(); err != nil {
 		t.Error(err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(s.run, "secrets")); len(left) > 0 {
+		t.Errorf("the stopped sandbox's secrets state is left: %v", left)
 	}
 	scanned := map[string][]byte{"responses": responses.Bytes(), "server log": []byte(s.log.String())}
 	for _, root := range []string{s.data, s.run} {

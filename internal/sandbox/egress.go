@@ -83,6 +83,7 @@ func (m *Manager) netDown(e *entry) {
 	}
 	// The values leave the server's memory with the run.
 	es.SetSecrets(nil)
+	m.dropSecrets(e)
 }
 
 // Egress returns ns/name's egress rules.

@@ -280,8 +280,12 @@ type Options struct {
 	PublishAddress netip.Addr
 	PortLimits     portfwd.Limits
 	// Secrets are the server's secret providers and grants; nil: a spec
-	// naming secrets is refused (ErrForbidden).
-	Secrets *secrets.Store
+	// naming secrets is refused (ErrForbidden). SecretsDir (in the run
+	// directory) keeps what the next server needs to go on with a
+	// running sandbox's proxy-mode secrets, values aside; "" = nothing
+	// kept, they stop at a server restart.
+	Secrets    *secrets.Store
+	SecretsDir string
 }
 
 // Manager owns the server's sandboxes.
@@ -722,9 +726,11 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 			return err
 		}
 	}
-	m.mu.Lock()
-	e.secrets = sec.Proxy
-	m.mu.Unlock()
+	if err := m.keepSecrets(e, sec.Proxy); err != nil {
+		closePorts(ports)
+		_ = e.sb.Stop(context.WithoutCancel(ctx))
+		return err
+	}
 	if err := m.netUp(e, e.sb); err != nil {
 		closePorts(ports)
 		_ = e.sb.Stop(context.WithoutCancel(ctx))

@@ -3,7 +3,11 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/warren-sandbox/warren/internal/backend"
@@ -22,7 +26,10 @@ import (
 //     before anything is made;
 //   - with proxy-mode secrets, the sandbox's trust store holds the CA of
 //     the current start before Start returns, and the proxy has its
-//     secrets from then until the stop (netDown clears them).
+//     secrets from then until the stop (netDown clears them);
+//   - while it runs, a 0600 file of the run directory holds what a next
+//     server needs to go on with them (its CA, its placeholders, no
+//     value): removed at the stop.
 
 // checkSecrets refuses names ns may not use.
 func (m *Manager) checkSecrets(ns string, names []string) error {
@@ -96,4 +103,97 @@ func installCA(ctx context.Context, sb backend.Sandbox, caPEM []byte) error {
 		}
 	}
 	return nil
+}
+
+// keepSecrets makes p e's proxy-mode secrets for this run, and keeps
+// their state for a later server (Options.SecretsDir). Holds e.life.
+func (m *Manager) keepSecrets(e *entry, p *secrets.Proxy) error {
+	m.mu.Lock()
+	e.secrets = p
+	m.mu.Unlock()
+	if m.opts.SecretsDir == "" || p == nil {
+		return nil
+	}
+	st, err := p.State()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(m.opts.SecretsDir, 0o700); err != nil {
+		return fmt.Errorf("secrets: %w", err)
+	}
+	if err := writeFileAtomic(m.secretsFile(e), st); err != nil {
+		return fmt.Errorf("secrets: %w", err)
+	}
+	return nil
+}
+
+func (m *Manager) secretsFile(e *entry) string {
+	return filepath.Join(m.opts.SecretsDir, e.id+".json")
+}
+
+// dropSecrets forgets the state keepSecrets kept.
+func (m *Manager) dropSecrets(e *entry) {
+	if m.opts.SecretsDir == "" {
+		return
+	}
+	if err := os.Remove(m.secretsFile(e)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("remove a sandbox's secrets state", "id", e.id, "err", err)
+	}
+}
+
+// restoreSecrets gives a sandbox reattached after a server restart its
+// proxy-mode secrets again: the former server's CA and placeholders, the
+// values read again.
+func (m *Manager) restoreSecrets(ctx context.Context, e *entry) error {
+	if m.opts.SecretsDir == "" || len(e.spec.Secrets) == 0 {
+		return nil
+	}
+	b, err := os.ReadFile(m.secretsFile(e))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // none in proxy mode
+	}
+	if err != nil {
+		return err
+	}
+	p, err := m.opts.Secrets.Restore(ctx, e.ns, e.spec.Secrets, b)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	e.secrets = p
+	m.mu.Unlock()
+	return nil
+}
+
+// writeFileAtomic writes b to path, mode 0600, by a rename.
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// sweepSecrets removes the secrets state of sandboxes that do not run
+// (a server that crashed before their stop was done). At New.
+func (m *Manager) sweepSecrets() {
+	if m.opts.SecretsDir == "" {
+		return
+	}
+	running := map[string]bool{}
+	for _, e := range m.entries {
+		if e.state == Running {
+			running[e.id+".json"] = true
+		}
+	}
+	des, _ := os.ReadDir(m.opts.SecretsDir)
+	for _, de := range des {
+		if !running[de.Name()] {
+			_ = os.Remove(filepath.Join(m.opts.SecretsDir, de.Name()))
+		}
+	}
 }

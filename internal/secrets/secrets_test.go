@@ -320,3 +320,41 @@ func mustLeaf(t *testing.T, ca *CA, name string) *tls.Certificate {
 	}
 	return l
 }
+
+func TestRestore(t *testing.T) {
+	s := testStore(t)
+	d, err := s.Resolve(context.Background(), "team-a", "sb1", []string{"openai", "db"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.Proxy.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(st, []byte(sample)) || bytes.Contains(st, []byte("postgres-pass")) {
+		t.Fatal("the state holds a value")
+	}
+	p, err := s.Restore(context.Background(), "team-a", []string{"openai", "db"}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ph := d.Proxy.subs[0].Placeholder
+	if out, _ := p.Replace("api.openai.test", ph); string(out) != sample {
+		t.Errorf("restored: %q", out)
+	}
+	if !bytes.Equal(p.CA().Certificate().Raw, d.Proxy.CA().Certificate().Raw) {
+		t.Error("another CA")
+	}
+	if _, err := p.CA().Leaf("api.openai.test"); err != nil {
+		t.Error(err)
+	}
+	// A grant withdrawn meanwhile: not restored.
+	if p, err := s.Restore(context.Background(), "team-b", []string{"openai"}, st); err != nil || p.Intercepts("api.openai.test") {
+		t.Errorf("another namespace: %v", err)
+	}
+	for _, bad := range []string{"", "{}", `{"ca_cert":"AAAA"}`} {
+		if _, err := s.Restore(context.Background(), "team-a", []string{"openai"}, []byte(bad)); err == nil {
+			t.Errorf("%q restored", bad)
+		}
+	}
+}

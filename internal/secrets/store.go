@@ -273,10 +273,8 @@ func (s *Store) Resolve(ctx context.Context, ns, label string, names []string) (
 			}
 			d.Env = append(d.Env, g.Env+"="+string(v.Reveal()))
 		case ModeProxy:
-			// It goes into header fields: a line break would be a way
-			// out of one.
-			if bytes.ContainsAny(v.Reveal(), "\r\n\x00") {
-				return nil, errdefs.Errorf(errdefs.ErrUnavailable, "secret %q (provider %q): the value holds a line break or NUL byte, which proxy mode cannot put in a header", n, g.Provider)
+			if err := checkProxyValue(n, g, v); err != nil {
+				return nil, err
 			}
 			ph := Placeholder(n)
 			d.Env = append(d.Env, g.Env+"="+ph)
@@ -380,4 +378,13 @@ func (p *Proxy) replace(host string, b []byte, escape bool) ([]byte, []string) {
 		names = append(names, s.Name)
 	}
 	return b, names
+}
+
+// checkProxyValue refuses a value proxy mode cannot deliver: it goes into
+// header fields, and a line break would be a way out of one.
+func checkProxyValue(name string, g Grant, v Value) error {
+	if bytes.ContainsAny(v.Reveal(), "\r\n\x00") {
+		return errdefs.Errorf(errdefs.ErrUnavailable, "secret %q (provider %q): the value holds a line break or NUL byte, which proxy mode cannot put in a header", name, g.Provider)
+	}
+	return nil
 }
