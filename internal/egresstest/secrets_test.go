@@ -269,7 +269,7 @@ EOF`)
 		dev := devOf(root)
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
-				return nil
+				return nil //nolint:nilerr // a file gone meanwhile holds nothing to scan
 			}
 			if d.IsDir() && devOf(p) != dev {
 				return filepath.SkipDir // a mount: a sandbox's root
