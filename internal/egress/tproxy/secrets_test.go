@@ -231,3 +231,45 @@ func TestSecretsHTTPS(t *testing.T) {
 		t.Errorf("record %+v", r)
 	}
 }
+
+func TestUpgradeTunnel(t *testing.T) {
+	sb := newSandbox([]string{"203.0.113.9"}, "allowed.test")
+	h := newHarness(t, Config{}, map[netip.Addr]*fakeSandbox{sandboxA: sb})
+	// A server that switches protocols, then echoes.
+	h.host("203.0.113.9:80", serve(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil || req.Header.Get("Upgrade") != "echo" {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n")
+		_, _ = io.Copy(c, br)
+	}))
+	c := h.connect(sandboxA, "203.0.113.9:80")
+	// The tunnel's first bytes come with the request, in one write.
+	if _, err := io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: allowed.test\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n\x00\x01not http\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 101 {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	want := "\x00\x01not http\r\n\r\n"
+	got := make([]byte, len(want))
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != want {
+		t.Fatalf("tunnel: %q %v", got, err)
+	}
+	if _, err := io.WriteString(c, "more raw bytes"); err != nil {
+		t.Fatal(err)
+	}
+	got = make([]byte, len("more raw bytes"))
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != "more raw bytes" {
+		t.Fatalf("tunnel: %q %v", got, err)
+	}
+	_ = c.CloseWrite()
+	if r := sb.record(t); r.Verdict != "allow" {
+		t.Fatalf("record %+v", r)
+	}
+}
