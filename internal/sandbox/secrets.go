@@ -48,13 +48,19 @@ func (m *Manager) resolveSecrets(ctx context.Context, e *entry, names []string) 
 	}
 	d, err := m.opts.Secrets.Resolve(ctx, e.ns, e.name, names)
 	if err != nil {
-		return nil, err
+		return nil, secretsError{err}
 	}
 	if d.Proxy != nil && !m.networking() {
 		return nil, errdefs.Errorf(errdefs.ErrInvalid, "secrets: proxy mode needs the server's network (warren serve --network), which this server does not give sandboxes")
 	}
 	return d, nil
 }
+
+// secretsError is a start refused for its secrets (a provider that
+// failed): a new sandbox refused so leaves nothing behind.
+type secretsError struct{ error }
+
+func (e secretsError) Unwrap() error { return e.error }
 
 // withSecrets is cfg with d's environment added last (so it wins over
 // the spec's and the image's variables of the same names).

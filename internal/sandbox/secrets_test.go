@@ -86,6 +86,14 @@ func TestSecretsEnvMode(t *testing.T) {
 		t.Errorf("a missing value: %v", err)
 	}
 
+	// A new sandbox refused so leaves nothing.
+	if _, err := m.Start(ctx, "team", "c", sp, true); err == nil {
+		t.Error("a missing value: started")
+	}
+	if _, err := m.Get("team", "c"); err == nil {
+		t.Error("a start refused for its secret left a sandbox")
+	}
+
 	// A server without secrets refuses any name.
 	bare := newEnv(t, sandbox.Options{}).manager(t)
 	if _, err := bare.Start(ctx, "team", "b", sp, true); !errors.Is(err, errdefs.ErrForbidden) {
