@@ -1,10 +1,12 @@
 package main
 
 import (
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/warren-sandbox/warren/internal/backend/native"
@@ -17,12 +19,16 @@ type netFlags struct {
 	upstreams string // comma-separated ADDR[:PORT]
 	pool      string // CIDR
 	publish   string // the host address sandboxes' ports are published on
+	// upstreamCA is a PEM file of CAs the egress proxy trusts besides the
+	// host's, verifying a destination it intercepts for secrets.
+	upstreamCA string
 }
 
 func (n *netFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.mode, "network", envOr("WARREN_NETWORK", "auto"), "sandboxes' network (env WARREN_NETWORK): on = a link of their own whose traffic\nonly leaves as their egress rules allow (deny-all by default); off = loopback only;\nauto = on where the host can (nftables, veth: see warren doctor), else off with a warning")
 	n.registerUpstream(fs)
 	fs.StringVar(&n.publish, "publish-address", envOr("WARREN_PUBLISH_ADDRESS", "127.0.0.1"), "host address sandboxes' published ports listen on (env WARREN_PUBLISH_ADDRESS);\n0.0.0.0 publishes them on every address of the host, to whoever can reach it")
+	fs.StringVar(&n.upstreamCA, "egress-upstream-ca", envOr("WARREN_EGRESS_UPSTREAM_CA", ""), "PEM file of CA certificates the egress proxy trusts besides the host's when it verifies\na destination it intercepts for proxy-mode secrets (env WARREN_EGRESS_UPSTREAM_CA)")
 	fs.StringVar(&n.pool, "net-pool", envOr("WARREN_NET_POOL", "auto"), "IPv4 range sandboxes' links are addressed from, a /30 each (env WARREN_NET_POOL);\nauto = a /20 of 10.201.0.0/16 no other server on this host has (1024 sandboxes)")
 }
 
@@ -54,8 +60,12 @@ func (n *netFlags) start(runDir string, log *slog.Logger) (*network.Network, err
 	if err != nil {
 		return nil, err
 	}
+	roots, err := n.upstreamRoots()
+	if err != nil {
+		return nil, err
+	}
 	sweepRuns(runDir, log)
-	nw, err := network.Start(network.Options{Prefix: native.InstancePrefix(runDir), Pool: pool, Upstreams: ups, Logger: log})
+	nw, err := network.Start(network.Options{Prefix: native.InstancePrefix(runDir), Pool: pool, Upstreams: ups, UpstreamRoots: roots, Logger: log})
 	if err != nil {
 		if n.mode == "on" {
 			return nil, fmt.Errorf("%w (--network on; see warren doctor)", err)
@@ -105,4 +115,24 @@ func (n *netFlags) publishAddress() (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("--publish-address %q: want an IP address (127.0.0.1, 0.0.0.0, or one of this host's)", n.publish)
 	}
 	return a.Unmap(), nil
+}
+
+// upstreamRoots is the host's roots plus --egress-upstream-ca's; nil
+// (the host's, read by crypto/tls) without the flag.
+func (n *netFlags) upstreamRoots() (*x509.CertPool, error) {
+	if n.upstreamCA == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(n.upstreamCA)
+	if err != nil {
+		return nil, fmt.Errorf("--egress-upstream-ca: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("--egress-upstream-ca %s: no PEM certificate in it", n.upstreamCA)
+	}
+	return pool, nil
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/secrets"
 )
 
 // Bounds on one sandbox's state.
@@ -73,6 +75,10 @@ type Sandbox struct {
 	pinMu sync.RWMutex
 	pins  map[netip.Addr]map[string]time.Time // address → name → expiry
 	npins int
+
+	// secrets are the proxy-mode secrets of the sandbox's current run
+	// (nil: none); the proxy reads them per connection.
+	secrets atomic.Pointer[secrets.Proxy]
 
 	logMu  sync.Mutex
 	ring   []Record // the newest records; ring[start] is the oldest
@@ -143,6 +149,22 @@ func (s *Sandbox) SetPolicy(p *Policy) {
 		r.Reason += "; the host's gate did not follow (connections to address rules may be refused): " + gateErr.Error()
 	}
 	s.Record(r)
+}
+
+// Secrets are the sandbox's proxy-mode secrets (nil: none).
+func (s *Sandbox) Secrets() *secrets.Proxy {
+	if s == nil {
+		return nil
+	}
+	return s.secrets.Load()
+}
+
+// SetSecrets replaces the proxy-mode secrets (nil: none) for every later
+// connection.
+func (s *Sandbox) SetSecrets(p *secrets.Proxy) {
+	if s != nil {
+		s.secrets.Store(p)
+	}
 }
 
 // maxListed bounds the rule texts one policy record lists, in bytes.

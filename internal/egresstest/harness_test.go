@@ -34,6 +34,7 @@ type server struct {
 	data, run string
 	addr      string // host:port of the API
 	url       string
+	args      []string // serve's
 	cmd       *exec.Cmd
 	exited    chan struct{} // closed when cmd has been waited for
 	log       *testenv.SyncBuffer
@@ -67,14 +68,9 @@ func startServer(t *testing.T, extra ...string) *server {
 	_ = ln.Close()
 	// A warm pool of two: the sandboxes take links the pool attached
 	// ahead (a rename at start), the path a server's starts take.
-	s.cmd = s.command(append([]string{"serve", "--listen", s.addr, "--prewarm", "2", "--log-text"}, extra...)...)
-	s.cmd.Stderr = s.log
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	s.exited = make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(s.exited) }()
+	s.args = append([]string{"serve", "--listen", s.addr, "--prewarm", "2", "--log-text"}, extra...)
 	s.url = "http://" + s.addr
+	s.launch()
 	t.Cleanup(func() {
 		if !s.hasExited() {
 			var out struct {
@@ -96,16 +92,45 @@ func startServer(t *testing.T, extra ...string) *server {
 			t.Logf("server log (tail):\n%s", tail(s.log.String(), 6000))
 		}
 	})
+	s.waitHealthy()
+	return s
+}
+
+// launch starts the server's process with s.args.
+func (s *server) launch() {
+	s.cmd = s.command(s.args...)
+	s.cmd.Stderr = s.log
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	s.exited = exited
+	cmd := s.cmd
+	go func() { _ = cmd.Wait(); close(exited) }()
+}
+
+func (s *server) waitHealthy() {
+	s.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !s.healthy() {
 		if s.hasExited() || time.Now().After(deadline) {
 			_ = s.cmd.Process.Kill()
 			<-s.exited
-			t.Fatal("server did not come up (its log follows)")
+			s.t.Fatal("server did not come up (its log follows)")
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return s
+}
+
+// restart stops the server (its sandboxes keep running) and starts it
+// again on the same directories, which reattaches them.
+func (s *server) restart() {
+	s.t.Helper()
+	if err := s.stop(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.launch()
+	s.waitHealthy()
 }
 
 func (s *server) healthy() bool {

@@ -9,6 +9,7 @@
 package network
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -39,7 +40,10 @@ type Options struct {
 	// Upstreams are the resolvers names are looked up with (the host's
 	// /etc/resolv.conf when empty).
 	Upstreams []netip.AddrPort
-	Logger    *slog.Logger
+	// UpstreamRoots verify the destinations the proxy intercepts for
+	// sandboxes' secrets (nil: the host's roots).
+	UpstreamRoots *x509.CertPool
+	Logger        *slog.Logger
 }
 
 // Network is a running host side of sandbox networking.
@@ -100,6 +104,7 @@ func Start(opts Options) (_ *Network, err error) {
 		return nil, fmt.Errorf("network: resolver: %w", err)
 	}
 	n.proxy = tproxy.New(tproxy.Config{
+		UpstreamRoots: opts.UpstreamRoots,
 		Lookup: func(a netip.Addr) tproxy.Sandbox {
 			if s := reg.Lookup(a); s != nil {
 				return s

@@ -267,7 +267,7 @@ func TestSandboxMethods(t *testing.T) {
 	if r := e.call("sandbox.create", map[string]any{"name": "ext"}); r.Status != 409 || r.kind() != "conflict" {
 		t.Fatalf("create twice: %s", r.Raw)
 	}
-	if r := e.call("sandbox.create", map[string]any{"name": "pol", "secrets": []string{"db"}}); r.Status != 400 || !strings.Contains(r.Error.Message, "secret") {
+	if r := e.call("sandbox.create", map[string]any{"name": "pol", "secrets": []string{"db"}}); r.kind() != "forbidden" || !strings.Contains(r.Error.Message, `secret "db" is not granted`) {
 		t.Fatalf("secrets: %s", r.Raw)
 	}
 	e.must("sandbox.create", map[string]any{"name": "other", "labels": map[string]string{"team": "y"}}, nil)

@@ -38,7 +38,8 @@ type startConfig struct {
 // startExtensions are the settings of Warren's own a microsandbox start
 // may carry under "warren".
 type startExtensions struct {
-	Egress []string `json:"egress"`
+	Egress  []string `json:"egress"`
+	Secrets []string `json:"secrets"`
 }
 
 func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any, error) {
@@ -79,7 +80,7 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	}
 	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols, Ports: ports}
 	if cfg.Warren != nil {
-		spec.Egress = cfg.Warren.Egress
+		spec.Egress, spec.Secrets = cfg.Warren.Egress, cfg.Warren.Secrets
 	}
 	return s.startSpec(ctx, ns, p.Sandbox, spec, sandbox.Plan{DependsOn: cfg.DependsOn, Command: run})
 }
@@ -261,11 +262,8 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case p.Workspace != "":
+	if p.Workspace != "" {
 		return nil, errdefs.Errorf(errInvalidParams, "workspace: workspaces are not configured on this server")
-	case len(p.Secrets) > 0:
-		return nil, errdefs.Errorf(errInvalidParams, "secrets: no secret store is configured on this server")
 	}
 	// Unset memory, cpus and image stay zero: the manager fills in the
 	// server's defaults. The periods' bound is the manager's too; it is
@@ -288,7 +286,7 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 		return nil, err
 	}
 	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
-		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress}
+		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress, Secrets: p.Secrets}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, name, spec, true)
 	if err != nil {

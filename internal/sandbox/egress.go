@@ -47,6 +47,7 @@ func (m *Manager) netUp(e *entry, sb backend.Sandbox) error {
 	m.mu.Lock()
 	rules := e.spec.Egress
 	es := e.egress
+	sec := e.secrets
 	m.mu.Unlock()
 	p, err := egress.Compile(rules)
 	if err != nil {
@@ -59,6 +60,7 @@ func (m *Manager) netUp(e *entry, sb backend.Sandbox) error {
 	} else {
 		es.SetPolicy(p)
 	}
+	es.SetSecrets(sec)
 	m.mu.Lock()
 	e.egress, e.netAddr = es, addr
 	m.mu.Unlock()
@@ -78,12 +80,17 @@ func (m *Manager) netDown(e *entry) {
 	m.mu.Lock()
 	addr := e.netAddr
 	e.netAddr = netip.Addr{}
+	es := e.egress
+	e.secrets = nil
 	m.mu.Unlock()
 	if addr.IsValid() && m.opts.Egress != nil {
 		if err := m.opts.Egress.Remove(addr); err != nil {
 			m.log.Warn("egress: the host's gate did not close", "namespace", e.ns, "sandbox", e.name, "err", err.Error())
 		}
 	}
+	// The values leave the server's memory with the run.
+	es.SetSecrets(nil)
+	m.dropSecrets(e)
 }
 
 // Egress returns ns/name's egress rules.

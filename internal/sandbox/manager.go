@@ -30,6 +30,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/portfwd"
+	"github.com/warren-sandbox/warren/internal/secrets"
 	"github.com/warren-sandbox/warren/internal/store"
 )
 
@@ -88,6 +89,10 @@ type Spec struct {
 	// nothing leaves the sandbox. It needs the server's networking
 	// (Options.Egress).
 	Egress []string `json:"egress,omitempty"`
+	// Secrets are the names of the secrets the sandbox gets (granted to
+	// its namespace, Options.Secrets): names only, the values are read
+	// at every start (secrets.go).
+	Secrets []string `json:"secrets,omitempty"`
 	// IdleTimeout stops the sandbox after this long without a request;
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -289,6 +294,13 @@ type Options struct {
 	// Namespaces, when set, lists the namespaces that have a policy of
 	// their own, so NamespaceUsage shows them before they hold sandboxes.
 	Namespaces func() []string
+	// Secrets are the server's secret providers and grants; nil: a spec
+	// naming secrets is refused (ErrForbidden). SecretsDir (in the run
+	// directory) keeps what the next server needs to go on with a
+	// running sandbox's proxy-mode secrets, values aside; "" = nothing
+	// kept, they stop at a server restart.
+	Secrets    *secrets.Store
+	SecretsDir string
 }
 
 // Manager owns the server's sandboxes.
@@ -337,6 +349,9 @@ type entry struct {
 	// runs (egress.go).
 	egress  *egress.Sandbox
 	netAddr netip.Addr
+	// secrets are the proxy-mode secrets of the current run, handed to
+	// the egress state at netUp (secrets.go).
+	secrets *secrets.Proxy
 	// net is what it holds of the host's ports while it runs (ports.go).
 	net portState
 
@@ -411,6 +426,7 @@ func (m *Manager) info(e *entry) Info {
 	spec.Env = slices.Clone(e.spec.Env)
 	spec.Ports = slices.Clone(e.spec.Ports)
 	spec.Exposed = slices.Clone(e.spec.Exposed)
+	spec.Secrets = slices.Clone(e.spec.Secrets)
 	return Info{ID: e.id, Namespace: e.ns, Name: e.name, State: e.state, Error: e.err, Spec: spec,
 		Created: e.created, Started: e.started, Stopped: e.stopped}
 }
@@ -537,6 +553,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if len(spec.Ports) > 0 && !m.networking() {
 		return Info{}, errNoPorts(spec.Ports, nil)
 	}
+	if err := m.checkSecrets(ns, spec.Secrets); err != nil {
+		return Info{}, err
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -625,9 +644,10 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err == nil {
 		e.usage.reset(e.sb, started)
 	}
-	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError))) {
+	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError)) || errors.As(err, new(secretsError))) {
 		// The request was refused (an image the store lacks or could not
-		// pull, a volume the policy forbids, a host port taken): it leaves no record, no
+		// pull, a volume the policy forbids, a host port taken, a secret
+		// its provider would not give): it leaves no record, no
 		// name taken and nothing counted against the server's limits, as
 		// if it never came.
 		m.discard(ctx, e)
@@ -712,7 +732,12 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	if err != nil {
 		return err
 	}
-	cfg := m.config(spec, e.id, img)
+	// Read now, at every start: a rotated value takes effect here.
+	sec, err := m.resolveSecrets(ctx, e, spec.Secrets)
+	if err != nil {
+		return err
+	}
+	cfg := withSecrets(m.config(spec, e.id, img), sec)
 	if e.sb == nil {
 		sb, err := m.be.Open(ctx, cfg)
 		if err != nil {
@@ -737,6 +762,18 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	// the start runs to its own deadline.
 	if err := e.sb.Start(context.WithoutCancel(ctx)); err != nil {
 		closePorts(ports)
+		return err
+	}
+	if sec.Proxy != nil {
+		if err := installCA(context.WithoutCancel(ctx), e.sb, sec.Proxy.CA().PEM()); err != nil {
+			closePorts(ports)
+			_ = e.sb.Stop(context.WithoutCancel(ctx))
+			return err
+		}
+	}
+	if err := m.keepSecrets(e, sec.Proxy); err != nil {
+		closePorts(ports)
+		_ = e.sb.Stop(context.WithoutCancel(ctx))
 		return err
 	}
 	if err := m.netUp(e, e.sb); err != nil {

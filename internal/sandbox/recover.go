@@ -78,6 +78,9 @@ func (m *Manager) recover(ctx context.Context) error {
 		case was == Running:
 			e.sb = sb
 			e.usage.reset(sb, time.Now())
+			if err := m.restoreSecrets(ctx, e); err != nil {
+				e.logf("reattached after a daemon restart without its proxy-mode secrets (their placeholders go as they are until the next start): %v", err)
+			}
 			if err := m.netUp(e, sb); err != nil {
 				e.logf("reattached after a daemon restart, without its network policy: %v", err)
 			} else {
@@ -94,6 +97,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		m.persist(e)
 		m.log.Info("sandbox recovered", "namespace", e.ns, "name", e.name, "id", e.id, "state", e.state, "was", was)
 	}
+	m.sweepSecrets()
 	ids, err := m.be.IDs()
 	if err != nil {
 		return fmt.Errorf("list sandboxes on the host: %w", err)

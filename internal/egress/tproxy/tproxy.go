@@ -23,14 +23,18 @@
 //     for them, connections per sandbox and in all, goroutines per
 //     connection (two), records logged for refusals over a limit.
 //
-// Only the first request of an HTTP/1.x connection, and the ClientHello's
-// cleartext name, are checked: later requests on a kept-alive connection
-// to an allowed address, and what a server makes of an encrypted
-// ClientHello, are not seen.
+// Plain HTTP/1.x is forwarded request by request, every request's Host
+// checked (http.go); so is HTTPS to a host a sandbox's proxy-mode secrets
+// go to, which the proxy intercepts with the sandbox's own CA to put the
+// secrets in. Everything else is spliced. Of TLS, only the ClientHello's
+// cleartext name is checked: what a server makes of an encrypted
+// ClientHello is not seen, nor the bytes of a tunnel after a CONNECT or
+// an upgrade.
 package tproxy
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -77,6 +81,9 @@ type Config struct {
 	// Dial connects to an allowed destination. Default: a net.Dialer with
 	// DialTimeout. A *net.TCPConn keeps the copy in the kernel (splice).
 	Dial func(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
+	// UpstreamRoots verify the destinations of the HTTPS connections the
+	// proxy intercepts for a sandbox's secrets; nil: the host's roots.
+	UpstreamRoots *x509.CertPool
 	// Log gets what is not a sandbox's business (unknown sources, accept
 	// errors). Default: discarded.
 	Log *slog.Logger
@@ -354,13 +361,19 @@ func (p *Proxy) handle(client *net.TCPConn) {
 	}
 
 	var first []byte
+	var kind string
 	if web {
 		var reason string
-		first, reason = p.decideWire(client, sb, dst, true, &v, &rec)
+		first, kind, reason = p.decideWire(client, sb, dst, true, &v, &rec)
 		if reason != "" {
 			refuse(reason)
 			return
 		}
+	}
+	sec := secretsOf(sb)
+	if kind == kindTLS && sec.Intercepts(rec.Name) {
+		p.intercept(client, c, sb, dst, sec, first, start, &v, &rec, refuse)
+		return
 	}
 	up, err := p.dial(dst)
 	if err != nil {
@@ -387,7 +400,7 @@ func (p *Proxy) handle(client *net.TCPConn) {
 	forward := true
 	if !web {
 		var reason string
-		first, reason = p.decideWire(client, sb, dst, false, &v, &rec)
+		first, kind, reason = p.decideWire(client, sb, dst, false, &v, &rec)
 		switch {
 		case reason == reasonIdle:
 			forward, outErr = false, errIdle
@@ -403,7 +416,11 @@ func (p *Proxy) handle(client *net.TCPConn) {
 	}
 
 	p.allowed.Add(1)
-	if forward {
+	var notes []string
+	switch {
+	case forward && kind == kindHTTP:
+		outN, outErr = p.forwardPlainHTTP(client, up, first, httpPeer{sb: sb, dst: dst, sec: sec}, &notes)
+	case forward:
 		outN, outErr = p.forward(client, up, first)
 	}
 	if outErr != nil {
@@ -413,10 +430,25 @@ func (p *Proxy) handle(client *net.TCPConn) {
 	_ = client.Close()
 	_ = up.Close()
 
-	rec.Verdict, rec.Reason = "allow", v.Reason
-	rec.BytesOut, rec.BytesIn = outN, in.n
+	p.finish(sb, &rec, v.Reason, notes, start, outN, in.n, outErr, in.err)
+}
+
+// finish logs the record of a connection that was allowed, saying how it
+// ended: a later request refused makes it a denial.
+func (p *Proxy) finish(sb Sandbox, rec *egress.Record, reason string, notes []string, start time.Time, outN, inN int64, outErr, inErr error) {
+	rec.Verdict, rec.Reason = "allow", reason
+	rec.BytesOut, rec.BytesIn = outN, inN
 	rec.Duration = ms(time.Since(start))
+	recordNotes(rec, notes)
+	var denied *deniedError
+	in := copyResult{inN, inErr}
 	switch {
+	case errors.As(outErr, &denied):
+		p.denied.Add(1)
+		rec.Verdict, rec.Reason = "deny", joinReason(rec.Reason, denied.reason)
+		if denied.name != "" {
+			rec.Name = denied.name
+		}
 	case errors.Is(outErr, errIdle) || errors.Is(in.err, errIdle):
 		rec.Reason = joinReason(rec.Reason, "ended: idle")
 	case p.ctx.Err() != nil && (outErr != nil || in.err != nil):
@@ -426,7 +458,7 @@ func (p *Proxy) handle(client *net.TCPConn) {
 	case in.err != nil:
 		rec.Reason = joinReason(rec.Reason, "ended: destination side: "+errText(in.err))
 	}
-	sb.Record(rec)
+	sb.Record(*rec)
 }
 
 type copyResult struct {
@@ -474,23 +506,23 @@ func (p *Proxy) dial(dst netip.AddrPort) (net.Conn, error) {
 // when they are a ClientHello or a request head asks the policy again
 // with the name; v and rec are updated. It returns the bytes read (to be
 // forwarded) or why the connection is refused.
-func (p *Proxy) decideWire(client *net.TCPConn, sb Sandbox, dst netip.AddrPort, web bool, v *egress.Verdict, rec *egress.Record) ([]byte, string) {
+func (p *Proxy) decideWire(client *net.TCPConn, sb Sandbox, dst netip.AddrPort, web bool, v *egress.Verdict, rec *egress.Record) ([]byte, string, string) {
 	first, kind, name, reason := p.peek(client, web)
 	if reason != "" {
-		return nil, reason
+		return nil, "", reason
 	}
 	if kind == "" {
 		if web {
-			return nil, fmt.Sprintf("neither TLS nor HTTP on port %d", dst.Port())
+			return nil, "", fmt.Sprintf("neither TLS nor HTTP on port %d", dst.Port())
 		}
-		return first, "" // the address's verdict stands
+		return first, "", "" // the address's verdict stands
 	}
 	*v = sb.Decide(dst, name, kind)
 	rec.Name, rec.Rule = name, v.Rule
 	if !v.Allow {
-		return nil, v.Reason
+		return nil, "", v.Reason
 	}
-	return first, ""
+	return first, kind, ""
 }
 
 // peek reads the client's first bytes until they are known to be a

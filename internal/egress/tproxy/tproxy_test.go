@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/secrets"
 )
 
 // The tests run the proxy on loopback with real sockets. What the kernel
@@ -44,6 +45,8 @@ var (
 type fakeSandbox struct {
 	addrs map[netip.Addr]bool
 	names map[string]bool
+
+	sec *secrets.Proxy // its proxy-mode secrets (secrets_test.go)
 
 	mu      sync.Mutex
 	decided []string // "kind:name" per Decide with a kind
@@ -80,6 +83,8 @@ func (s *fakeSandbox) Decide(dst netip.AddrPort, name, kind string) egress.Verdi
 }
 
 func (s *fakeSandbox) Record(r egress.Record) { s.records <- r }
+
+func (s *fakeSandbox) Secrets() *secrets.Proxy { return s.sec }
 
 // record waits for the next record.
 func (s *fakeSandbox) record(t *testing.T) egress.Record {

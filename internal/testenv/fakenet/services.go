@@ -2,6 +2,7 @@ package fakenet
 
 import (
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -86,6 +87,15 @@ func (in *Internet) handle(w http.ResponseWriter, r *http.Request, index *index)
 	in.noteRequest(host)
 	if canonical(host) == "pypi.test" || host == zone["pypi.test"].String() {
 		index.ServeHTTP(w, r)
+		return
+	}
+	if r.URL.Path == "/echo" {
+		// What a request carried, for the tests of what the egress proxy
+		// put in it.
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"host": host, "tls": r.TLS != nil, "authorization": r.Header.Get("Authorization"),
+			"query": r.URL.RawQuery, "body": string(body)})
 		return
 	}
 	if n, ok := strings.CutPrefix(r.URL.Path, "/bytes/"); ok {

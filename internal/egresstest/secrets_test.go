@@ -1,0 +1,311 @@
+package egresstest
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/testenv/fakenet"
+)
+
+// TestSecrets runs a real server with a directory provider (proxy mode)
+// and an environment provider (env mode) against the fake internet: the
+// sandbox sees the env-mode value and only a placeholder for the other;
+// the granted host gets the value over HTTPS and HTTP, another allowed
+// host the placeholder; a second request on one connection naming a
+// denied host is cut; a rotated value takes effect at the next start;
+// and no value is in any response, log line, metric, sandbox log or
+// database file of the server.
+func TestSecrets(t *testing.T) {
+	start := time.Now()
+	in := fakenet.Start(t)
+	random := func(p string) string {
+		b := make([]byte, 12)
+		_, _ = rand.Read(b)
+		return p + hex.EncodeToString(b)
+	}
+	fileValue, envValue, rotated := random("FILEVAL"), random("ENVVAL"), random("ROTATED")
+	values := []string{fileValue, envValue, rotated}
+	dir := t.TempDir()
+	secretsDir := filepath.Join(dir, "secrets")
+	if err := os.Mkdir(secretsDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(secretsDir, "openai_key"), []byte(fileValue+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WARREN_SECRET_T_DB", envValue)
+	cfg := map[string]any{
+		"providers": []map[string]string{{"name": "files", "type": "dir", "path": secretsDir}, {"name": "env", "type": "env", "prefix": "WARREN_SECRET_T_"}},
+		"grants": map[string]any{ns: []map[string]any{
+			{"name": "openai", "provider": "files", "key": "openai_key", "env": "OPENAI_API_KEY", "hosts": []string{"allowed.test"}},
+			{"name": "db", "provider": "env", "key": "DB", "mode": "env", "env": "DB_PASSWORD"},
+		}},
+	}
+	cfgPath := filepath.Join(dir, "secrets.json")
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostBundle, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	s := startServer(t, "--dns-upstream", in.DNS.String(), "--secrets-config", cfgPath, "--egress-upstream-ca", in.CAFile)
+	t.Logf("fake internet and server up in %v", time.Since(start))
+
+	// Every answer of the server but the output of what the sandbox ran
+	// (the echo server's answers and env mode's values are the sandbox's
+	// to print), scanned at the end.
+	var responses bytes.Buffer
+	rpc := func(key, method string, params any) (json.RawMessage, *rpcError) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+		req, _ := http.NewRequest("POST", s.url+"/api/v1/rpc", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := s.client.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if method != "sandbox.exec" {
+			responses.Write(raw)
+		}
+		var ans struct {
+			Result json.RawMessage `json:"result"`
+			Error  *struct {
+				Message string `json:"message"`
+				Data    struct {
+					Kind string `json:"kind"`
+				} `json:"data"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(raw, &ans); err != nil {
+			t.Fatalf("%s: %s", method, raw)
+		}
+		if ans.Error != nil {
+			return nil, &rpcError{Status: resp.StatusCode, Kind: ans.Error.Data.Kind, Message: ans.Error.Message}
+		}
+		return ans.Result, nil
+	}
+	must := func(method string, params any) json.RawMessage {
+		t.Helper()
+		r, err := rpc(s.key, method, params)
+		if err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		return r
+	}
+	sh := func(script string) string {
+		t.Helper()
+		var r execResult
+		if err := json.Unmarshal(must("sandbox.exec", map[string]any{"sandbox": "sec", "namespace": ns, "argv": []string{"sh", "-c", script}, "timeout": 60}), &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.ExitCode != 0 {
+			t.Fatalf("%s: exit %d: %s %s", script, r.ExitCode, r.Stdout, r.Stderr)
+		}
+		return r.Stdout
+	}
+
+	// A name the namespace has no grant for: forbidden, by name.
+	if _, err := rpc(s.key, "sandbox.create", map[string]any{"name": "nope", "namespace": ns, "secrets": []string{"openai", "stripe"}}); err == nil ||
+		err.Kind != "forbidden" || !strings.Contains(err.Message, `"stripe"`) {
+		t.Fatalf("an ungranted secret: %v", err)
+	}
+	must("sandbox.create", map[string]any{"name": "sec", "namespace": ns, "egress": []string{"allowed.test", "*.wild.test"}, "secrets": []string{"openai", "db"}})
+	sh(`cat > /tmp/fakenet-ca.pem <<'EOF'
+` + string(in.CAPEM) + `EOF`)
+
+	var placeholder string
+	t.Run("environment", func(t *testing.T) {
+		env := sh("env")
+		if !strings.Contains(env, "DB_PASSWORD="+envValue+"\n") {
+			t.Errorf("env mode: DB_PASSWORD not in the environment:\n%s", env)
+		}
+		m := regexp.MustCompile(`(?m)^OPENAI_API_KEY=(warren-secret-openai-[0-9a-f]{32})$`).FindStringSubmatch(env)
+		if m == nil {
+			t.Fatalf("proxy mode: no placeholder in the environment:\n%s", env)
+		}
+		placeholder = m[1]
+		if strings.Contains(env, fileValue) {
+			t.Error("the proxy-mode value is in the sandbox's environment")
+		}
+		for _, k := range []string{"SSL_CERT_FILE", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE"} {
+			if !strings.Contains(env, k+"=/etc/ssl/certs/ca-certificates.crt\n") {
+				t.Errorf("%s not set", k)
+			}
+		}
+	})
+	if placeholder == "" {
+		t.FailNow()
+	}
+	echo := func(url string, extra string) map[string]any {
+		t.Helper()
+		out := sh(`curl -sS --max-time 20 ` + extra + ` -H "Authorization: Bearer $OPENAI_API_KEY" --data "k=$OPENAI_API_KEY" "` + url + `?key=$OPENAI_API_KEY"`)
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("%s: %q", url, out)
+		}
+		return m
+	}
+	wantGot := func(what string, m map[string]any, v string) {
+		t.Helper()
+		if m["authorization"] != "Bearer "+v || m["query"] != "key="+v || m["body"] != "k="+v {
+			t.Errorf("%s got %v, want %.12s... in the header, query and body", what, m, v)
+		}
+	}
+	t.Run("proxy", func(t *testing.T) {
+		// The granted host, over HTTPS (the sandbox trusts its CA through
+		// the system bundle) and HTTP: the value.
+		m := echo("https://allowed.test/echo", "")
+		wantGot("https://allowed.test", m, fileValue)
+		if m["tls"] != true {
+			t.Errorf("not over TLS: %v", m)
+		}
+		wantGot("http://allowed.test", echo("http://allowed.test/echo", ""), fileValue)
+		// Python's ssl reads SSL_CERT_FILE.
+		py := sh(`python3 -c 'import os, urllib.request, json; r = urllib.request.Request("https://allowed.test/echo", headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}); print(json.load(urllib.request.urlopen(r, timeout=20))["authorization"] == "Bearer " + os.environ["OPENAI_API_KEY"])'`)
+		if strings.TrimSpace(py) != "False" {
+			t.Errorf("python: the server got the placeholder (%s)", py)
+		}
+		// Another allowed host: the placeholder, as the sandbox sent it;
+		// over HTTPS with the host's own certificate (spliced).
+		wantGot("https://a.wild.test", echo("https://a.wild.test/echo", "--cacert /tmp/fakenet-ca.pem"), placeholder)
+		wantGot("http://a.wild.test", echo("http://a.wild.test/echo", ""), placeholder)
+		// The CA vouches for the grant's host alone.
+		if out := sh(`curl -sS --max-time 20 https://a.wild.test/echo 2>&1 || echo FAILED`); !strings.Contains(out, "FAILED") {
+			t.Errorf("a.wild.test was trusted without the fake internet's CA: %s", out)
+		}
+	})
+	t.Run("keep-alive-host", func(t *testing.T) {
+		out := sh(`python3 - <<'EOF'
+import socket
+s = socket.create_connection(("allowed.test", 80), timeout=20)
+s.sendall(b"GET /k1 HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+first = s.recv(65536).split(b"\r\n")[0].decode()
+s.sendall(b"GET /k2 HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+try:
+    second = "got %r" % s.recv(65536)[:40]
+except ConnectionResetError:
+    second = "reset"
+print(first, "|", second)
+EOF`)
+		if !strings.HasPrefix(out, "HTTP/1.1 200") || !strings.Contains(out, "| reset") {
+			t.Errorf("second request naming a denied host: %s", out)
+		}
+		if n := in.Requests("denied.test"); n != 0 {
+			t.Errorf("the fake internet got %d requests for denied.test", n)
+		}
+	})
+	t.Run("rotation", func(t *testing.T) {
+		// A new value is read at the next start, with a new placeholder
+		// and CA; the bundle holds one CA of Warren's.
+		if err := os.WriteFile(filepath.Join(secretsDir, "openai_key"), []byte(rotated), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		must("sandbox.stop", map[string]any{"sandbox": "sec", "namespace": ns})
+		must("sandbox.start", map[string]any{"sandbox": "sec", "namespace": ns})
+		wantGot("https://allowed.test after a restart", echo("https://allowed.test/echo", ""), rotated)
+		if env := sh("env"); strings.Contains(env, placeholder) {
+			t.Error("the placeholder survived a restart")
+		}
+		if n := strings.Count(sh("cat /etc/ssl/certs/ca-certificates.crt"), "BEGIN warren sandbox CA"); n != 1 {
+			t.Errorf("%d CAs of Warren's in the bundle", n)
+		}
+	})
+	t.Run("server-restart", func(t *testing.T) {
+		// The sandbox runs on; the next server goes on with its
+		// placeholders and CA, the values read again. Without a warm
+		// pool: its agents' links can take a reattached sandbox's
+		// address before it is restored (reported separately).
+		s.args = append(s.args, "--prewarm", "0")
+		s.restart()
+		wantGot("https://allowed.test after a server restart", echo("https://allowed.test/echo", ""), rotated)
+		wantGot("http://allowed.test after a server restart", echo("http://allowed.test/echo", ""), rotated)
+	})
+	// A provider that refuses (a file others may read): the start fails
+	// naming the secret and the reason.
+	if err := os.Chmod(filepath.Join(secretsDir, "openai_key"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rpc(s.key, "sandbox.create", map[string]any{"name": "loose", "namespace": ns, "egress": []string{"allowed.test"}, "secrets": []string{"openai"}}); err == nil ||
+		!strings.Contains(err.Message, `secret "openai"`) || !strings.Contains(err.Message, "mode 0644") {
+		t.Errorf("a 0644 secret file: %v", err)
+	}
+
+	// Everything the server said or wrote.
+	for _, m := range []string{"sandbox.get", "sandbox.logs", "sandbox.egress.log", "sandbox.metrics.get"} {
+		must(m, map[string]any{"sandbox": "sec", "namespace": ns})
+	}
+	must("sandbox.list", map[string]any{"namespace": ns})
+	req, _ := http.NewRequest("GET", s.url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+s.admin)
+	if resp, err := s.client.Do(req); err == nil {
+		_, _ = io.Copy(&responses, resp.Body)
+		_ = resp.Body.Close()
+	} else {
+		t.Error(err)
+	}
+	must("sandbox.stop", map[string]any{"sandbox": "sec", "namespace": ns})
+	if err := s.stop(); err != nil {
+		t.Error(err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(s.run, "secrets")); len(left) > 0 {
+		t.Errorf("the stopped sandbox's secrets state is left: %v", left)
+	}
+	scanned := map[string][]byte{"responses": responses.Bytes(), "server log": []byte(s.log.String())}
+	for _, root := range []string{s.data, s.run} {
+		dev := devOf(root)
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil //nolint:nilerr // a file gone meanwhile holds nothing to scan
+			}
+			if d.IsDir() && devOf(p) != dev {
+				return filepath.SkipDir // a mount: a sandbox's root
+			}
+			if info, err := d.Info(); err == nil && info.Mode().IsRegular() && info.Size() < 256<<20 {
+				if b, err := os.ReadFile(p); err == nil {
+					scanned[p] = b
+				}
+			}
+			return nil
+		})
+	}
+	dbs := 0
+	for name, b := range scanned {
+		if strings.Contains(name, ".db") {
+			dbs++
+		}
+		for _, v := range values {
+			if bytes.Contains(b, []byte(v)) {
+				t.Errorf("a secret value (%.7s...) is in %s", v, name)
+			}
+		}
+	}
+	if dbs == 0 || len(responses.Bytes()) == 0 {
+		t.Errorf("scanned %d database files and %d bytes of responses", dbs, responses.Len())
+	}
+	if now, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); !bytes.Equal(now, hostBundle) {
+		t.Error("the host's trust store changed")
+	}
+	t.Logf("scanned %d files and %d bytes of responses", len(scanned), responses.Len())
+}
+
+func devOf(p string) uint64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return 0
+	}
+	return st.Dev
+}
