@@ -3,34 +3,49 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/config"
 )
 
-func TestLoadSecrets(t *testing.T) {
-	if st, err := loadSecrets(""); st != nil || err != nil {
+func TestSecretsFromConfig(t *testing.T) {
+	if st, err := (*livePolicy)(nil).secretStore(); st != nil || err != nil {
 		t.Fatalf("no file: %v %v", st, err)
 	}
-	dir := t.TempDir()
-	write := func(s string) string {
-		p := filepath.Join(dir, "s.json")
-		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
+	p := filepath.Join(t.TempDir(), "warren.toml")
+	if err := os.WriteFile(p, []byte(`
+[[secrets.providers]]
+name = "env"
+type = "env"
+prefix = "W_"
+
+[namespaces.team]
+[[namespaces.team.secrets]]
+name = "db"
+provider = "env"
+mode = "env"
+[[namespaces.team.secrets]]
+name = "api"
+provider = "env"
+hosts = ["api.example.com"]
+`), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	ok := write(`{"providers": [{"name": "env", "type": "env", "prefix": "W_"}], "grants": {"team": [{"name": "db", "provider": "env", "mode": "env"}]}}`)
-	if st, err := loadSecrets(ok); err != nil || st.Check("team", []string{"db"}) != nil {
-		t.Fatalf("valid file: %v", err)
+	f, err := config.Load(p)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Every problem at once; an unknown field is one.
-	_, err := loadSecrets(write(`{"providers": [{"name": "env", "type": "nope"}], "grants": {"team": [{"name": "db", "provider": "x"}]}}`))
-	for _, want := range []string{`type "nope"`, `provider "x" is not configured`, "proxy mode needs hosts"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%v: want %q", err, want)
-		}
+	st, err := (&livePolicy{path: p, boot: f}).secretStore()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := loadSecrets(write(`{"providers": [], "grant": {}}`)); err == nil || !strings.Contains(err.Error(), `unknown field "grant"`) {
-		t.Errorf("unknown field: %v", err)
+	if err := st.Check("team", []string{"db", "api"}); err != nil {
+		t.Errorf("granted secrets refused: %v", err)
+	}
+	if err := st.Check("team", []string{"other"}); err == nil {
+		t.Error("a secret not granted was let through")
+	}
+	if err := st.Check("elsewhere", []string{"db"}); err == nil {
+		t.Error("another namespace's grant was let through")
 	}
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -26,7 +24,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/rpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
-	"github.com/warren-sandbox/warren/internal/secrets"
 )
 
 const serveAbout = `
@@ -89,9 +86,6 @@ type serveConfig struct {
 	// nil without a file.
 	configPath string
 	policy     *livePolicy
-	// secretsConfig is a JSON file of secret providers and grants
-	// (secrets.Config).
-	secretsConfig string
 }
 
 func serveCmd(ctx context.Context, args []string) error {
@@ -144,7 +138,6 @@ func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
 	fs.StringVar(&c.pids, "pids", envOr("WARREN_PIDS", strconv.Itoa(backend.DefaultPids)), "processes and threads each sandbox may run (env WARREN_PIDS)")
 	fs.StringVar(&c.openFiles, "open-files", envOr("WARREN_OPEN_FILES", "auto"), "open files (RLIMIT_NOFILE) of each sandbox process (env WARREN_OPEN_FILES);\nauto = the host's fs.file-max per pid, 128 to 1024")
 	fs.StringVar(&c.cpuOvercommit, "cpu-overcommit", envOr("WARREN_CPU_OVERCOMMIT", strconv.Itoa(sandbox.DefaultCPUOvercommit)), "CPUs granted to running sandboxes together, as a multiple of the host's (env WARREN_CPU_OVERCOMMIT)")
-	fs.StringVar(&c.secretsConfig, "secrets-config", envOr("WARREN_SECRETS_CONFIG", ""), "JSON file of secret providers and grants per namespace (env WARREN_SECRETS_CONFIG;\ndocs/policy.md#secrets); without it a sandbox naming secrets is refused")
 	keepFileMax, err := envBool("WARREN_KEEP_FILE_MAX", false)
 	if err != nil {
 		return nil, err
@@ -276,7 +269,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if c.pull {
 		res.OnDemand = &image.OnDemand{MaxBytes: pullMax, Timeout: c.pullTimeout, Logger: log}
 	}
-	secretStore, err := loadSecrets(c.secretsConfig)
+	secretStore, err := c.policy.secretStore()
 	if err != nil {
 		return err
 	}
@@ -435,24 +428,3 @@ func routes(api *rpc.Server, mcpHandler http.Handler) http.Handler {
 	return mux
 }
 
-// loadSecrets reads --secrets-config; nil without it.
-func loadSecrets(path string) (*secrets.Store, error) {
-	if path == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(path) //nolint:gosec // G304: the operator's file
-	if err != nil {
-		return nil, fmt.Errorf("--secrets-config: %w", err)
-	}
-	var cfg secrets.Config
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
-		return nil, fmt.Errorf("--secrets-config %s: %w", path, err)
-	}
-	st, err := secrets.Open(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("--secrets-config %s: %w", path, err)
-	}
-	return st, nil
-}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/config"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/secrets"
 )
 
 // The configuration file of warren serve (--config, docs/policy.md).
@@ -199,8 +200,43 @@ func (l *livePolicy) needsRestart(f *config.File) []string {
 	if !reflect.DeepEqual(l.boot.Secrets, f.Secrets) {
 		out = append(out, "secrets.providers")
 	}
+	if !reflect.DeepEqual(secretsConfig(l.boot).Grants, secretsConfig(f).Grants) {
+		out = append(out, "namespaces.*.secrets")
+	}
 	if !reflect.DeepEqual(l.boot.Workspaces, f.Workspaces) {
 		out = append(out, "workspaces.stores")
 	}
 	return out
+}
+
+// secretStore opens the file's secret providers and namespace grants (read
+// at start: a change needs a restart); nil without a file or without
+// providers, and a sandbox naming secrets is refused.
+func (l *livePolicy) secretStore() (*secrets.Store, error) {
+	if l == nil || len(l.boot.Secrets.Providers) == 0 {
+		return nil, nil
+	}
+	st, err := secrets.Open(secretsConfig(l.boot))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: secrets: %w", l.path, err)
+	}
+	return st, nil
+}
+
+// secretsConfig is f's [secrets] section and namespace grants as the
+// secrets package takes them.
+func secretsConfig(f *config.File) secrets.Config {
+	var c secrets.Config
+	for _, p := range f.Secrets.Providers {
+		c.Providers = append(c.Providers, secrets.ProviderConfig{Name: p.Name, Type: p.Type, Path: p.Path, Prefix: p.Prefix})
+	}
+	for ns, n := range f.Namespaces {
+		for _, g := range n.Secrets {
+			if c.Grants == nil {
+				c.Grants = map[string][]secrets.Grant{}
+			}
+			c.Grants[ns] = append(c.Grants[ns], secrets.Grant{Name: g.Name, Provider: g.Provider, Key: g.Key, Mode: g.Mode, Env: g.Env, Hosts: g.Hosts})
+		}
+	}
+	return c
 }

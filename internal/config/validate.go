@@ -57,6 +57,7 @@ var serverKeys = map[string]kind{
 	"agent": kString, "spawner": kString, "verbose": kBool,
 	// netFlags
 	"network": kString, "dns_upstream": kString, "publish_address": kString, "net_pool": kString,
+	"egress_upstream_ca": kString,
 }
 
 // ServerKeys lists the [server] keys, sorted.

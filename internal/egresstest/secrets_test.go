@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
@@ -46,20 +47,38 @@ func TestSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("WARREN_SECRET_T_DB", envValue)
-	cfg := map[string]any{
-		"providers": []map[string]string{{"name": "files", "type": "dir", "path": secretsDir}, {"name": "env", "type": "env", "prefix": "WARREN_SECRET_T_"}},
-		"grants": map[string]any{ns: []map[string]any{
-			{"name": "openai", "provider": "files", "key": "openai_key", "env": "OPENAI_API_KEY", "hosts": []string{"allowed.test"}},
-			{"name": "db", "provider": "env", "key": "DB", "mode": "env", "env": "DB_PASSWORD"},
-		}},
-	}
-	cfgPath := filepath.Join(dir, "secrets.json")
-	b, _ := json.Marshal(cfg)
-	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+	cfg := fmt.Sprintf(`
+[[secrets.providers]]
+name = "files"
+type = "dir"
+path = %q
+
+[[secrets.providers]]
+name = "env"
+type = "env"
+prefix = "WARREN_SECRET_T_"
+
+[namespaces.%s]
+[[namespaces.%s.secrets]]
+name = "openai"
+provider = "files"
+key = "openai_key"
+env = "OPENAI_API_KEY"
+hosts = ["allowed.test"]
+
+[[namespaces.%s.secrets]]
+name = "db"
+provider = "env"
+key = "DB"
+mode = "env"
+env = "DB_PASSWORD"
+`, secretsDir, ns, ns, ns)
+	cfgPath := filepath.Join(dir, "warren.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	hostBundle, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
-	s := startServer(t, "--dns-upstream", in.DNS.String(), "--secrets-config", cfgPath, "--egress-upstream-ca", in.CAFile)
+	s := startServer(t, "--dns-upstream", in.DNS.String(), "--config", cfgPath, "--egress-upstream-ca", in.CAFile)
 	t.Logf("fake internet and server up in %v", time.Since(start))
 
 	// Every answer of the server but the output of what the sandbox ran

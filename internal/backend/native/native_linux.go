@@ -261,6 +261,7 @@ func New(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	if opts.Prewarm > 0 {
+		b.reserveNet()
 		if err := b.startPool(opts.Prewarm); err != nil {
 			b.closeSpawner()
 			_ = b.agentHeld.Close()

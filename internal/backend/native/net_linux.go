@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/netplumb"
@@ -97,6 +98,39 @@ func (s *Sandbox) restoreNet() error {
 	}
 	s.link = l
 	return nil
+}
+
+// reserveNet restores the links that sandboxes of this run directory
+// recorded, before the warm pool attaches links of its own: after a server
+// restart a pooled agent must not take the address of a sandbox that is
+// still running and about to be reattached (Open, restoreNet, which finds
+// its link already restored). A recorded link whose sandbox is gone fails
+// here (its veth went with its namespace) or is swept with the sandbox
+// (ReapOrphans).
+func (b *Backend) reserveNet() {
+	if b.opts.Net == nil {
+		return
+	}
+	ents, err := os.ReadDir(b.opts.RunDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(b.opts.RunDir, e.Name(), netFile)) //nolint:gosec // the backend's own run directory
+		if err != nil {
+			continue
+		}
+		var l netplumb.Link
+		if err := json.Unmarshal(raw, &l); err != nil {
+			continue
+		}
+		if err := b.opts.Net.Restore(e.Name(), l); err != nil {
+			b.log.Debug("network: a recorded link was not reserved", "id", e.Name(), "err", err.Error())
+		}
+	}
 }
 
 // NetAddr implements backend.Networked.

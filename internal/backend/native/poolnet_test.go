@@ -357,3 +357,80 @@ func spoofElements(t *testing.T, table string) []string {
 	}
 	return out
 }
+
+// TestReattachNetworkBeforePool: a server restarted with a warm pool keeps
+// a running sandbox's address. The new backend reserves the links its run
+// directory records before the pool attaches links of its own, so no pooled
+// agent takes the address of the sandbox about to be reattached.
+func TestReattachNetworkBeforePool(t *testing.T) {
+	testenv.RequireRoot(t)
+	svc := newNetServices(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	prefix := "warren-poolnet-" + hex.EncodeToString(b)
+	cfg := svc.config(prefix)
+	h, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatalf("netplumb: %v", err)
+	}
+	base := testenv.SearchableDir(t, "warren-poolnet-test-")
+	opts := native.Options{
+		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"),
+		AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
+		CgroupPrefix: prefix, Net: h,
+	}
+	be, err := native.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := be.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	bcfg := backend.Config{ID: "kept", Image: img, Network: backend.NetworkEgress}
+	sb, err := be.Create(ctx, bcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		_ = sb.Remove(ctx)
+		t.Fatal(err)
+	}
+	addr := sb.(backend.Networked).NetAddr()
+	// The server goes; the sandbox keeps running. The next one writes the
+	// table anew and starts with a warm pool.
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h2, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatalf("netplumb: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := h2.Remove(); err != nil {
+			t.Errorf("netplumb remove: %v", err)
+		}
+	})
+	opts.Net, opts.Prewarm = h2, 3
+	be2, err := native.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = be2.Close() })
+	waitFor(t, be2.PoolSettled)
+	sb2, err := be2.Open(ctx, bcfg)
+	if err != nil {
+		t.Fatalf("reattach: %v", err)
+	}
+	t.Cleanup(func() { _ = sb2.Remove(context.Background()) })
+	if got := sb2.(backend.Networked).NetAddr(); got != addr {
+		t.Errorf("reattached with address %v, want its own %v", got, addr)
+	}
+	if els := spoofElements(t, prefix); !slices.ContainsFunc(els, func(e string) bool { return strings.HasSuffix(e, " "+addr.String()) }) {
+		t.Errorf("the reattached sandbox's address %v has no anti-spoof element: %v", addr, els)
+	}
+}
