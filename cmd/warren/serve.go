@@ -427,4 +427,3 @@ func routes(api *rpc.Server, mcpHandler http.Handler) http.Handler {
 	mux.Handle("/mcp", api.Authenticated(mcpHandler))
 	return mux
 }
-
