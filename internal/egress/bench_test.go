@@ -47,9 +47,9 @@ func BenchmarkDecide(b *testing.B) {
 	s := NewSandbox("ns", "box", fullPolicy(b))
 	// A busy sandbox: a thousand pins besides the one used.
 	for i := range 1000 {
-		s.Pin(fmt.Sprintf("a%d.zone-%d.example.net", i, i%64), []netip.Addr{netip.AddrFrom4([4]byte{203, 0, byte(i >> 8), byte(i)})}, time.Hour)
+		_ = s.Pin(fmt.Sprintf("a%d.zone-%d.example.net", i, i%64), []netip.Addr{netip.AddrFrom4([4]byte{203, 0, byte(i >> 8), byte(i)})}, time.Hour)
 	}
-	s.Pin("host-100.example2.com", []netip.Addr{netip.MustParseAddr("203.0.113.7")}, time.Hour)
+	_ = s.Pin("host-100.example2.com", []netip.Addr{netip.MustParseAddr("203.0.113.7")}, time.Hour)
 	for _, c := range []struct {
 		label      string
 		dst        string

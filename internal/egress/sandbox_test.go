@@ -130,7 +130,7 @@ func TestDecide(t *testing.T) {
 			}
 			s, _ := newTestSandbox(t, rules...)
 			for _, p := range c.pins {
-				s.Pin(p.name, []netip.Addr{ip(p.addr)}, time.Minute)
+				_ = s.Pin(p.name, []netip.Addr{ip(p.addr)}, time.Minute)
 			}
 			var dst netip.AddrPort
 			if c.dst != "" {
@@ -156,7 +156,7 @@ func TestDecide(t *testing.T) {
 func TestDecideIsPerSandbox(t *testing.T) {
 	a, _ := newTestSandbox(t, testRules...)
 	b, _ := newTestSandbox(t, testRules...)
-	b.Pin("allowed.test", []netip.Addr{ip("203.0.113.10")}, time.Hour)
+	_ = b.Pin("allowed.test", []netip.Addr{ip("203.0.113.10")}, time.Hour)
 	if v := a.Decide(ap("203.0.113.10:443"), "allowed.test", "tls"); v.Allow {
 		t.Fatalf("a sandbox uses another's pin: %+v", v)
 	}
@@ -444,8 +444,8 @@ func TestSandboxConcurrent(t *testing.T) {
 func TestRegistry(t *testing.T) {
 	r := NewRegistry()
 	a, b := NewSandbox("ns", "a", nil), NewSandbox("ns", "b", nil)
-	r.Add(ip("10.201.0.2"), a)
-	r.Add(ip("::ffff:10.201.0.6"), b)
+	_ = r.Add(ip("10.201.0.2"), a)
+	_ = r.Add(ip("::ffff:10.201.0.6"), b)
 	if r.Lookup(ip("::ffff:10.201.0.2")) != a || r.Lookup(ip("10.201.0.6")) != b {
 		t.Fatal("lookup of a registered address")
 	}
@@ -453,14 +453,14 @@ func TestRegistry(t *testing.T) {
 	if zero.Lookup(ip("10.201.0.2")) != nil {
 		t.Fatal("the zero registry knows an address")
 	}
-	zero.Add(ip("10.201.0.2"), a)
+	_ = zero.Add(ip("10.201.0.2"), a)
 	if zero.Lookup(ip("10.201.0.2")) != a {
 		t.Fatal("the zero registry lost an address")
 	}
 	if r.Lookup(ip("10.201.0.10")) != nil || r.Lookup(netip.Addr{}) != nil {
 		t.Fatal("lookup of an unknown address is not nil")
 	}
-	r.Remove(ip("10.201.0.2"))
+	_ = r.Remove(ip("10.201.0.2"))
 	if r.Lookup(ip("10.201.0.2")) != nil || r.Len() != 1 {
 		t.Fatal("a removed address still maps")
 	}
@@ -468,7 +468,7 @@ func TestRegistry(t *testing.T) {
 	// Concurrent: writers add and remove their own addresses while readers
 	// look up a fixed one.
 	fixed := ip("10.201.255.254")
-	r.Add(fixed, a)
+	_ = r.Add(fixed, a)
 	var wg sync.WaitGroup
 	for g := range 4 {
 		wg.Go(func() {
@@ -479,7 +479,7 @@ func TestRegistry(t *testing.T) {
 				if r.Lookup(addr) != s {
 					t.Errorf("lookup after add of %s", addr)
 				}
-				r.Remove(addr)
+				_ = r.Remove(addr)
 			}
 		})
 		wg.Go(func() {
