@@ -413,6 +413,17 @@ func (m *Manager) Get(ns, name string) (Info, error) {
 	return m.info(e), nil
 }
 
+// Labels returns the labels of ns/name (nil when it has none or does
+// not exist), for records about it.
+func (m *Manager) Labels(ns, name string) map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.entries[key{ns, name}]; e != nil && len(e.spec.Labels) > 0 {
+		return maps.Clone(e.spec.Labels)
+	}
+	return nil
+}
+
 // Filter selects sandboxes for List. Zero fields match everything.
 type Filter struct {
 	// Namespaces the caller may see; nil = all.
