@@ -70,6 +70,10 @@ type Sandbox struct {
 	pins  map[netip.Addr]map[string]time.Time // address → name → expiry
 	npins int
 
+	// observe, when set, is given every record as it is logged (the
+	// audit log's copy: the ring keeps only the newest).
+	observe func(Record)
+
 	logMu  sync.Mutex
 	ring   []Record // the newest records; ring[start] is the oldest
 	start  int
@@ -130,6 +134,11 @@ func (s *Sandbox) SetPolicy(p *Policy) {
 
 // maxListed bounds the rule texts one policy record lists, in bytes.
 const maxListed = 4096
+
+// Observe makes f see every record from now on, outside the log's lock,
+// in the order they were logged by each caller. Call it before the
+// sandbox is used (registered, or handed to a resolver or proxy).
+func (s *Sandbox) Observe(f func(Record)) { s.observe = f }
 
 // ID returns the sandbox's namespace and name.
 func (s *Sandbox) ID() (namespace, name string) { return s.namespace, s.name }
@@ -355,7 +364,14 @@ func (s *Sandbox) Record(r Record) {
 	r.Rule = clip(r.Rule, MaxRuleLen)
 	r.Reason = clip(r.Reason, 512)
 	s.logMu.Lock()
-	defer s.logMu.Unlock()
+	s.recordLocked(&r)
+	s.logMu.Unlock()
+	if s.observe != nil {
+		s.observe(r)
+	}
+}
+
+func (s *Sandbox) recordLocked(r *Record) {
 	s.seq++
 	r.Seq = s.seq
 	if r.Time.IsZero() {
@@ -373,10 +389,10 @@ func (s *Sandbox) Record(r Record) {
 		s.counts[r.Kind] = c
 	}
 	if len(s.ring) < LogSize {
-		s.ring = append(s.ring, r)
+		s.ring = append(s.ring, *r)
 		return
 	}
-	s.ring[s.start] = r
+	s.ring[s.start] = *r
 	s.start = (s.start + 1) % LogSize
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/audit"
+	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/fake"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/image/layer"
@@ -36,7 +37,12 @@ func auditedEnv(t *testing.T, tweak func(*sandbox.Options)) (*env, *audit.Log, s
 	e.fake = fake.New()
 	e.backend = e.fake
 	host := &image.Image{Layers: []string{"/"}}
-	e.open(layer.IDMap{}, func() (*image.Image, error) { return host, nil }, tweak)
+	e.open(layer.IDMap{}, func() (*image.Image, error) { return host, nil }, func(o *sandbox.Options) {
+		o.Audit = log
+		if tweak != nil {
+			tweak(o)
+		}
+	})
 	return e, log, dir
 }
 
@@ -260,5 +266,42 @@ func TestAuditFailureRefuses(t *testing.T) {
 	_ = log.Close()
 	if r := e.call("sandbox.list", map[string]any{}); r.kind() != "unavailable" || !strings.Contains(r.Error.Message, "audit") {
 		t.Fatalf("call with a closed log: %s", r.Raw)
+	}
+}
+
+// Usage records cover a sandbox's run without gaps or overlaps, carry its
+// labels, and add up to what it used.
+func TestAuditUsage(t *testing.T) {
+	e, log, dir := auditedEnv(t, func(o *sandbox.Options) { o.UsageEvery = 250 * time.Millisecond })
+	e.must("sandbox.create", map[string]any{"name": "meter", "namespace": "team-a", "labels": map[string]string{"project": "p1"}}, nil)
+	in, err := e.mgr.Get("team-a", "meter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.fake.Sandbox(in.ID).SetStats(backend.Stats{CPUUsage: 3 * time.Second, MemoryBytes: 100 << 20})
+	time.Sleep(time.Second) // a few periodic records
+	e.must("sandbox.stop", map[string]any{"sandbox": "meter", "namespace": "team-a"}, nil)
+	_ = log.Close()
+	var us []*audit.Usage
+	if err := audit.Scan(dir, audit.Filter{Kinds: []audit.Kind{audit.KindUsage}, Labels: map[string]string{"project": "p1"}}, func(_ []byte, en *audit.Entry) error {
+		us = append(us, en.Usage)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(us) < 3 || us[len(us)-1].Reason != "stop" || us[0].Reason != "periodic" {
+		t.Fatalf("usage records: %d %+v", len(us), us)
+	}
+	var cpu, mem float64
+	for i, u := range us {
+		cpu += u.CPUSeconds
+		mem += u.MemorySeconds
+		if i > 0 && !u.From.Equal(us[i-1].To) {
+			t.Errorf("record %d starts at %v, the one before ends at %v", i, u.From, us[i-1].To)
+		}
+	}
+	span := us[len(us)-1].To.Sub(us[0].From).Seconds()
+	if cpu != 3 || mem <= 0 || mem > float64(100<<20)*span {
+		t.Fatalf("cpu %g s, memory %g byte-s over %g s", cpu, mem, span)
 	}
 }
