@@ -40,11 +40,11 @@ const (
 	// directory unless Options.KeyFile says otherwise.
 	KeyFile = "checkpoint.key"
 	PubFile = "checkpoint.pub"
-	// lock files: appendLock is held (exclusively) around every append,
-	// by every writer; liveLock is held exclusively by a server's writer
-	// for its life and shared by one-off writers (warren key).
-	appendLock = "append.lock"
-	liveLock   = "writer.lock"
+	// liveLock is held exclusively by the writer of the log, for its
+	// life; inboxDir holds the records of one-off writers that found it
+	// held.
+	liveLock = "writer.lock"
+	inboxDir = "inbox"
 	// MaxLine bounds a line the readers take; a longer one is damage.
 	MaxLine = 1 << 20
 )

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,17 +39,18 @@ type Options struct {
 	// string form); it must return valid JSON of the record.
 	Redact func([]byte) []byte
 	// OneOff is a writer that appends a few records and closes (warren
-	// key): it runs no timer, starts no segment, and may share the log
-	// with a server's.
+	// key). Alone, it appends like a server's writer; beside a server's
+	// writer it leaves each record in the log's inbox, which that writer
+	// appends within a second (and the next writer at its start).
 	OneOff bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
 
-// Log appends records to an audit log. It is safe for concurrent use,
-// and several processes may append to one directory: every append holds
-// an exclusive flock on Dir/append.lock and picks up what another writer
-// appended meanwhile.
+// Log appends records to an audit log. It is safe for concurrent use.
+// One Log writes a directory at a time (an exclusive flock on
+// Dir/writer.lock for its life), so an append needs no lock but the
+// Log's mutex; a one-off writer beside it goes through the inbox.
 //
 // An append is one write(2) of a whole line, made before Append returns;
 // a record is never buffered, queued or dropped. When a write fails the
@@ -63,8 +66,7 @@ type Log struct {
 	keyID string
 
 	mu     sync.Mutex
-	lockF  *os.File // append.lock
-	liveF  *os.File // writer.lock
+	liveF  *os.File // writer.lock, held exclusively; nil for an inbox writer
 	seg    int
 	f      *os.File
 	size   int64
@@ -74,9 +76,9 @@ type Log struct {
 	line   []byte
 	err    error
 	closed bool
-	// serverLive: a one-off writer found a server writing the log, whose
-	// unsigned records are no sign of a crash.
-	serverLive bool
+	// inbox: a one-off writer that found a server's writer, and hands
+	// its records to it.
+	inbox bool
 
 	stop chan struct{}
 	done chan struct{}
@@ -115,80 +117,60 @@ func Open(opts Options) (*Log, error) {
 		return nil, fmt.Errorf("audit: %w", err)
 	}
 	l := &Log{opts: opts, priv: priv, keyID: keyID(priv.Public().(ed25519.PublicKey))}
-	if l.liveF, l.serverLive, err = lockLive(opts.Dir, opts.OneOff); err != nil {
+	if l.liveF, err = lockLive(opts.Dir, opts.OneOff); err != nil {
 		return nil, err
 	}
-	l.lockF, err = os.OpenFile(filepath.Join(opts.Dir, appendLock), os.O_RDWR|os.O_CREATE, 0o600) //nolint:gosec // in the log's directory
-	if err != nil {
-		_ = l.liveF.Close()
-		return nil, fmt.Errorf("audit: %w", err)
+	if l.liveF == nil {
+		l.inbox = true
+		return l, nil
 	}
 	if err := l.open(); err != nil {
-		_ = l.lockF.Close()
 		_ = l.liveF.Close()
 		if l.f != nil {
 			_ = l.f.Close()
 		}
 		return nil, err
 	}
-	if !opts.OneOff && opts.CheckpointInterval > 0 {
+	if !opts.OneOff {
 		l.stop, l.done = make(chan struct{}), make(chan struct{})
 		go l.ticker()
 	}
 	return l, nil
 }
 
-// lockLive takes the writer lock: exclusive for a server's writer (one
-// per directory, held for its life); shared for a one-off writer, which
-// only learns from it whether a server is writing (live: the lock is
-// held exclusively elsewhere), and appends beside it all the same.
-func lockLive(dir string, oneOff bool) (f *os.File, live bool, err error) {
-	f, err = os.OpenFile(filepath.Join(dir, liveLock), os.O_RDWR|os.O_CREATE, 0o600) //nolint:gosec // in the log's directory
+// lockLive takes the writer lock, exclusively. A server's writer waits
+// for it up to half a second (a one-off writer holds it for
+// milliseconds); a one-off writer that finds it held gets nil: it writes
+// to the inbox.
+func lockLive(dir string, oneOff bool) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, liveLock), os.O_RDWR|os.O_CREATE, 0o600) //nolint:gosec // in the log's directory
 	if err != nil {
-		return nil, false, fmt.Errorf("audit: %w", err)
+		return nil, fmt.Errorf("audit: %w", err)
 	}
-	if oneOff {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
-		if err != nil && !errors.Is(err, unix.EWOULDBLOCK) {
-			_ = f.Close()
-			return nil, false, fmt.Errorf("audit: lock %s: %w", dir, err)
-		}
-		return f, err != nil, nil
-	}
-	// A one-off writer holds it shared for a few milliseconds: a server
-	// starting meanwhile waits for it, up to half a second.
 	for i := 0; ; i++ {
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil || !errors.Is(err, unix.EWOULDBLOCK) || i >= 50 {
+		if err == nil || !errors.Is(err, unix.EWOULDBLOCK) || oneOff || i >= 50 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if err != nil {
+	switch {
+	case err == nil:
+		return f, nil
+	case oneOff && errors.Is(err, unix.EWOULDBLOCK):
 		_ = f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, false, fmt.Errorf("audit: %s is being written by another server", dir)
-		}
-		return nil, false, fmt.Errorf("audit: lock %s: %w", dir, err)
+		return nil, nil
+	case errors.Is(err, unix.EWOULDBLOCK):
+		_ = f.Close()
+		return nil, fmt.Errorf("audit: %s is being written by another server", dir)
 	}
-	return f, false, nil
+	_ = f.Close()
+	return nil, fmt.Errorf("audit: lock %s: %w", dir, err)
 }
 
-func (l *Log) flock() error {
-	if err := unix.Flock(int(l.lockF.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("audit: lock: %w", err)
-	}
-	return nil
-}
-
-func (l *Log) funlock() { _ = unix.Flock(int(l.lockF.Fd()), unix.LOCK_UN) }
-
-// open loads the log's end and records a torn or unclosed end.
+// open loads the log's end, records a torn or unclosed end, and appends
+// what one-off writers left in the inbox.
 func (l *Log) open() error {
-	if err := l.flock(); err != nil {
-		return err
-	}
-	defer l.funlock()
 	st, err := l.load()
 	if err != nil {
 		return err
@@ -204,13 +186,15 @@ func (l *Log) open() error {
 		}
 		l.size++
 		rec = &Recovery{Reason: "torn", LastSeq: l.seq, File: segmentName(st.tornSeg), Line: st.tornLine, Bytes: st.torn}
-	case l.seq > 0 && st.lastKind != KindCheckpoint && !l.serverLive:
+	case l.seq > 0 && st.lastKind != KindCheckpoint:
 		rec = &Recovery{Reason: "unclosed", LastSeq: l.seq}
 	}
 	if rec != nil {
-		return l.appendLocked(&Record{Kind: KindRecovery, Time: l.opts.Now().UTC(), Recovery: rec})
+		if err := l.appendLocked(&Record{Kind: KindRecovery, Time: l.opts.Now().UTC(), Recovery: rec}); err != nil {
+			return err
+		}
 	}
-	return nil
+	return l.drainLocked()
 }
 
 // tailState is what load found at the log's end.
@@ -222,16 +206,12 @@ type tailState struct {
 }
 
 // load finds the newest segment and the last record (seq and hash),
-// opening the newest segment for appending. Holds the append lock.
+// opening the newest segment for appending.
 func (l *Log) load() (tailState, error) {
 	var st tailState
 	segs, err := segments(l.opts.Dir)
 	if err != nil {
 		return st, fmt.Errorf("audit: %w", err)
-	}
-	if l.f != nil {
-		_ = l.f.Close()
-		l.f = nil
 	}
 	l.seq, l.head, l.seg = 0, zeroHash, 1
 	if len(segs) > 0 {
@@ -324,12 +304,8 @@ func (l *Log) Append(r *Record) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
-	if err := l.flock(); err != nil {
-		return err
-	}
-	defer l.funlock()
-	if err := l.sync(); err != nil {
-		return err
+	if l.inbox {
+		return l.toInbox(body)
 	}
 	if err := l.writeLine(body, false); err != nil {
 		return err
@@ -354,30 +330,12 @@ func (l *Log) Err() error {
 	return l.usable()
 }
 
-// sync picks up records another process appended since this one's last
-// append: the segment grew. (Only a server's writer starts new segments,
-// so a segment it did not start cannot appear behind its back.) Holds
-// the append lock.
-func (l *Log) sync() error {
-	fi, err := l.f.Stat()
-	if err != nil {
-		return l.fail(err)
-	}
-	if fi.Size() == l.size {
-		return nil
-	}
-	if _, err := l.load(); err != nil {
-		return l.fail(err)
-	}
-	return nil
-}
-
 func (l *Log) fail(err error) error {
 	l.err = fmt.Errorf("audit: the log stopped taking records: %w", err)
 	return l.err
 }
 
-// appendLocked writes r; holds l.mu and the append lock.
+// appendLocked writes r; holds l.mu.
 func (l *Log) appendLocked(r *Record) error {
 	body, err := json.Marshal(r)
 	if err != nil {
@@ -387,10 +345,9 @@ func (l *Log) appendLocked(r *Record) error {
 }
 
 // writeLine writes body (a record's JSON object) as the next line; a
-// signed line is a checkpoint's, whose signature is appended. Holds l.mu
-// and the append lock.
+// signed line is a checkpoint's, whose signature is appended. Holds l.mu.
 func (l *Log) writeLine(body []byte, signed bool) error {
-	if l.size >= l.opts.SegmentBytes && !l.opts.OneOff {
+	if l.size >= l.opts.SegmentBytes {
 		if err := l.rotate(); err != nil {
 			return l.fail(err)
 		}
@@ -462,14 +419,7 @@ func (l *Log) Checkpoint() error {
 func (l *Log) checkpoint(reason string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.usable(); err != nil {
-		return err
-	}
-	if err := l.flock(); err != nil {
-		return err
-	}
-	defer l.funlock()
-	if err := l.sync(); err != nil {
+	if err := l.usable(); err != nil || l.inbox {
 		return err
 	}
 	if l.since == 0 && reason != "close" {
@@ -478,16 +428,28 @@ func (l *Log) checkpoint(reason string) error {
 	return l.checkpointLocked(reason, true)
 }
 
+// ticker signs interval checkpoints and appends what one-off writers
+// leave in the inbox, every inboxEvery.
 func (l *Log) ticker() {
 	defer close(l.done)
-	t := time.NewTicker(l.opts.CheckpointInterval)
+	t := time.NewTicker(inboxEvery)
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-l.stop:
 			return
-		case <-t.C:
-			_ = l.checkpoint("interval") // a failure is sticky: Err and every Append report it
+		case now := <-t.C:
+			// Failures are sticky: Err and every Append report them.
+			l.mu.Lock()
+			if l.usable() == nil {
+				_ = l.drainLocked()
+			}
+			l.mu.Unlock()
+			if l.opts.CheckpointInterval > 0 && now.Sub(last) >= l.opts.CheckpointInterval {
+				_ = l.checkpoint("interval")
+				last = now
+			}
 		}
 	}
 }
@@ -499,18 +461,29 @@ func (l *Log) Close() error {
 		<-l.done
 		l.stop = nil
 	}
-	err := l.checkpoint("close")
+	l.mu.Lock()
+	var err error
+	if l.usable() == nil && !l.inbox {
+		err = l.drainLocked()
+	}
+	l.mu.Unlock()
+	if cerr := l.checkpoint("close"); err == nil {
+		err = cerr
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil
 	}
 	l.closed = true
-	if cerr := l.f.Close(); err == nil {
-		err = cerr
+	if l.f != nil {
+		if cerr := l.f.Close(); err == nil {
+			err = cerr
+		}
 	}
-	_ = l.lockF.Close()
-	_ = l.liveF.Close()
+	if l.liveF != nil {
+		_ = l.liveF.Close()
+	}
 	if errors.Is(err, ErrClosed) {
 		err = nil
 	}
@@ -522,4 +495,85 @@ func (l *Log) Head() (uint64, [32]byte) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.seq, l.head
+}
+
+// inboxEvery is how often a server's writer looks in the inbox.
+const inboxEvery = time.Second
+
+// toInbox leaves body, one record, in the inbox for the writer that holds
+// the log: written to a temporary name, then renamed, so the writer never
+// sees half of it.
+func (l *Log) toInbox(body []byte) error {
+	dir := filepath.Join(l.opts.Dir, inboxDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	name := fmt.Sprintf("%020d-%x.json", l.opts.Now().UnixNano(), rnd)
+	tmp := filepath.Join(dir, "."+name)
+	if err := os.WriteFile(tmp, body, 0o600); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
+
+// drainLocked appends the records in the inbox, oldest first, and removes
+// them. A file that is no record (it can only come from someone with
+// write access to the log's directory) is renamed *.bad and left there,
+// and a recovery record says so. Holds l.mu.
+func (l *Log) drainLocked() error {
+	dir := filepath.Join(l.opts.Dir, inboxDir)
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) == 0 {
+		return nil //nolint:nilerr // no inbox yet
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !e.Type().IsRegular() || strings.HasPrefix(name, ".") || !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		body, err := readBounded(p, MaxRecord)
+		var r Record
+		if err == nil {
+			err = json.Unmarshal(body, &r)
+		}
+		if err != nil || r.Kind == KindCheckpoint || r.Kind == KindRecovery || r.Kind == "" {
+			_ = os.Rename(p, p+".bad")
+			if err := l.appendLocked(&Record{Kind: KindRecovery, Time: l.opts.Now().UTC(),
+				Recovery: &Recovery{Reason: "bad inbox file", LastSeq: l.seq, File: Clip(name, 64)}}); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := l.appendLocked(&r); err != nil {
+			return err
+		}
+		if l.since >= l.opts.CheckpointEvery {
+			if err := l.checkpointLocked("count", false); err != nil {
+				return err
+			}
+		}
+		if err := os.Remove(p); err != nil {
+			return l.fail(err)
+		}
+	}
+	return nil
+}
+
+func readBounded(p string, n int64) ([]byte, error) {
+	f, err := os.Open(p) //nolint:gosec // in the log's inbox
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	b, err := io.ReadAll(io.LimitReader(f, n+1))
+	if err == nil && int64(len(b)) > n {
+		err = fmt.Errorf("larger than %d bytes", n)
+	}
+	return b, err
 }

@@ -22,7 +22,6 @@ func (l *Log) abandon() {
 	defer l.mu.Unlock()
 	l.closed = true
 	_ = l.f.Close()
-	_ = l.lockF.Close()
 	_ = l.liveF.Close()
 }
 
@@ -291,11 +290,43 @@ func TestOneOffBesideServer(t *testing.T) {
 		}
 	})
 	wg.Wait()
+	// A file in the inbox that is no record is set aside, and said so.
+	if err := os.WriteFile(filepath.Join(dir, inboxDir, "00000000000000000001-x.json"), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Close(); err != nil {
 		t.Fatal(err)
 	}
 	r := verify(t, dir)
-	if len(r.Problems) != 0 || r.Records != 100+3*2+1 {
+	if len(r.Problems) != 0 || r.Records != 100+3+2 {
+		t.Fatalf("%+v", r)
+	}
+	var keys, bad int
+	_ = Scan(dir, Filter{}, func(_ []byte, e *Entry) error {
+		if e.Key != nil && e.Key.By == "cli" {
+			keys++
+		}
+		if e.Recovery != nil && e.Recovery.Reason == "bad inbox file" {
+			bad++
+		}
+		return nil
+	})
+	if keys != 3 || bad != 1 {
+		t.Fatalf("key records %d, bad inbox files recorded %d", keys, bad)
+	}
+	if _, err := os.Stat(filepath.Join(dir, inboxDir, "00000000000000000001-x.json.bad")); err != nil {
+		t.Fatal(err)
+	}
+	// Alone, a one-off writer appends and signs itself.
+	cli, err := Open(Options{Dir: dir, OneOff: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = cli.Append(&Record{Kind: KindKey, Key: &KeyChange{Action: "revoke", ID: "abc", By: "cli"}})
+	if err := cli.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := verify(t, dir); len(r.Problems) != 0 || r.Records != 105+2 {
 		t.Fatalf("%+v", r)
 	}
 }
