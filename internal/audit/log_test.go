@@ -447,3 +447,33 @@ func TestAnchors(t *testing.T) {
 		t.Fatalf("with anchors: %v", r.Problems)
 	}
 }
+
+// Every cut of a log is found: mid-line as torn, at a record as an
+// unsigned end, at an earlier checkpoint by the last checkpoint kept
+// elsewhere.
+func TestEveryCutDetected(t *testing.T) {
+	dir := t.TempDir()
+	writeLog(t, dir, 12, 5)
+	path := SegmentPath(dir, 1)
+	orig, _ := os.ReadFile(path)
+	lines := readLines(t, path)
+	anchor := bytes.TrimSpace(lines[len(lines)-1])
+	end := 0
+	for i, l := range lines[:len(lines)-1] {
+		for _, cut := range []int{end + len(l)/2, end + len(l)} {
+			if err := os.WriteFile(path, orig[:cut], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			r, err := Verify(dir, VerifyOptions{Anchors: [][]byte{anchor}})
+			if err != nil || r.Worst() != Tampered {
+				t.Fatalf("cut at byte %d (line %d): %v %v", cut, i+1, r.Problems, err)
+			}
+			r = verify(t, dir)
+			checkpoint := bytes.Contains(l, []byte(`"kind":"checkpoint"`)) && cut == end+len(l)
+			if (r.Worst() == Unanchored) == checkpoint {
+				t.Fatalf("cut at byte %d (line %d, checkpoint %t) without anchors: %v", cut, i+1, checkpoint, r.Problems)
+			}
+		}
+		end += len(l)
+	}
+}
