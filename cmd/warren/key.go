@@ -28,7 +28,8 @@ Subcommands:
   revoke ID           make a key unusable at once
 
 These work on the host's database directly (run them as the server's user);
-a running server sees changes immediately.`
+a running server sees changes immediately. create and revoke are recorded
+in the audit log (<data dir>/audit) when it exists.`
 
 func keyCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren key", "warren key create|list|revoke [flags]", keyAbout)
@@ -70,7 +71,7 @@ func keyCmd(ctx context.Context, args []string) error {
 			}
 			fmt.Println(k)
 			fmt.Fprintf(os.Stderr, "key %s for namespace %q, expires %s\n", rec.ID, rec.Namespace, rec.Expires.Format(time.RFC3339))
-			return nil
+			return auditKeyChange(*dataDir, "create", rec.ID, rec.Namespace)
 		}
 	case "list":
 		lfs := newFlagSet("warren key list", "warren key list [--data-dir DIR]", keyAbout)
@@ -91,7 +92,7 @@ func keyCmd(ctx context.Context, args []string) error {
 				return err
 			}
 			fmt.Fprintf(os.Stderr, "key %s revoked\n", pos[0])
-			return nil
+			return auditKeyChange(*dataDir, "revoke", pos[0], "")
 		}
 	default:
 		return fmt.Errorf("unknown subcommand %q: want create, list or revoke", sub)

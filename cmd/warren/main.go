@@ -24,6 +24,7 @@ func commands() []command {
 		{"run", "run one command in a fresh sandbox, no daemon needed", runCmd},
 		{"serve", "serve the sandbox API (microsandbox-compatible JSON-RPC, MCP)", serveCmd},
 		{"key", "create, list and revoke API keys", keyCmd},
+		{"audit", "query, export and verify the audit log (reads the data directory)", auditCmd},
 		{"ps", "list a server's sandboxes", psCmd},
 		{"logs", "print a sandbox's log from a server", logsCmd},
 		{"egress", "show or change a server sandbox's network rules, print its connection log", egressCmd},

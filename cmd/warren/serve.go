@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/audit"
 	"github.com/warren-sandbox/warren/internal/auth"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
@@ -37,6 +38,10 @@ The key-signing secret is created on first start in the data directory
 
 An image a sandbox starts with that the store lacks is pulled from its
 registry (--pull, on by default), from public addresses only, anonymously.
+
+Every API call, run, egress decision, refusal, key change and sandbox's
+usage is recorded in a tamper-evident audit log (<data dir>/audit; read it
+with 'warren audit'). A server that cannot write it refuses requests.
 
 Sandboxes keep running when the server stops; the next 'warren serve' on
 the same data directory reattaches to them and removes what it does not
@@ -86,6 +91,11 @@ type serveConfig struct {
 	// nil without a file.
 	configPath string
 	policy     *livePolicy
+	// The audit log (internal/audit): on unless audit is false, in
+	// auditDir (default <data dir>/audit).
+	audit              bool
+	auditDir           string
+	auditCheckpointing time.Duration
 }
 
 func serveCmd(ctx context.Context, args []string) error {
@@ -143,6 +153,13 @@ func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
 		return nil, err
 	}
 	fs.BoolVar(&c.keepFileMax, "keep-file-max", keepFileMax, "keep the host's fs.file-max when it is below what the sandboxes' memory can hold open (env WARREN_KEEP_FILE_MAX);\nwithout it the server raises fs.file-max at start to the host's memory over "+strconv.Itoa(sandbox.FileBytes)+" bytes")
+	auditOn, err := envBool("WARREN_AUDIT", true)
+	if err != nil {
+		return nil, err
+	}
+	fs.BoolVar(&c.audit, "audit", auditOn, "write the tamper-evident audit log: every call, run, egress decision, refusal, key change and usage (env WARREN_AUDIT;\n'warren audit' reads it). A server that cannot write it refuses requests")
+	fs.StringVar(&c.auditDir, "audit-dir", envOr("WARREN_AUDIT_DIR", ""), "the audit log's directory (default <data dir>/audit; env WARREN_AUDIT_DIR)")
+	fs.DurationVar(&c.auditCheckpointing, "audit-checkpoint-interval", time.Minute, "sign a checkpoint of the audit log this often while records come (and every 10000 records, and at shutdown)")
 	return fs, nil
 }
 
@@ -217,6 +234,19 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
+	auditLog, err := c.openAudit()
+	if err != nil {
+		return err
+	}
+	if auditLog != nil {
+		// Deferred before everything that records, so closed after it: the
+		// final checkpoint signs the last record.
+		defer func() {
+			if err := auditLog.Close(); err != nil {
+				log.Error("close the audit log", "err", err)
+			}
+		}()
+	}
 	c.hf.log = log // the backend logs into the server's log
 	publish, err := c.net.publishAddress()
 	if err != nil {
@@ -280,6 +310,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
 		Limits: limits, Capacity: capacity, Egress: egressReg, PublishAddress: publish,
 		Secrets: secretStore, SecretsDir: filepath.Join(c.hf.runDir, "secrets"),
+		Audit: auditor(auditLog),
 	}
 	if c.policy != nil {
 		mopts.Policy, mopts.Namespaces = c.policy.Policy, c.policy.Namespaces
@@ -293,7 +324,11 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	defer mgr.Close()
-	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar, MaxOutput: maxOut})
+	ropts := rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar, MaxOutput: maxOut}
+	if auditLog != nil {
+		ropts.Audit = auditLog
+	}
+	api, err := rpc.New(ropts)
 	if err != nil {
 		return err
 	}
@@ -426,4 +461,27 @@ func routes(api *rpc.Server, mcpHandler http.Handler) http.Handler {
 	mux.Handle("/", api.Handler())
 	mux.Handle("/mcp", api.Authenticated(mcpHandler))
 	return mux
+}
+
+// openAudit opens the audit log, unless --audit=false.
+func (c *serveConfig) openAudit() (*audit.Log, error) {
+	if !c.audit {
+		return nil, nil
+	}
+	dir := c.auditDir
+	if dir == "" {
+		dir = filepath.Join(c.hf.dataDir, "audit")
+	}
+	if c.auditCheckpointing <= 0 {
+		return nil, fmt.Errorf("--audit-checkpoint-interval %s: want a positive duration", c.auditCheckpointing)
+	}
+	return audit.Open(audit.Options{Dir: dir, CheckpointInterval: c.auditCheckpointing})
+}
+
+// auditor is l as the manager's Auditor: nil stays an untyped nil.
+func auditor(l *audit.Log) sandbox.Auditor {
+	if l == nil {
+		return nil
+	}
+	return l
 }

@@ -55,6 +55,13 @@ func (c *serveConfig) applyConfig(fs *flag.FlagSet) error {
 			}
 		}
 	}
+	// [audit] sets the audit log's flags the same way.
+	if a := f.Audit; a.Dir != "" && !explicit["audit-dir"] {
+		c.auditDir = a.Dir
+	}
+	if a := f.Audit; a.CheckpointInterval.D > 0 && !explicit["audit-checkpoint-interval"] {
+		c.auditCheckpointing = a.CheckpointInterval.D
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

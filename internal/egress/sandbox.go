@@ -79,6 +79,9 @@ type Sandbox struct {
 	// secrets are the proxy-mode secrets of the sandbox's current run
 	// (nil: none); the proxy reads them per connection.
 	secrets atomic.Pointer[secrets.Proxy]
+	// observe, when set, is given every record as it is logged (the
+	// audit log's copy: the ring keeps only the newest).
+	observe func(Record)
 
 	logMu  sync.Mutex
 	ring   []Record // the newest records; ring[start] is the oldest
@@ -169,6 +172,11 @@ func (s *Sandbox) SetSecrets(p *secrets.Proxy) {
 
 // maxListed bounds the rule texts one policy record lists, in bytes.
 const maxListed = 4096
+
+// Observe makes f see every record from now on, outside the log's lock,
+// in the order they were logged by each caller. Call it before the
+// sandbox is used (registered, or handed to a resolver or proxy).
+func (s *Sandbox) Observe(f func(Record)) { s.observe = f }
 
 // ID returns the sandbox's namespace and name.
 func (s *Sandbox) ID() (namespace, name string) { return s.namespace, s.name }
@@ -410,7 +418,14 @@ func (s *Sandbox) Record(r Record) {
 	r.Rule = clip(r.Rule, MaxRuleLen)
 	r.Reason = clip(r.Reason, 512)
 	s.logMu.Lock()
-	defer s.logMu.Unlock()
+	s.recordLocked(&r)
+	s.logMu.Unlock()
+	if s.observe != nil {
+		s.observe(r)
+	}
+}
+
+func (s *Sandbox) recordLocked(r *Record) {
 	s.seq++
 	r.Seq = s.seq
 	if r.Time.IsZero() {
@@ -428,10 +443,10 @@ func (s *Sandbox) Record(r Record) {
 		s.counts[r.Kind] = c
 	}
 	if len(s.ring) < LogSize {
-		s.ring = append(s.ring, r)
+		s.ring = append(s.ring, *r)
 		return
 	}
-	s.ring[s.start] = r
+	s.ring[s.start] = *r
 	s.start = (s.start + 1) % LogSize
 }
 

@@ -120,6 +120,7 @@ func (s *Server) keyCreate(ctx context.Context, c *call, p *keyCreateParams) (an
 	if err != nil {
 		return nil, err
 	}
+	s.auditKeyChange(ctx, c, "create", rec.ID, rec.Namespace)
 	return keyCreated{ID: rec.ID, Key: k, Namespace: rec.Namespace, ExpiresAt: rec.Expires.UTC()}, nil
 }
 
@@ -169,5 +170,6 @@ func (s *Server) keyRevoke(ctx context.Context, c *call, p *keyRevokeParams) (an
 	if err := ks.Revoke(ctx, p.ID); err != nil {
 		return nil, err
 	}
+	s.auditKeyChange(ctx, c, "revoke", p.ID, "")
 	return revokedResult{Revoked: true}, nil
 }

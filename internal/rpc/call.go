@@ -106,6 +106,10 @@ type call struct {
 	method string
 	// bulk is the caller's access to the bulk gate (fair.go).
 	bulk bulk
+	// ns and sandbox are what the call resolved, and labels the
+	// sandbox's labels then, for its audit record (audit.go).
+	ns, sandbox string
+	labels      map[string]string
 }
 
 // decode reads params into v; strict decoding refuses unknown fields.
@@ -224,6 +228,9 @@ func (c *call) resolve(ns, name string) (string, string, error) {
 		return "", "", err
 	}
 	ns, err := c.namespace(ns)
+	if err == nil && c.s.opts.Audit != nil {
+		c.sandbox, c.labels = name, c.s.mgr.Labels(ns, name)
+	}
 	return ns, name, err
 }
 
@@ -238,6 +245,7 @@ func (c *call) namespace(ns string) (string, error) {
 	if !sandbox.ValidName(ns) {
 		return "", errdefs.Errorf(errInvalidParams, "namespace %.70q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", ns)
 	}
+	c.ns = ns // the namespace asked for, allowed or not
 	if !c.claims.Allows(ns) {
 		return "", errdefs.Errorf(errdefs.ErrForbidden, "this API key is for namespace %q, not %q", c.claims.Namespace, ns)
 	}

@@ -68,6 +68,7 @@ func toErrorObject(err error) (*errorObject, int) {
 
 // writeError answers with err; status 0 means the kind's status.
 func (s *Server) writeError(w http.ResponseWriter, ctx context.Context, id json.RawMessage, err error, status int) {
+	auditHTTPError(ctx, err)
 	obj, st := toErrorObject(err)
 	if status == 0 {
 		status = st

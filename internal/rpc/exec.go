@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/warren-sandbox/warren/internal/audit"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/wire"
@@ -117,6 +118,19 @@ func (s *Server) exec(ctx context.Context, ns, name, kind string, req *wire.Exec
 	t0 := time.Now()
 	res, err := l.Exec(ctx, kind, req, onOutput)
 	s.m.execLatency(ns, kind, time.Since(t0))
+	if s.opts.Audit != nil {
+		e := &audit.Exec{Via: kind}
+		e.SetArgv(req.Argv)
+		switch {
+		case err != nil:
+		case res.Error != "":
+			e.Outcome = errdefs.ErrExecFailed.Error()
+		default:
+			code := res.Code
+			e.ExitCode, e.Signal, e.TimedOut, e.OOMKilled = &code, res.Signal, res.TimedOut, res.OOMKilled
+		}
+		s.auditExec(ctx, ns, name, e, t0, err)
+	}
 	return res, err
 }
 

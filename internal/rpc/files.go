@@ -179,6 +179,7 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*sandbox.Leas
 		return nil, "", false
 	}
 	c := &call{s: s, claims: claims, method: "tar"}
+	_ = auditHTTP(ctx, c)
 	ns := r.PathValue("namespace")
 	if ns == defaultNamespaceSegment {
 		ns = "" // as for a request that names none

@@ -170,6 +170,7 @@ func (s *Server) servePortProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &call{s: s, claims: claims, method: "port proxy"}
+	_ = auditHTTP(ctx, c)
 	ns := r.PathValue("namespace")
 	if ns == defaultNamespaceSegment {
 		ns = ""

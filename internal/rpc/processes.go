@@ -47,8 +47,10 @@ func (s *Server) processStart(ctx context.Context, c *call, p *processStartParam
 		if len(p.Stdin) > wire.MaxStdin {
 			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "stdin is larger than %d MiB", wire.MaxStdin>>20)
 		}
+		t0 := time.Now()
 		pi, err := l.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: p.Argv, Env: p.Env, Cwd: p.Cwd, User: p.User, TTY: p.TTY,
 			Rows: p.Rows, Cols: p.Cols, Stdin: []byte(p.Stdin)})
+		s.auditStarted(ctx, l, "process", p.Argv, pi.ID, t0, err)
 		if err != nil {
 			return nil, err
 		}

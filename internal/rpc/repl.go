@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/warren-sandbox/warren/internal/audit"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
@@ -86,6 +87,14 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call, p *replParams) (any, 
 			stderr = stderr || l.Stream == wire.Stderr
 		})
 	s.m.execLatency(ns, "repl", time.Since(t0))
+	if s.opts.Audit != nil {
+		e := &audit.Exec{Via: "repl"}
+		e.SetCode(lang, *p.Code)
+		if err == nil && res.Status != wire.ReplSuccess {
+			e.Outcome = "error" // the code raised: the run itself worked
+		}
+		s.auditExec(ctx, ns, name, e, t0, err)
+	}
 	if err != nil {
 		spool.Close()
 		return nil, err

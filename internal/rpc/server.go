@@ -64,6 +64,9 @@ type Options struct {
 	// MaxOutput bounds the output of one sandbox.command.run or
 	// sandbox.repl.run, in bytes (0: DefaultMaxOutput; see exec.go).
 	MaxOutput int64
+	// Audit, when set, records every call, run, refusal and key change
+	// (audit.go); nil records nothing.
+	Audit Auditor
 }
 
 // DefaultMaxTarDownload is the tar download limit when Options sets none:
@@ -131,11 +134,11 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("POST "+route, func(w http.ResponseWriter, r *http.Request) { s.serveRPC(w, r, method) })
 		mux.HandleFunc(route, notPost)
 	}
-	mux.HandleFunc("GET /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarDownload)
-	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.serveTarUpload)
-	mux.HandleFunc("/api/v1/sandboxes/{namespace}/{name}/ports/{port}", s.servePortProxy)
-	mux.HandleFunc("/api/v1/sandboxes/{namespace}/{name}/ports/{port}/{path...}", s.servePortProxy)
-	mux.HandleFunc("GET /api/v1/ws", s.serveWS)
+	mux.HandleFunc("GET /api/v1/sandboxes/{namespace}/{name}/tar", s.audited("tar.download", s.serveTarDownload))
+	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.audited("tar.upload", s.serveTarUpload))
+	mux.HandleFunc("/api/v1/sandboxes/{namespace}/{name}/ports/{port}", s.audited("port.proxy", s.servePortProxy))
+	mux.HandleFunc("/api/v1/sandboxes/{namespace}/{name}/ports/{port}/{path...}", s.audited("port.proxy", s.servePortProxy))
+	mux.HandleFunc("GET /api/v1/ws", s.audited("ws", s.serveWS))
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	return s.withRequestID(mux)
 }
@@ -425,6 +428,16 @@ func (s *Server) Call(ctx context.Context, claims auth.Claims, name string, para
 // tenant is the namespace the caller's key is for ("*" for a key for
 // every namespace).
 func (s *Server) call(ctx context.Context, claims auth.Claims, name string, params json.RawMessage, b bulk) (_ any, err error) {
+	c := &call{s: s, claims: claims, params: params, method: name, bulk: b}
+	if s.opts.Audit != nil {
+		if ctx, err = s.beginAudit(ctx, c); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		// Deferred first, so it runs last: it records what the recovery
+		// below makes of a panic.
+		defer func() { err = s.auditCall(ctx, c, params, t0, err) }()
+	}
 	defer func() {
 		// A bug in one method must not take the server down with it.
 		if r := recover(); r != nil {
@@ -437,9 +450,9 @@ func (s *Server) call(ctx context.Context, claims auth.Claims, name string, para
 		return nil, errdefs.Errorf(errMethodNotFound, "unknown method %q (see docs/api.md for the list)", truncate(name, 64))
 	}
 	if len(params) == 0 || bytes.Equal(params, []byte("null")) {
-		params = json.RawMessage("{}")
+		c.params = json.RawMessage("{}")
 	}
-	return m.run(ctx, &call{s: s, claims: claims, params: params, method: name, bulk: b})
+	return m.run(ctx, c)
 }
 
 func truncate(s string, n int) string {

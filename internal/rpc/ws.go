@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
+	"github.com/warren-sandbox/warren/internal/audit"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/wire"
@@ -55,6 +56,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &call{s: s, claims: claims, method: "ws"}
+	r = r.WithContext(auditHTTP(ctx, c)) // the session's runs are recorded as the caller's
 	q := r.URL.Query()
 	ns, name, err := c.resolve(q.Get("namespace"), q.Get("sandbox"))
 	if err != nil {
@@ -107,9 +109,11 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		fail(errdefs.Errorf(errInvalidParams, "\"argv\" is missing or empty"))
 		return
 	}
+	t0 := time.Now()
 	pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: start.Argv, Env: start.Env, Cwd: start.Cwd, User: start.User, TTY: start.TTY,
 		Rows: start.Rows, Cols: start.Cols})
 	if err != nil {
+		s.auditStarted(ctx, l, "ws", start.Argv, "", t0, err)
 		fail(err)
 		return
 	}
@@ -206,5 +210,13 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		return
 	}
 	l.Logf("process %s exited: code %d", pi.ID, info.Exit.Code)
+	if s.opts.Audit != nil {
+		e := &audit.Exec{Via: "ws", ProcessID: pi.ID, Signal: info.Exit.Signal}
+		e.SetArgv(start.Argv)
+		code := info.Exit.Code
+		e.ExitCode = &code
+		ns, name := l.ID()
+		s.auditExec(ctx, ns, name, e, t0, nil)
+	}
 	_ = send(wsMsg{Type: "exit", Exit: toExitStatus(info.Exit)})
 }

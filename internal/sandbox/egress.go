@@ -57,6 +57,9 @@ func (m *Manager) netUp(e *entry, sb backend.Sandbox) error {
 	}
 	if es == nil {
 		es = egress.NewSandbox(e.ns, e.name, p)
+		if m.opts.Audit != nil {
+			es.Observe(func(r egress.Record) { m.auditEgress(e, r) })
+		}
 	} else {
 		es.SetPolicy(p)
 	}

@@ -69,6 +69,9 @@ func (m *Manager) sweep(now time.Time) {
 	m.mu.Unlock()
 	for _, p := range sample {
 		p.e.usage.sample(p.sb, now, p.cpus)
+		if m.opts.Audit != nil && p.e.usage.due(now, m.opts.UsageEvery) {
+			m.auditUsage(p.e, p.sb, "periodic")
+		}
 	}
 	for _, a := range todo {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -68,6 +68,9 @@ func (l *Lease) Release() {
 // from it goes through Explain.
 func (l *Lease) Agent() *agent.Client { return l.sb.Agent() }
 
+// ID returns the namespace and name of the leased sandbox.
+func (l *Lease) ID() (ns, name string) { return l.e.ns, l.e.name }
+
 // Logf appends a line to the sandbox's log.
 func (l *Lease) Logf(format string, args ...any) { l.e.logf(format, args...) }
 

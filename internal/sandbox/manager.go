@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/audit"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -301,7 +302,20 @@ type Options struct {
 	// kept, they stop at a server restart.
 	Secrets    *secrets.Store
 	SecretsDir string
+	// Audit, when set, gets each sandbox's usage (usage.go) at its stop,
+	// removal or unexpected exit and every UsageEvery while it runs
+	// (default DefaultUsageEvery), and every record of its egress log.
+	Audit      Auditor
+	UsageEvery time.Duration
 }
+
+// Auditor takes audit records (*audit.Log is one).
+type Auditor interface {
+	Append(*audit.Record) error
+}
+
+// DefaultUsageEvery is how often a running sandbox's usage is recorded.
+const DefaultUsageEvery = 5 * time.Minute
 
 // Manager owns the server's sandboxes.
 type Manager struct {
@@ -382,6 +396,9 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.Tick == 0 {
 		opts.Tick = time.Second
 	}
+	if opts.UsageEvery <= 0 {
+		opts.UsageEvery = DefaultUsageEvery
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -444,6 +461,17 @@ func (m *Manager) Get(ns, name string) (Info, error) {
 		return Info{}, notFound(ns, name)
 	}
 	return m.info(e), nil
+}
+
+// Labels returns the labels of ns/name (nil when it has none or does
+// not exist), for records about it.
+func (m *Manager) Labels(ns, name string) map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.entries[key{ns, name}]; e != nil && len(e.spec.Labels) > 0 {
+		return maps.Clone(e.spec.Labels)
+	}
+	return nil
 }
 
 // Filter selects sandboxes for List. Zero fields match everything.
@@ -891,6 +919,7 @@ func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 		// Release what it held (cgroup, runtime directory, link).
 		e.life.Lock()
 		m.netDown(e)
+		m.auditUsage(e, sb, "exited")
 		_ = sb.Stop(context.Background())
 		e.life.Unlock()
 	}()
@@ -931,6 +960,9 @@ func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 	m.persist(e)
 	var err error
 	m.netDown(e)
+	if from == Running {
+		m.auditUsage(e, e.sb, "stop")
+	}
 	if e.sb != nil {
 		err = e.sb.Stop(context.WithoutCancel(ctx))
 	}
@@ -968,6 +1000,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 		m.mu.Unlock()
 		return false, nil
 	}
+	running := e.state == Running
 	e.state, e.why = Stopping, "it was removed"
 	m.mu.Unlock()
 	// The intent is written first: a server killed from here on finishes
@@ -977,6 +1010,9 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 		m.log.Error("persist sandbox removal", "id", e.id, "err", err)
 	}
 	m.netDown(e)
+	if running {
+		m.auditUsage(e, e.sb, "remove")
+	}
 	if e.sb != nil {
 		if err := e.sb.Remove(context.WithoutCancel(ctx)); err != nil {
 			m.mu.Lock()

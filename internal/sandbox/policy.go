@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"maps"
 	"path"
 	"slices"
 	"sort"
@@ -245,16 +244,4 @@ func (m *Manager) NamespaceUsage(only []string) []NamespaceUsage {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Namespace < out[j].Namespace })
 	return out
-}
-
-// Labels returns ns/name's labels (a copy), for the records written about
-// it (audit, usage) to carry: billing and queries go by label.
-func (m *Manager) Labels(ns, name string) (map[string]string, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e := m.entries[key{ns, name}]
-	if e == nil {
-		return nil, notFound(ns, name)
-	}
-	return maps.Clone(e.spec.Labels), nil
 }
