@@ -246,6 +246,16 @@ func serve(ctx context.Context, c *serveConfig) error {
 				log.Error("close the audit log", "err", err)
 			}
 		}()
+		if c.policy != nil {
+			rec := func(accepted bool, problems []string) {
+				err := auditLog.Append(&audit.Record{Kind: audit.KindConfig, Config: &audit.Config{Accepted: accepted, Path: c.policy.path, Problems: problems}})
+				if err != nil {
+					log.Error("audit: config record", "err", err.Error())
+				}
+			}
+			rec(true, nil) // the file the server starts with
+			c.policy.recorder.Store(&rec)
+		}
 	}
 	c.hf.log = log // the backend logs into the server's log
 	publish, err := c.net.publishAddress()

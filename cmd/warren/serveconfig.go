@@ -77,6 +77,8 @@ type livePolicy struct {
 	// start is compared with it.
 	boot       *config.File
 	explicit   map[string]bool // flags given on the command line
+	// recorder, once set, records each load and reload (the audit log).
+	recorder atomic.Pointer[func(accepted bool, problems []string)]
 	overridden []string        // [server] keys those flags won over
 	cur        atomic.Pointer[policyTable]
 }
@@ -171,14 +173,23 @@ func (l *livePolicy) reload(log *slog.Logger) error {
 			}
 		}
 		log.Error("config not reloaded: it has problems, and the server keeps the one it runs with", "path", l.path, "problems", problems)
+		l.record(false, problems)
 		return err
 	}
 	l.cur.Store(newPolicyTable(f))
+	l.record(true, nil)
 	for _, k := range l.needsRestart(f) {
 		log.Warn("config: this setting needs a restart to change; the server keeps its running value", "key", k)
 	}
 	log.Info("config reloaded", "path", l.path, "namespaces", len(f.Namespaces))
 	return nil
+}
+
+// record tells the audit log of a load or reload (recorded when set).
+func (l *livePolicy) record(accepted bool, problems []string) {
+	if f := l.recorder.Load(); f != nil {
+		(*f)(accepted, problems)
+	}
 }
 
 // needsRestart lists what f changes of what is read only at start: the
