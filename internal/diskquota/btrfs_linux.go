@@ -277,6 +277,10 @@ func readInt(p string) (int64, error) {
 	return int64(n), nil
 }
 
+// TopLevel is the id of a btrfs file system's top-level subvolume: what
+// SubvolumeID reports for a plain directory on it.
+const TopLevel = 5
+
 // SubvolumeID is the id of the subvolume dir is (0 with an error when dir
 // is no limited directory).
 func SubvolumeID(dir string) (uint64, error) {
@@ -317,13 +321,14 @@ func Qgroups(root string) ([]uint64, error) {
 	return ids, nil
 }
 
-// Reap frees the qgroups of the file system at root whose subvolume is
-// gone (removed while its data was still being dropped, or by a process
-// that crashed in between), keeping those of live (subvolume ids: every
-// limited directory on the file system must be in it) and the top
-// level's. It returns how many it freed; one whose subvolume the kernel
-// is still dropping stays for the next Reap.
-func Reap(root string, live map[uint64]bool) (int, error) {
+// Reap frees the quota groups of root's file system whose subvolume is
+// gone: on kernels that keep them after the subvolume is dropped, those
+// of directories Remove deleted, and of any a crash cut short. Only
+// qgroups that reference nothing are destroyed: a live subvolume always
+// references its root's tree block. It wakes the kernel's cleaner first,
+// which drops deleted subvolumes in the background. It returns how many it
+// freed.
+func Reap(root string) (int, error) {
 	ids, err := Qgroups(root)
 	if err != nil {
 		return 0, err
@@ -334,12 +339,16 @@ func Reap(root string, live map[uint64]bool) (int, error) {
 	}
 	defer unix.Close(fd)
 	// A commit that also wakes the cleaner, which drops deleted
-	// subvolumes (their qgroups go with them on recent kernels; those
-	// that stay are destroyed below, now or at the next Reap).
+	// subvolumes (their qgroups go with them on recent kernels).
 	_ = ioctl(fd, iocSync, nil)
+	sys, err := sysfsDir(fd)
+	if err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, id := range ids {
-		if !live[id] && destroyQgroup(fd, id) == nil {
+		used, err := readInt(filepath.Join(sys, "qgroups", "0_"+strconv.FormatUint(id, 10), "referenced"))
+		if err == nil && used == 0 && destroyQgroup(fd, id) == nil {
 			n++
 		}
 	}

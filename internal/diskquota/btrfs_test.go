@@ -154,7 +154,7 @@ func TestRemoveFreesTheQgroup(t *testing.T) {
 		if time.Since(t0) > 90*time.Second {
 			t.Fatalf("qgroup 0/%d still there 90 s after Remove", id)
 		}
-		if _, err := diskquota.Reap(dir, nil); err != nil {
+		if _, err := diskquota.Reap(dir); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(200 * time.Millisecond)

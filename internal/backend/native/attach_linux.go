@@ -125,6 +125,9 @@ func (s *Sandbox) SetConfig(cfg backend.Config) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cfg.ID = s.cfg.ID
+	if cfg.DiskBytes != s.cfg.DiskBytes {
+		s.setDiskLimit(cfg.DiskBytes)
+	}
 	s.cfg = cfg
 }
 
@@ -135,6 +138,9 @@ const maxDiskWalk = 200000
 // DiskUsage is the space the sandbox's writable layer takes on the host,
 // in bytes (allocated blocks; hard links counted once).
 func (s *Sandbox) DiskUsage() (int64, error) {
+	if used, _, ok := s.quotaUsage(); ok {
+		return used, nil
+	}
 	var total int64
 	seen := map[uint64]bool{}
 	n := 0
