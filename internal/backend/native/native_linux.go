@@ -30,6 +30,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -701,6 +702,7 @@ func (s *Sandbox) spec() (*specs.Spec, *boot.Config, error) {
 		RootPath: rootPath, Hostname: host, Env: env, Cwd: cwd,
 		ImageMounts: img.Mounts, Volumes: volumeBinds(s.cfg.Volumes, s.b.ranges != nil), UserNS: s.b.userNS,
 		MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax, NoFile: uint64(max(s.cfg.NoFile, 0)), //nolint:gosec // G115: not negative after max
+		ReadOnlyRoot: s.cfg.ReadOnlyRoot, WritablePaths: append(slices.Clone(backend.AlwaysWritable), s.cfg.WritablePaths...),
 	})
 	if err != nil {
 		return nil, nil, err
