@@ -245,6 +245,8 @@ func portList(ps []PortMapping) string {
 //     (without it, a restart keeps the Config the sandbox was made with).
 //   - DiskUser: the space a sandbox's own files take on the host (without
 //     it, disk usage is not reported).
+//   - DiskLimiter: the disk limit in force (without it, Config.DiskBytes
+//     is not enforced).
 //   - Networked: the address of a running sandbox's own link (without
 //     it, the sandbox has loopback only whatever Config.Network says).
 //
@@ -304,6 +306,12 @@ type Reconfigurer interface {
 // writable layer), in bytes.
 type DiskUser interface {
 	DiskUsage() (int64, error)
+}
+
+// DiskLimiter is a DiskUser whose backend enforces Config.DiskBytes:
+// DiskLimit is the cap in force on the sandbox's files (0: none).
+type DiskLimiter interface {
+	DiskLimit() int64
 }
 
 // Networked is a sandbox with a network link of its own (Config.Network

@@ -84,6 +84,9 @@ type Spec struct {
 	// nothing leaves the sandbox. It needs the server's networking
 	// (Options.Egress).
 	Egress []string `json:"egress,omitempty"`
+	// DiskMiB caps what the sandbox keeps on disk (its writable layer,
+	// /tmp included); 0 = the server's default (Options.DiskBytes).
+	DiskMiB int64 `json:"disk_mib,omitempty"`
 	// IdleTimeout stops the sandbox after this long without a request;
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -145,6 +148,10 @@ func (s *Spec) Validate() error {
 	if s.CPUs > MaxCPUs {
 		errs = append(errs, fmt.Errorf("cpus %v: at most %d on this server", s.CPUs, MaxCPUs))
 	}
+	if s.DiskMiB < 0 || s.DiskMiB > backend.MaxDiskBytes>>20 {
+		errs = append(errs, fmt.Errorf("disk %d MiB: want 0 (server default) up to %d", s.DiskMiB, int64(backend.MaxDiskBytes>>20)))
+		cfg.DiskBytes = 0 // reported; shifted into bytes it could overflow
+	}
 	if err := cfg.CheckSettings(); err != nil {
 		errs = append(errs, err)
 	}
@@ -204,7 +211,7 @@ func (m *Manager) checkVolumes(vs []backend.Volume) error {
 func (s *Spec) config(id string, img *image.Image) backend.Config {
 	return backend.Config{ID: id, Image: img, Env: s.Env, Workdir: s.Workdir,
 		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: backend.DefaultPids, Network: "none",
-		Volumes: s.Volumes, Ports: s.Ports}
+		Volumes: s.Volumes, Ports: s.Ports, DiskBytes: s.DiskMiB << 20}
 }
 
 var envRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+=`)
@@ -274,6 +281,15 @@ type Options struct {
 	// bound each published port.
 	PublishAddress netip.Addr
 	PortLimits     portfwd.Limits
+	// DiskBytes is the disk limit of sandboxes whose spec asks for none
+	// (0: unlimited), DiskInodes their inode limit (0: unlimited; see
+	// backend.Config for what a backend enforces).
+	DiskBytes  int64
+	DiskInodes int64
+	// ReadOnlyRoot makes every sandbox's root read-only except /tmp,
+	// /workspace and WritePaths (backend.Config.ReadOnlyRoot).
+	ReadOnlyRoot bool
+	WritePaths   []string
 }
 
 // Manager owns the server's sandboxes.
@@ -713,6 +729,10 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 func (m *Manager) config(spec Spec, id string, img *image.Image) backend.Config {
 	cfg := spec.config(id, img)
 	cfg.PidsMax, cfg.NoFile = m.limits.Pids, m.limits.OpenFiles
+	if cfg.DiskBytes == 0 {
+		cfg.DiskBytes = m.opts.DiskBytes
+	}
+	cfg.DiskInodes, cfg.ReadOnlyRoot, cfg.WritablePaths = m.opts.DiskInodes, m.opts.ReadOnlyRoot, m.opts.WritePaths
 	if m.networking() {
 		cfg.Network = backend.NetworkEgress
 	}

@@ -18,6 +18,7 @@ type usage struct {
 	pct     float64
 	have    bool
 	disk    int64
+	diskMax int64
 	diskAt  time.Time
 }
 
@@ -76,6 +77,8 @@ type Usage struct {
 	// rounding up means a running sandbox never reports 0.
 	MemoryMiB *int64
 	DiskBytes *int64
+	// DiskLimitBytes is the disk limit in force (nil: none).
+	DiskLimitBytes *int64
 }
 
 // Usage measures one sandbox.
@@ -96,15 +99,22 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 		e.usage.mu.Unlock()
 		if stale {
 			if n, err := d.DiskUsage(); err == nil {
+				var lim int64
+				if l, ok := sb.(backend.DiskLimiter); ok {
+					lim = l.DiskLimit()
+				}
 				e.usage.mu.Lock()
-				e.usage.disk, e.usage.diskAt = n, now
+				e.usage.disk, e.usage.diskMax, e.usage.diskAt = n, lim, now
 				e.usage.mu.Unlock()
 			}
 		}
 		e.usage.mu.Lock()
 		if !e.usage.diskAt.IsZero() {
-			disk := e.usage.disk
+			disk, lim := e.usage.disk, e.usage.diskMax
 			u.DiskBytes = &disk
+			if lim > 0 {
+				u.DiskLimitBytes = &lim
+			}
 		}
 		e.usage.mu.Unlock()
 	}

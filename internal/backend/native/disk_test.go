@@ -180,3 +180,38 @@ func contains(ids []uint64, id uint64) bool {
 	}
 	return false
 }
+
+// BenchmarkColdCycleDisk is the cold cycle (create, start, exec
+// /bin/true, remove) of a sandbox with a 1 GiB disk limit against the
+// same cycle on the shared backend, whose sandboxes' directories are
+// plain ones on the host's file system: the limit's whole cost.
+//
+//	WARREN_TEST_PRIVILEGED=1 go test -run XXX -bench ColdCycleDisk -benchtime 200x ./internal/backend/native/
+func BenchmarkColdCycleDisk(b *testing.B) {
+	plain := harness(b)
+	_, limited, _ := diskBackend(b)
+	for _, c := range []struct {
+		name string
+		h    *conformance.Harness
+		disk int64
+	}{{"unlimited", plain, 0}, {"limited", limited, 1 << 30}} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			for i := range b.N {
+				sb, err := c.h.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-%s-%d", c.name, i), Image: c.h.Image, DiskBytes: c.disk})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := sb.Start(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if r := conformance.Exec(b, sb, 0, "/bin/true"); r.Code != 0 {
+					b.Fatalf("exec: %+v", r.ExitStatus)
+				}
+				if err := sb.Remove(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

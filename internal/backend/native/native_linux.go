@@ -643,6 +643,7 @@ var (
 	_ backend.Sandbox      = (*Sandbox)(nil)
 	_ backend.Reconfigurer = (*Sandbox)(nil)
 	_ backend.DiskUser     = (*Sandbox)(nil)
+	_ backend.DiskLimiter  = (*Sandbox)(nil)
 	_ backend.Networked    = (*Sandbox)(nil)
 )
 
