@@ -96,7 +96,7 @@ func CreateDir(dir string, maxBytes int64) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	if err := ioctl(pfd, iocSubvolCreate, unsafe.Pointer(a)); err != nil {
+	if err := ioctl(pfd, iocSubvolCreate, unsafe.Pointer(a)); err != nil { //nolint:gosec // G103: a btrfs ioctl argument, laid out as the kernel's struct
 		if errors.Is(err, unix.EEXIST) {
 			return fmt.Errorf("create %s: %w", dir, os.ErrExist)
 		}
@@ -117,7 +117,7 @@ func subvolID(fd int) (uint64, error) {
 		name     [4080]byte
 	}
 	a.objectid = firstFreeObjectID
-	if err := ioctl(fd, iocInoLookup, unsafe.Pointer(&a)); err != nil {
+	if err := ioctl(fd, iocInoLookup, unsafe.Pointer(&a)); err != nil { //nolint:gosec // G103: a btrfs ioctl argument, laid out as the kernel's struct
 		return 0, fmt.Errorf("subvolume id: %w", err)
 	}
 	return a.treeid, nil
@@ -145,7 +145,7 @@ func SetLimit(dir string, maxBytes int64) error {
 	if maxBytes == 0 {
 		a.maxRfer = ^uint64(0) // the kernel's "none"
 	}
-	if err := ioctl(fd, iocQgroupLimit, unsafe.Pointer(&a)); err != nil {
+	if err := ioctl(fd, iocQgroupLimit, unsafe.Pointer(&a)); err != nil { //nolint:gosec // G103: a btrfs ioctl argument, laid out as the kernel's struct
 		return fmt.Errorf("limit %s: %w", dir, err)
 	}
 	return nil
@@ -187,7 +187,7 @@ func Remove(dir string) error {
 		return err
 	}
 	defer unix.Close(pfd)
-	if err := ioctl(pfd, iocSnapDestroy, unsafe.Pointer(a)); err != nil {
+	if err := ioctl(pfd, iocSnapDestroy, unsafe.Pointer(a)); err != nil { //nolint:gosec // G103: a btrfs ioctl argument, laid out as the kernel's struct
 		if errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EINVAL) {
 			return os.Remove(dir) // a plain directory (made before limits)
 		}
@@ -199,7 +199,7 @@ func Remove(dir string) error {
 
 func destroyQgroup(fd int, id uint64) error {
 	a := struct{ create, qgroupid uint64 }{0, id}
-	return ioctl(fd, iocQgroupCreate, unsafe.Pointer(&a))
+	return ioctl(fd, iocQgroupCreate, unsafe.Pointer(&a)) //nolint:gosec // G103: a btrfs ioctl argument, laid out as the kernel's struct
 }
 
 // EnableQuota turns on btrfs quota accounting on the file system of dir
@@ -211,7 +211,7 @@ func EnableQuota(dir string) error {
 	}
 	defer unix.Close(fd)
 	a := struct{ cmd, status uint64 }{cmd: quotaCtlEnable}
-	if err := ioctl(fd, iocQuotaCtl, unsafe.Pointer(&a)); err != nil {
+	if err := ioctl(fd, iocQuotaCtl, unsafe.Pointer(&a)); err != nil { //nolint:gosec // G103: a btrfs ioctl argument, laid out as the kernel's struct
 		return fmt.Errorf("enable btrfs quotas on %s: %w", dir, err)
 	}
 	return nil
@@ -221,7 +221,7 @@ func EnableQuota(dir string) error {
 // shows each qgroup's usage and limit.
 func sysfsDir(fd int) (string, error) {
 	var a [1024]byte
-	if err := ioctl(fd, iocFSInfo, unsafe.Pointer(&a)); err != nil {
+	if err := ioctl(fd, iocFSInfo, unsafe.Pointer(&a)); err != nil { //nolint:gosec // G103: a btrfs ioctl argument, laid out as the kernel's struct
 		return "", fmt.Errorf("btrfs fs info: %w", err)
 	}
 	id := a[16:32]
