@@ -91,8 +91,10 @@ func (h *hostFlags) backend(opts native.Options) (*native.Backend, error) {
 	}
 	opts.DataDir, opts.RunDir, opts.AgentPath, opts.SpawnerPath, opts.UserNS, opts.Logger = h.dataDir, h.runDir, agentPath, spawnerPath, h.userNS, h.logger()
 	opts.UIDRanges = h.ranges
-	if opts.DiskPool, err = h.diskPoolBytes(); err != nil {
-		return nil, err
+	if opts.DiskPool == 0 { // a command's own choice (bench) wins
+		if opts.DiskPool, err = h.diskPoolBytes(); err != nil {
+			return nil, err
+		}
 	}
 	// A process that runs sandboxes runs with a coarse timer slack (package
 	// timerslack says why); what it starts for users gets the usual one.

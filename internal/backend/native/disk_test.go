@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -182,36 +183,53 @@ func contains(ids []uint64, id uint64) bool {
 }
 
 // BenchmarkColdCycleDisk is the cold cycle (create, start, exec
-// /bin/true, remove) of a sandbox with a 1 GiB disk limit against the
-// same cycle on the shared backend, whose sandboxes' directories are
-// plain ones on the host's file system: the limit's whole cost.
+// /bin/true, remove) of a sandbox with a 1 GiB disk limit, alternating
+// with the same cycle on the shared backend, whose sandboxes' directories
+// are plain ones on the host's file system: each iteration runs one of
+// each, and the medians and their ratio are reported (the limit's whole
+// cost, under the same load).
 //
-//	WARREN_TEST_PRIVILEGED=1 go test -run XXX -bench ColdCycleDisk -benchtime 200x ./internal/backend/native/
+//	WARREN_TEST_PRIVILEGED=1 go test -run XXX -bench ColdCycleDisk -benchtime 100x ./internal/backend/native/
 func BenchmarkColdCycleDisk(b *testing.B) {
 	plain := harness(b)
 	_, limited, _ := diskBackend(b)
-	for _, c := range []struct {
-		name string
-		h    *conformance.Harness
-		disk int64
-	}{{"unlimited", plain, 0}, {"limited", limited, 1 << 30}} {
-		b.Run(c.name, func(b *testing.B) {
-			ctx := context.Background()
-			for i := range b.N {
-				sb, err := c.h.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-%s-%d", c.name, i), Image: c.h.Image, DiskBytes: c.disk})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := sb.Start(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if r := conformance.Exec(b, sb, 0, "/bin/true"); r.Code != 0 {
-					b.Fatalf("exec: %+v", r.ExitStatus)
-				}
-				if err := sb.Remove(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	ctx := context.Background()
+	cycle := func(h *conformance.Harness, disk int64, i int) time.Duration {
+		t0 := time.Now()
+		sb, err := h.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-%d-%d", disk, i), Image: h.Image, DiskBytes: disk})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := sb.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if r := conformance.Exec(b, sb, 0, "/bin/true"); r.Code != 0 {
+			b.Fatalf("exec: %+v", r.ExitStatus)
+		}
+		if err := sb.Remove(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
 	}
+	var on, off []time.Duration
+	for i := range b.N {
+		if i%2 == 0 { // which goes first alternates too
+			on = append(on, cycle(limited, 1<<30, i))
+			off = append(off, cycle(plain, 0, i))
+		} else {
+			off = append(off, cycle(plain, 0, i))
+			on = append(on, cycle(limited, 1<<30, i))
+		}
+	}
+	mOn, mOff := median(on), median(off)
+	b.ReportMetric(float64(mOn.Microseconds())/1000, "limited-ms")
+	b.ReportMetric(float64(mOff.Microseconds())/1000, "unlimited-ms")
+	b.ReportMetric(float64(mOn-mOff)/float64(time.Millisecond), "added-ms")
+	b.ReportMetric(float64(mOn)/float64(mOff), "ratio")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
