@@ -38,6 +38,16 @@ const MinImageBytes = 512 << 20
 // dir (ignoring the entries named in ignore, which it hides); ErrNotEmpty
 // otherwise. It returns OnDataDir or OnImage.
 func Prepare(dir, image string, size int64, ignore ...string) (string, error) {
+	// One process prepares at a time (a server and `warren run` starting
+	// together on one data directory would mount the image twice).
+	lock, err := os.OpenFile(image+".lock", os.O_CREATE|os.O_RDWR, 0o600) //nolint:gosec // beside the operator's image
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = lock.Close() }()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
 	if IsBtrfs(dir) {
 		how := OnDataDir
 		if MountedImage(dir) == absPath(image) {
