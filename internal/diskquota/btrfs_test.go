@@ -218,3 +218,48 @@ func BenchmarkCreateRemove(b *testing.B) {
 		})
 	}
 }
+
+// TestPrepareAgain: a restart finds the image mounted and reuses it; after
+// an unmount (a reboot) it mounts the same image again, files and limits
+// kept; a directory that holds entries made before limits is not covered.
+func TestPrepareAgain(t *testing.T) {
+	dir := pool(t)
+	base := filepath.Dir(dir)
+	img := filepath.Join(base, "disk.img")
+	a := filepath.Join(dir, "a")
+	if err := diskquota.CreateDir(a, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a, "kept"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if how, err := diskquota.Prepare(dir, img, diskquota.MinImageBytes); err != nil || how != diskquota.OnImage {
+		t.Fatalf("Prepare on the mounted image: %q, %v", how, err)
+	}
+	if got := diskquota.MountedImage(dir); got != img {
+		t.Fatalf("MountedImage = %q, want %q", got, img)
+	}
+	if err := diskquota.Unmount(dir); err != nil {
+		t.Fatal(err)
+	}
+	if how, err := diskquota.Prepare(dir, img, diskquota.MinImageBytes); err != nil || how != diskquota.OnImage {
+		t.Fatalf("Prepare after an unmount: %q, %v", how, err)
+	}
+	if _, err := os.Stat(filepath.Join(a, "kept")); err != nil {
+		t.Fatalf("a file after the remount: %v", err)
+	}
+	if _, limit, err := diskquota.Usage(a); err != nil || limit != 4<<20 {
+		t.Fatalf("limit after the remount: %d, %v", limit, err)
+	}
+
+	old := filepath.Join(t.TempDir(), "sandboxes")
+	if err := os.MkdirAll(filepath.Join(old, "made-before"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := diskquota.Prepare(old, filepath.Join(filepath.Dir(old), "disk.img"), diskquota.MinImageBytes); !errors.Is(err, diskquota.ErrNotEmpty) {
+		t.Fatalf("Prepare over a directory in use: %v, want ErrNotEmpty", err)
+	}
+	if diskquota.IsBtrfs(old) {
+		t.Fatal("mounted over a directory in use")
+	}
+}
