@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
+
+var diskSeq atomic.Int64
 
 // diskBackend is a backend with disk limits on, on data and run
 // directories of its own; its image is unmounted at the end.
@@ -34,7 +37,9 @@ func diskBackend(t testing.TB) (*native.Backend, *conformance.Harness, string) {
 	var logs syncBuffer
 	b, err := native.New(native.Options{
 		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
-		CgroupPrefix: fmt.Sprintf("warren-test-disk-%d", os.Getpid()), DiskPool: 1 << 30,
+		// A prefix of its own: another test's backend reaping orphans
+		// under a shared one would take this one's sandboxes for its own.
+		CgroupPrefix: fmt.Sprintf("warren-test-disk-%d-%d", os.Getpid(), diskSeq.Add(1)), DiskPool: 1 << 30,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	})
 	if err != nil {
