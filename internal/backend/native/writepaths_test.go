@@ -43,4 +43,17 @@ func TestReadOnlyRoot(t *testing.T) {
 	if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo x > /etc/x"); r.Code == 0 {
 		t.Errorf("root writable after a restart")
 	}
+
+	// A writable path the sandbox made a symlink (to /etc) fails the
+	// next start rather than making /etc writable.
+	if r := conformance.Exec(t, sb, 0, "/bin/ln", "-s", "/etc", "/home/user/etc"); r.Code != 0 {
+		t.Fatalf("ln: %+v %q", r.ExitStatus, r.Stderr)
+	}
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb.(backend.Reconfigurer).SetConfig(backend.Config{Image: h.Image, ReadOnlyRoot: true, WritablePaths: []string{"/home/user/etc"}})
+	if err := sb.Start(ctx); err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("start with a writable path through a symlink: %v", err)
+	}
 }
