@@ -275,3 +275,64 @@ func median(ds []time.Duration) time.Duration {
 	slices.Sort(s)
 	return s[len(s)/2]
 }
+
+// TestDiskLimitsOverOldSandboxes: a data directory holding sandboxes made
+// before disk limits keeps them working, uncapped: no image is mounted over
+// them, and the log says why limits are off.
+func TestDiskLimitsOverOldSandboxes(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("mkfs.btrfs")
+	testenv.Require(t, err == nil, "mkfs.btrfs (btrfs-progs; `make deps` installs it)")
+	base := t.TempDir()
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	data, run := filepath.Join(base, "data"), filepath.Join(base, "run")
+	open := func(pool int64, log *syncBuffer) *native.Backend {
+		b, err := native.New(native.Options{
+			DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
+			CgroupPrefix: fmt.Sprintf("warren-test-disk-%d-%d", os.Getpid(), diskSeq.Add(1)), DiskPool: pool,
+			Logger: slog.New(slog.NewTextHandler(log, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var log syncBuffer
+	old := open(0, &log)
+	h := harnessFor(t, old, data, run)
+	ctx := context.Background()
+	sb, err := old.Create(ctx, backend.Config{ID: "made-before", Image: h.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := open(1<<30, &log)
+	defer func() {
+		_ = sb.Remove(ctx)
+		_, _ = b.ReapOrphans(nil)
+		_ = b.Close()
+	}()
+	if b.DiskLimits() != "" || diskquota.IsBtrfs(filepath.Join(data, "sandboxes")) {
+		t.Fatalf("limits on (%q) over a sandbox made before them", b.DiskLimits())
+	}
+	if !strings.Contains(log.String(), "made before disk limits") {
+		t.Errorf("the log does not say why limits are off:\n%s", log.String())
+	}
+	sb, err = b.Open(ctx, backend.Config{ID: "made-before", Image: h.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo works > /root/f && cat /root/f"); r.Stdout != "works\n" {
+		t.Fatalf("the old sandbox: %+v %q %q", r.ExitStatus, r.Stdout, r.Stderr)
+	}
+	if l := sb.(*native.Sandbox).DiskLimit(); l != 0 {
+		t.Errorf("DiskLimit of an uncapped sandbox = %d", l)
+	}
+}
