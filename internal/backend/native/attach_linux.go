@@ -32,7 +32,9 @@ func (b *Backend) Open(ctx context.Context, cfg backend.Config) (backend.Sandbox
 	if _, err := os.Stat(filepath.Join(dir, "upper")); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrNotExist)
 	}
-	s := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID)}
+	// Its cap as stored may be another than cfg's (the policy changed
+	// while the server was down): the next start applies cfg's.
+	s := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID), diskCap: -1}
 	if err := s.attach(); err != nil {
 		b.log.Warn("sandbox agent not reattached", "id", cfg.ID, "err", err)
 		// What the dead agent left (cgroup, runtime dir) goes now, so a
@@ -125,9 +127,6 @@ func (s *Sandbox) SetConfig(cfg backend.Config) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cfg.ID = s.cfg.ID
-	if cfg.DiskBytes != s.cfg.DiskBytes {
-		s.setDiskLimit(cfg.DiskBytes)
-	}
 	s.cfg = cfg
 }
 

@@ -89,14 +89,18 @@ func (s *Sandbox) limited() bool {
 	return err == nil && id != diskquota.TopLevel
 }
 
-// setDiskLimit applies a new cap (SetConfig of a stopped sandbox).
+// setDiskLimit applies a cap at start (a new one SetConfig gave, or the
+// config's after Open, whatever the stored one is).
 func (s *Sandbox) setDiskLimit(maxBytes int64) {
 	if !s.limited() {
+		s.diskCap = maxBytes // nothing to apply: not asked again
 		return
 	}
 	if err := diskquota.SetLimit(s.dir, maxBytes); err != nil {
 		s.b.log.Warn("change a sandbox's disk limit", "id", s.cfg.ID, "err", err.Error())
+		return
 	}
+	s.diskCap = maxBytes
 }
 
 // quotaUsage is what the sandbox's directory holds and its cap (0: none),

@@ -106,6 +106,21 @@ func TestDiskLimit(t *testing.T) {
 	}
 	wantQuotaExceeded(t, sb, "after a restart", "rm -f /tmp/big; sync; dd if=/dev/zero of=/root/big bs=1M count=64")
 
+	// A new cap (SetConfig while stopped) applies at the next start.
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb.(backend.Reconfigurer).SetConfig(backend.Config{Image: h.Image, DiskBytes: 2 * limit})
+	if got := sb.(*native.Sandbox).DiskLimit(); got != limit {
+		t.Errorf("DiskLimit while stopped with a new config = %d, want the old %d until the start", got, limit)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sb.(*native.Sandbox).DiskLimit(); got != 2*limit {
+		t.Errorf("DiskLimit after a start with a new config = %d, want %d", got, 2*limit)
+	}
+
 	// A directory put under a limit of its own (a workspace) stops its
 	// writer too.
 	ws := filepath.Join(data, "sandboxes", ".ws-test")

@@ -596,7 +596,7 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 			return fail(err)
 		}
 	}
-	sb := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID), lock: lock}
+	sb := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID), lock: lock, diskCap: cfg.DiskBytes}
 	return sb, nil
 }
 
@@ -635,6 +635,9 @@ type Sandbox struct {
 	// link is the running sandbox's network link (net_linux.go); zero
 	// without one.
 	link netplumb.Link
+	// diskCap is the disk limit last applied to the sandbox's directory
+	// (disk_linux.go); -1: not known (a handle Open made).
+	diskCap int64
 }
 
 // The contract and the optional abilities this backend provides.
@@ -782,6 +785,9 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	if err := s.ensureScratchDirs(); err != nil {
 		return err
+	}
+	if s.cfg.DiskBytes != s.diskCap {
+		s.setDiskLimit(s.cfg.DiskBytes) // a new cap (SetConfig) takes effect now
 	}
 	// The cgroup's limits are the spec's resources, as an OCI runtime
 	// would read them.
