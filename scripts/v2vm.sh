@@ -204,6 +204,9 @@ for l in "${lanes[@]}"; do
   (cd "$src" && CGO_ENABLED=0 go test -c -o "$job/bin/$l.test" "${lane_pkg[$l]}")
   args="-test.v -test.count=1 -test.timeout=$((lane_timeout[$l] - 30))s"
   [ -z "$run_re" ] || args="$args -test.run '$run_re'"
+  # The guest loads no loop or btrfs module: disk limits' tests run on the host
+  # (make test), not here (their mechanism is not what cgroup v2 changes).
+  [ "$l" != native ] || args="$args -test.skip '^(TestDiskLimit|TestDiskLimitInodes)\$'"
   echo "$l ${lane_timeout[$l]} $src/${lane_pkg[$l]#./} exec /run/v2vm/bin/$l.test $args" >>"$job/plan"
   sum_timeout=$((sum_timeout + lane_timeout[$l]))
 done

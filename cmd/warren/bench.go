@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/bench"
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/image/layer"
 	"github.com/warren-sandbox/warren/internal/network"
@@ -27,7 +30,8 @@ to baselines run at the same time on the same machine:
                                        the same from a pool of pre-spawned agents,
                                        with a uid range per sandbox vs one shared,
                                        and from a stored image vs the host image
-                                       and with networking on vs off, cold and pooled
+                                       and with networking on vs off, cold and pooled,
+                                       and with a disk limit vs none
   exec /bin/true in a running sandbox  through the agent
   python3 -c 'print(1)'                in a sandbox vs on the host
   REPL 1+1 round trip                  warm Python interpreter
@@ -163,6 +167,10 @@ func benchCmd(ctx context.Context, args []string) error {
 	hostMed, storedMed := bench.Median(hostRuns), bench.Median(storedRuns)
 	row("  same, from a stored image", storedMed, hostMed, "host image, alternating")
 	fmt.Fprintf(tw, "  stored image - host image\t%+.3f ms\t\t\n", float64((storedMed-hostMed).Microseconds())/1000)
+	if err := benchDisk(ctx, hf, tmp, *n, row, tw); err != nil {
+		fmt.Fprintf(os.Stderr, "disk limits skipped: %v\n", err)
+		fmt.Fprintf(tw, "  disk limit on\tskipped\t\t(see warren doctor)\n")
+	}
 	if err := benchNetwork(ctx, hf, tmp, *n, row); err != nil {
 		fmt.Fprintf(os.Stderr, "networking skipped: %v\n", err)
 		fmt.Fprintf(tw, "  networking on\tskipped\t\t(see warren doctor)\n")
@@ -221,6 +229,54 @@ func benchCmd(ctx context.Context, args []string) error {
 	row("REPL 1+1 round trip", repl, 0, "")
 	fmt.Fprintf(tw, "idle agent RSS\t%.2f MiB\t\t\n", float64(rss)/(1<<20))
 	return tw.Flush()
+}
+
+// benchDisk measures what a disk limit costs the cold cycle: a sandbox
+// capped at 1 GiB, its directory a subvolume on a btrfs image (a backend
+// with --disk-pool), against the same cycle on a backend without limits,
+// alternating, each in directories of its own. The image is unmounted at
+// the end.
+func benchDisk(ctx context.Context, hf hostFlags, tmp string, n int, row func(string, time.Duration, time.Duration, string), tw io.Writer) error {
+	open := func(name string, pool int64) (*bench.Env, *native.Backend, error) {
+		h := hf
+		h.dataDir, h.runDir, h.diskPool = filepath.Join(tmp, name, "data"), filepath.Join(tmp, name, "run"), "off"
+		be, err := h.backend(native.Options{ExitWithHost: true, DiskPool: pool})
+		if err != nil {
+			return nil, nil, err
+		}
+		img, err := be.HostImage()
+		if err != nil {
+			_ = be.Close()
+			return nil, nil, err
+		}
+		return &bench.Env{Backend: be, Image: img}, be, nil
+	}
+	off, offBe, err := open("disk-off", 0)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = offBe.Close() }()
+	on, onBe, err := open("disk-on", 4<<30)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = onBe.Close()
+		_ = diskquota.Unmount(filepath.Join(tmp, "disk-on", "data", "sandboxes"))
+	}()
+	if onBe.DiskLimits() == "" {
+		return errors.New("disk limits unavailable here")
+	}
+	on.DiskBytes = 1 << 30
+	fmt.Fprintf(os.Stderr, "measuring cold cycle, 1 GiB disk limit vs none, alternating (%d runs each)...\n", n)
+	limited, plain, err := bench.Paired(n, func() error { return on.ColdCycle(ctx) }, func() error { return off.ColdCycle(ctx) })
+	if err != nil {
+		return fmt.Errorf("disk limit cycle: %w", err)
+	}
+	lm, pm := bench.Median(limited), bench.Median(plain)
+	row("  same, with a 1 GiB disk limit", lm, pm, "no limit, alternating")
+	fmt.Fprintf(tw, "  disk limit - none\t%+.3f ms\t\t\n", float64((lm-pm).Microseconds())/1000)
+	return nil
 }
 
 // benchNetwork measures what a sandbox's network costs a start: the cold

@@ -93,7 +93,7 @@ func doctorCmd(ctx context.Context, args []string) error {
 		add(p+" (host image)", false, err, "")
 	}
 	if root {
-		d, ranges, err := smokeTest(ctx, &hf)
+		d, ranges, disk, err := smokeTest(ctx, &hf)
 		add("sandbox start + exec true", true, err, fmt.Sprintf("%.1f ms cold start to exit", float64(d.Microseconds())/1000))
 		if err == nil {
 			note := "each running sandbox has a host uid range of its own (idmapped mounts)"
@@ -102,6 +102,14 @@ func doctorCmd(ctx context.Context, args []string) error {
 				rerr = errors.New("unavailable here (they need Linux 6.18's detached mounts and a data directory that can be idmapped, or --uid-ranges off): every sandbox runs as the same host uids, sharing the kernel's per-user limits")
 			}
 			add("per-sandbox uid ranges", false, rerr, note)
+			var derr error
+			switch {
+			case hf.diskPool == "" || hf.diskPool == "off":
+				derr = errors.New("off (--disk-pool off): a sandbox can fill the data directory's disk; --disk-pool auto turns them on")
+			case disk == "":
+				derr = errors.New("unavailable (`warren serve -v` logs why): a sandbox can fill the data directory's disk")
+			}
+			add("disk limits", false, derr, "each sandbox's files are a btrfs subvolume under a quota ("+disk+")")
 		}
 		if err == nil {
 			// The backend set their modes; a host user must reach nothing
@@ -220,32 +228,32 @@ func seccompSupported() error {
 	return nil
 }
 
-func smokeTest(ctx context.Context, hf *hostFlags) (_ time.Duration, ranges bool, err error) {
+func smokeTest(ctx context.Context, hf *hostFlags) (_ time.Duration, ranges bool, disk string, err error) {
 	be, err := hf.backend(native.Options{ExitWithHost: true})
 	if err != nil {
-		return 0, false, err
+		return 0, false, "", err
 	}
-	ranges = be.UIDRanges()
+	ranges, disk = be.UIDRanges(), be.DiskLimits()
 	defer func() { _ = be.Close() }()
 	img, err := be.HostImage()
 	if err != nil {
-		return 0, ranges, err
+		return 0, ranges, disk, err
 	}
 	start := time.Now()
 	sb, err := be.Create(ctx, backend.Config{ID: fmt.Sprintf("doctor-%d", os.Getpid()), Image: img, MemoryBytes: 256 << 20, CPUs: 1, PidsMax: 64})
 	if err != nil {
-		return 0, ranges, err
+		return 0, ranges, disk, err
 	}
 	defer func() { _ = sb.Remove(context.WithoutCancel(ctx)) }()
 	if err := sb.Start(ctx); err != nil {
-		return 0, ranges, err
+		return 0, ranges, disk, err
 	}
 	res, err := backend.Exec(ctx, sb, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil)
 	if err != nil {
-		return 0, ranges, err
+		return 0, ranges, disk, err
 	}
 	if res.Code != 0 {
-		return 0, ranges, fmt.Errorf("/bin/true exited %d %s", res.Code, res.Error)
+		return 0, ranges, disk, fmt.Errorf("/bin/true exited %d %s", res.Code, res.Error)
 	}
-	return time.Since(start), ranges, nil
+	return time.Since(start), ranges, disk, nil
 }

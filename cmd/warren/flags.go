@@ -9,8 +9,11 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/warren-sandbox/warren/internal/agentbin"
 	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/timerslack"
 )
 
@@ -23,6 +26,8 @@ type hostFlags struct {
 	agent   string
 	spawner string
 	verbose bool
+	// diskPool is --disk-pool: "off", "auto" or a size.
+	diskPool string
 	// log, when set, replaces the -v text logger (the server logs JSON).
 	log *slog.Logger
 }
@@ -34,7 +39,32 @@ func (h *hostFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.ranges, "uid-ranges", envOr("WARREN_UID_RANGES", "auto"), "a host uid range of its own for each running sandbox (env WARREN_UID_RANGES):\nauto (where the kernel and the data directory's file system allow: idmapped\nmounts, Linux 6.18), on (require), off (all sandboxes share one range)")
 	fs.StringVar(&h.agent, "agent", "", "path of the warren-agent binary (default: embedded, or next to warren; env WARREN_AGENT)")
 	fs.StringVar(&h.spawner, "spawner", "", "path of the warren-spawner binary (default: embedded, or next to warren; env WARREN_SPAWNER)")
+	fs.StringVar(&h.diskPool, "disk-pool", envOr("WARREN_DISK_POOL", "off"), "disk limits for sandboxes (env WARREN_DISK_POOL): off, auto, or the size of the\nbtrfs image <data-dir>/disk.img made (sparse) and mounted on <data-dir>/sandboxes\nwhen the data directory is not on btrfs, like 100G; auto: half the free space")
 	fs.BoolVar(&h.verbose, "v", false, "log what happens to stderr")
+}
+
+// diskPoolBytes is --disk-pool in bytes (0: off).
+func (h *hostFlags) diskPoolBytes() (int64, error) {
+	switch h.diskPool {
+	case "", "off":
+		return 0, nil
+	case "auto":
+		var st unix.Statfs_t
+		d := h.dataDir // or the nearest existing directory above it
+		for unix.Statfs(d, &st) != nil {
+			if d == filepath.Dir(d) {
+				return 0, fmt.Errorf("--disk-pool auto: no file system found for %s", h.dataDir)
+			}
+			d = filepath.Dir(d)
+		}
+		free := int64(st.Bavail) * st.Bsize //nolint:gosec // G115: a file system's free bytes fit
+		return max(free/2, diskquota.MinImageBytes), nil
+	}
+	n, err := parseSize(h.diskPool)
+	if err != nil || n < diskquota.MinImageBytes {
+		return 0, fmt.Errorf("--disk-pool %q: want off, auto, or a size of at least %d MiB", h.diskPool, diskquota.MinImageBytes>>20)
+	}
+	return n, nil
 }
 
 func (h *hostFlags) logger() *slog.Logger {
@@ -61,6 +91,11 @@ func (h *hostFlags) backend(opts native.Options) (*native.Backend, error) {
 	}
 	opts.DataDir, opts.RunDir, opts.AgentPath, opts.SpawnerPath, opts.UserNS, opts.Logger = h.dataDir, h.runDir, agentPath, spawnerPath, h.userNS, h.logger()
 	opts.UIDRanges = h.ranges
+	if opts.DiskPool == 0 { // a command's own choice (bench) wins
+		if opts.DiskPool, err = h.diskPoolBytes(); err != nil {
+			return nil, err
+		}
+	}
 	// A process that runs sandboxes runs with a coarse timer slack (package
 	// timerslack says why); what it starts for users gets the usual one.
 	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {

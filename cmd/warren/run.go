@@ -91,6 +91,10 @@ func runCmd(ctx context.Context, args []string) error {
 	var envs, volumeArgs stringList
 	fs.Var(&envs, "env", "set an environment variable K=V (repeatable)")
 	fs.Var(&volumeArgs, "volume", "bind a host directory or file: HOST:GUEST or HOST:GUEST:ro (repeatable); with user namespaces\nsandbox root writes as host uid 1610612736, so HOST must be writable by it")
+	disk := fs.String("disk", "0", "disk limit of the sandbox's files, /tmp included (MiB, or with K/M/G suffix; 0 = none);\nenforced with --disk-pool")
+	readOnly := fs.Bool("read-only", false, "make the root file system read-only except /tmp, /workspace and --write-path")
+	var writePaths stringList
+	fs.Var(&writePaths, "write-path", "with --read-only: keep this absolute path writable too (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -111,6 +115,10 @@ func runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	diskBytes, err := parseSize(*disk)
+	if err != nil {
+		return fmt.Errorf("--disk: %w", err)
+	}
 	for _, e := range envs {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return fmt.Errorf("--env %q: want K=V", e)
@@ -124,7 +132,8 @@ func runCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := backend.Config{Env: envs, Workdir: *workdir, MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: mode, Volumes: volumes, Ports: ports}
+	cfg := backend.Config{Env: envs, Workdir: *workdir, MemoryBytes: memBytes, CPUs: *cpus, PidsMax: *pids, Network: mode, Volumes: volumes, Ports: ports,
+		DiskBytes: diskBytes, ReadOnlyRoot: *readOnly, WritablePaths: writePaths}
 	// Before anything starts: the limits' ranges, an absolute workdir.
 	if err := cfg.CheckSettings(); err != nil {
 		return err
@@ -169,6 +178,9 @@ func runCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	defer func() { _ = be.Close() }()
+	if diskBytes > 0 && be.DiskLimits() == "" {
+		return errors.New("--disk: disk limits are off (--disk-pool off, or unavailable here: warren doctor says why)")
+	}
 	_, _ = be.ReapOrphans(nil)
 	var sbImg *image.Image
 	if *img == image.HostName {

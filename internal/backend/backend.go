@@ -46,7 +46,27 @@ type Config struct {
 	// Their sources must have passed CheckVolumeSource under the caller's
 	// policy.
 	Volumes []Volume
+	// DiskBytes caps what the sandbox keeps on the host's disk: its
+	// writable layer, and so its /tmp and every path it writes outside
+	// volumes (0: unlimited). A write past it fails with EDQUOT inside.
+	DiskBytes int64
+	// DiskInodes caps the sandbox's files (0: unlimited), where the
+	// backend's mechanism counts files apart from bytes; the native
+	// backend's does not, and each file's metadata counts in DiskBytes.
+	DiskInodes int64
+	// ReadOnlyRoot makes the root file system read-only except /tmp,
+	// /workspace and WritablePaths, which stay writable in the sandbox's
+	// writable layer (kept across stop/start, under DiskBytes). A write
+	// elsewhere fails with EROFS.
+	ReadOnlyRoot bool
+	// WritablePaths are the extra writable paths of a ReadOnlyRoot
+	// sandbox (ValidateWritablePaths).
+	WritablePaths []string
 }
+
+// AlwaysWritable are the paths a ReadOnlyRoot sandbox can write to
+// whatever its WritablePaths.
+var AlwaysWritable = []string{"/tmp", "/workspace"}
 
 // Network modes (Config.Network).
 const (
@@ -91,6 +111,20 @@ const (
 	MinCPUs = 0.01
 	// MaxCPUs is the largest CPU quota.
 	MaxCPUs = 1024
+	// MinDiskBytes is the smallest disk limit: room for what a shell or
+	// an interpreter writes at start.
+	MinDiskBytes = 16 << 20
+	// MaxDiskBytes bounds a disk limit (1 PiB: beyond any host's disk).
+	MaxDiskBytes = 1 << 50
+	// MinDiskInodes is the smallest inode limit.
+	MinDiskInodes = 1024
+	// MaxDiskInodes bounds an inode limit.
+	MaxDiskInodes = 1 << 40
+	// MaxWritablePaths bounds Config.WritablePaths.
+	MaxWritablePaths = 32
+	// MaxWritablePathLen bounds each writable path, in bytes.
+	MaxWritablePathLen = 1024
+
 	// MinPids is the smallest process limit. The limit counts threads
 	// (the agent's launcher thread among them: the agent's others have
 	// their own budget, AgentPids); below this a command's interpreter
@@ -146,8 +180,46 @@ func (c *Config) CheckSettings() error {
 	if err := ValidateVolumes(c.Volumes); err != nil {
 		errs = append(errs, err)
 	}
+	if c.DiskBytes != 0 && (c.DiskBytes < MinDiskBytes || c.DiskBytes > MaxDiskBytes) {
+		errs = append(errs, fmt.Errorf("disk: %d bytes out of range: want 0 (unlimited) or %d MiB up to %d TiB", c.DiskBytes, MinDiskBytes>>20, MaxDiskBytes>>40))
+	}
+	if c.DiskInodes != 0 && (c.DiskInodes < MinDiskInodes || c.DiskInodes > MaxDiskInodes) {
+		errs = append(errs, fmt.Errorf("disk inodes: %d out of range: want 0 (unlimited) or %d up to %d", c.DiskInodes, MinDiskInodes, int64(MaxDiskInodes)))
+	}
+	// Checked even without ReadOnlyRoot (where they change nothing):
+	// a policy's bad path shows at once, not when a root turns read-only.
+	if err := ValidateWritablePaths(c.WritablePaths); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
+
+// ValidateWritablePaths reports every problem with the writable paths of
+// a read-only root: each absolute, clean, not / and not in /proc, /sys or
+// /dev (the sandbox's own kernel file systems, never its disk); at most
+// MaxWritablePaths of at most MaxWritablePathLen bytes.
+func ValidateWritablePaths(ps []string) error {
+	var errs []error
+	if len(ps) > MaxWritablePaths {
+		return fmt.Errorf("write paths: %d given, at most %d", len(ps), MaxWritablePaths)
+	}
+	for _, p := range ps {
+		switch {
+		case len(p) > MaxWritablePathLen:
+			errs = append(errs, fmt.Errorf("write path %.40q...: longer than %d bytes", p, MaxWritablePathLen))
+		case !path.IsAbs(p) || path.Clean(p) != p || strings.ContainsRune(p, 0):
+			errs = append(errs, fmt.Errorf("write path %q: want an absolute, clean path", p))
+		case p == "/":
+			errs = append(errs, errors.New("write path \"/\": that is the whole root; leave the root writable instead"))
+		case under(p, "/proc") || under(p, "/sys") || under(p, "/dev"):
+			errs = append(errs, fmt.Errorf("write path %q: not in /proc, /sys or /dev", p))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// under reports whether p is dir or below it.
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 
 // portList is ps as "8080:80, 9000:9000" (the first few).
 func portList(ps []PortMapping) string {
@@ -173,6 +245,8 @@ func portList(ps []PortMapping) string {
 //     (without it, a restart keeps the Config the sandbox was made with).
 //   - DiskUser: the space a sandbox's own files take on the host (without
 //     it, disk usage is not reported).
+//   - DiskLimiter: the disk limit in force (without it, Config.DiskBytes
+//     is not enforced).
 //   - Networked: the address of a running sandbox's own link (without
 //     it, the sandbox has loopback only whatever Config.Network says).
 //
@@ -232,6 +306,12 @@ type Reconfigurer interface {
 // writable layer), in bytes.
 type DiskUser interface {
 	DiskUsage() (int64, error)
+}
+
+// DiskLimiter is a DiskUser whose backend enforces Config.DiskBytes:
+// DiskLimit is the cap in force on the sandbox's files (0: none).
+type DiskLimiter interface {
+	DiskLimit() int64
 }
 
 // Networked is a sandbox with a network link of its own (Config.Network

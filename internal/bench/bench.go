@@ -37,6 +37,8 @@ type Env struct {
 	HostPid func(backend.Sandbox) int
 	// Network is the sandboxes' backend.Config.Network ("": loopback only).
 	Network string
+	// DiskBytes is the sandboxes' disk limit (0: none).
+	DiskBytes int64
 }
 
 var seq atomic.Int64
@@ -52,7 +54,7 @@ func (e *Env) ColdCycle(ctx context.Context) error {
 	sb, err := e.Backend.Create(ctx, backend.Config{
 		ID: fmt.Sprintf("bench-%d-%d", os.Getpid(), seq.Add(1)), Image: e.Image,
 		MemoryBytes: backend.DefaultMemoryBytes, CPUs: backend.DefaultCPUs, PidsMax: backend.DefaultPids,
-		Network: e.Network,
+		Network: e.Network, DiskBytes: e.DiskBytes,
 	})
 	if err != nil {
 		return err

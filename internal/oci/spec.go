@@ -9,7 +9,9 @@ package oci
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
@@ -42,6 +44,11 @@ type Params struct {
 	PidsMax     int64
 	// NoFile is the open-files limit (default DefaultNoFile).
 	NoFile uint64
+	// ReadOnlyRoot makes the root file system read-only but for
+	// WritablePaths, each bound onto itself (a bind whose source is
+	// relative names a path inside the root) before the volumes.
+	ReadOnlyRoot  bool
+	WritablePaths []string
 }
 
 // DefaultCapabilities is the capability set of a sandbox's processes:
@@ -138,8 +145,27 @@ func Build(p Params) (*specs.Spec, error) {
 		m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: p.UserNS.Host, Size: p.UserNS.Size}}
 		s.Linux.UIDMappings, s.Linux.GIDMappings = m, m
 	}
-	s.Mounts = append(append(append([]specs.Mount(nil), p.ImageMounts...), StandardMounts()...), p.Volumes...)
+	s.Mounts = append(append([]specs.Mount(nil), p.ImageMounts...), StandardMounts()...)
+	if p.ReadOnlyRoot {
+		s.Root.Readonly = true
+		s.Mounts = append(s.Mounts, writableBinds(p.WritablePaths)...)
+	}
+	s.Mounts = append(s.Mounts, p.Volumes...)
 	return s, nil
+}
+
+// writableBinds binds each of paths (absolute and clean) onto itself,
+// parents before children, once each: a write there reaches the sandbox's
+// writable layer whatever the root's read-only flag.
+func writableBinds(paths []string) []specs.Mount {
+	ps := slices.Clone(paths)
+	slices.Sort(ps) // "/a" sorts before "/a/b"
+	ps = slices.Compact(ps)
+	ms := make([]specs.Mount, 0, len(ps))
+	for _, p := range ps {
+		ms = append(ms, specs.Mount{Destination: p, Type: "bind", Source: strings.TrimPrefix(p, "/"), Options: []string{"bind", "nosuid", "nodev"}})
+	}
+	return ms
 }
 
 // ProcessCapabilities are a sandbox process's capabilities: the default

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // TestResourceLimitsRoundTrip: the limits a backend reads back from a
@@ -35,5 +37,41 @@ func TestResourceLimitsRoundTrip(t *testing.T) {
 	}
 	if l := ResourceLimits(nil); l != (Limits{}) {
 		t.Errorf("no resources: %+v", l)
+	}
+}
+
+// TestReadOnlyRoot: a read-only root's writable paths become binds of
+// themselves (relative sources, inside the root), parents first, once
+// each, after the standard mounts and before the volumes; without it the
+// paths add nothing.
+func TestReadOnlyRoot(t *testing.T) {
+	vol := specs.Mount{Destination: "/workspace", Type: "bind", Source: "/srv/ws", Options: []string{"bind"}}
+	p := Params{RootPath: "/r", ReadOnlyRoot: true, WritablePaths: []string{"/tmp", "/home/u/sub", "/home/u", "/tmp"}, Volumes: []specs.Mount{vol}}
+	s, err := Build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Root.Readonly {
+		t.Error("root not read-only")
+	}
+	n := len(StandardMounts())
+	want := []string{"/home/u", "/home/u/sub", "/tmp"}
+	got := s.Mounts[n:]
+	if len(got) != len(want)+1 || got[len(want)].Destination != "/workspace" {
+		t.Fatalf("mounts after the standard ones: %+v", got)
+	}
+	for i, d := range want {
+		m := got[i]
+		if m.Destination != d || m.Source != d[1:] || m.Type != "bind" {
+			t.Errorf("writable bind %d: %+v, want %s bound from %q", i, m, d, d[1:])
+		}
+	}
+	p.ReadOnlyRoot = false
+	s, err = Build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Root.Readonly || len(s.Mounts) != n+1 {
+		t.Errorf("without a read-only root: readonly %v, %d mounts", s.Root.Readonly, len(s.Mounts))
 	}
 }

@@ -109,6 +109,8 @@ type sandboxMetrics struct {
 	CPUUsage    *float64 `json:"cpu_usage"`
 	MemoryUsage *int64   `json:"memory_usage"`
 	DiskUsage   *int64   `json:"disk_usage"`
+	// DiskLimit is the cap disk_usage counts against (absent: none).
+	DiskLimit *int64 `json:"disk_limit,omitempty"`
 }
 
 type metricsList struct {
@@ -141,7 +143,7 @@ func (s *Server) sandboxMetrics(_ context.Context, c *call, p *metricsParams) (a
 			continue // removed meanwhile
 		}
 		out = append(out, sandboxMetrics{Namespace: u.Namespace, Name: u.Name, Running: u.Running,
-			CPUUsage: u.CPUPercent, MemoryUsage: u.MemoryMiB, DiskUsage: u.DiskBytes})
+			CPUUsage: u.CPUPercent, MemoryUsage: u.MemoryMiB, DiskUsage: u.DiskBytes, DiskLimit: u.DiskLimitBytes})
 	}
 	return metricsList{Sandboxes: out}, nil
 }

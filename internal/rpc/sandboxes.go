@@ -215,6 +215,12 @@ type sandboxInfo struct {
 	StoppedAt   *time.Time        `json:"stopped_at,omitempty"`
 	IdleTimeout float64           `json:"idle_timeout"`
 	MaxLifetime float64           `json:"max_lifetime"`
+	// DiskMiB is the disk limit asked for (absent: the server's default);
+	// DiskUsage and DiskLimit (bytes) what the sandbox keeps on disk and
+	// the cap in force, in sandbox.get.
+	DiskMiB   int64  `json:"disk_mib,omitempty"`
+	DiskUsage *int64 `json:"disk_usage,omitempty"`
+	DiskLimit *int64 `json:"disk_limit,omitempty"`
 }
 
 func timePtr(t time.Time) *time.Time {
@@ -233,7 +239,7 @@ func toInfo(in sandbox.Info) sandboxInfo {
 	return sandboxInfo{Namespace: in.Namespace, Name: in.Name, State: string(in.State), Error: in.Error,
 		Image: in.Spec.Image, MemoryMiB: in.Spec.MemoryMiB, CPUs: in.Spec.CPUs, Labels: labels,
 		CreatedAt: timePtr(in.Created), StartedAt: timePtr(in.Started), StoppedAt: timePtr(in.Stopped),
-		IdleTimeout: in.Spec.IdleTimeout.Seconds(), MaxLifetime: in.Spec.MaxLifetime.Seconds()}
+		IdleTimeout: in.Spec.IdleTimeout.Seconds(), MaxLifetime: in.Spec.MaxLifetime.Seconds(), DiskMiB: in.Spec.DiskMiB}
 }
 
 type createParams struct {
@@ -247,6 +253,7 @@ type createParams struct {
 	Labels      map[string]string `json:"labels"`
 	IdleTimeout float64           `json:"idle_timeout"`
 	MaxLifetime float64           `json:"max_lifetime"`
+	DiskMiB     int64             `json:"disk_mib"`
 	Workspace   string            `json:"workspace"`
 	Secrets     []string          `json:"secrets"`
 	Egress      []string          `json:"egress"`
@@ -286,7 +293,7 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 		return nil, err
 	}
 	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
-		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress, Secrets: p.Secrets}
+		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress, Secrets: p.Secrets, DiskMiB: p.DiskMiB}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, name, spec, true)
 	if err != nil {
@@ -305,7 +312,11 @@ func (s *Server) sandboxGet(_ context.Context, c *call, p *sandboxRef) (any, err
 	if err != nil {
 		return nil, err
 	}
-	return toInfo(info), nil
+	out := toInfo(info)
+	if u, err := s.mgr.Usage(ns, name); err == nil {
+		out.DiskUsage, out.DiskLimit = u.DiskBytes, u.DiskLimitBytes
+	}
+	return out, nil
 }
 
 type listParams struct {

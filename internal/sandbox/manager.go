@@ -94,6 +94,9 @@ type Spec struct {
 	// its namespace, Options.Secrets): names only, the values are read
 	// at every start (secrets.go).
 	Secrets []string `json:"secrets,omitempty"`
+	// DiskMiB caps what the sandbox keeps on disk (its writable layer,
+	// /tmp included); 0 = the server's default (Options.DiskBytes).
+	DiskMiB int64 `json:"disk_mib,omitempty"`
 	// IdleTimeout stops the sandbox after this long without a request;
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -154,6 +157,10 @@ func (s *Spec) Validate() error {
 	}
 	if s.CPUs > MaxCPUs {
 		errs = append(errs, fmt.Errorf("cpus %v: at most %d on this server", s.CPUs, MaxCPUs))
+	}
+	if s.DiskMiB < 0 || s.DiskMiB > backend.MaxDiskBytes>>20 {
+		errs = append(errs, fmt.Errorf("disk %d MiB: want 0 (server default) up to %d", s.DiskMiB, int64(backend.MaxDiskBytes>>20)))
+		cfg.DiskBytes = 0 // reported; shifted into bytes it could overflow
 	}
 	if err := cfg.CheckSettings(); err != nil {
 		errs = append(errs, err)
@@ -217,7 +224,7 @@ func (m *Manager) checkVolumes(vs []backend.Volume) error {
 func (s *Spec) config(id string, img *image.Image) backend.Config {
 	return backend.Config{ID: id, Image: img, Env: s.Env, Workdir: s.Workdir,
 		MemoryBytes: s.MemoryMiB << 20, CPUs: s.CPUs, PidsMax: backend.DefaultPids, Network: "none",
-		Volumes: s.Volumes, Ports: s.Ports}
+		Volumes: s.Volumes, Ports: s.Ports, DiskBytes: s.DiskMiB << 20}
 }
 
 var envRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+=`)
@@ -307,6 +314,15 @@ type Options struct {
 	// (default DefaultUsageEvery), and every record of its egress log.
 	Audit      Auditor
 	UsageEvery time.Duration
+	// DiskBytes is the disk limit of sandboxes whose spec asks for none
+	// (0: unlimited), DiskInodes their inode limit (0: unlimited; see
+	// backend.Config for what a backend enforces).
+	DiskBytes  int64
+	DiskInodes int64
+	// ReadOnlyRoot makes every sandbox's root read-only except /tmp,
+	// /workspace and WritePaths (backend.Config.ReadOnlyRoot).
+	ReadOnlyRoot bool
+	WritePaths   []string
 }
 
 // Auditor takes audit records (*audit.Log is one).
@@ -822,6 +838,10 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 func (m *Manager) config(spec Spec, id string, img *image.Image) backend.Config {
 	cfg := spec.config(id, img)
 	cfg.PidsMax, cfg.NoFile = m.limits.Pids, m.limits.OpenFiles
+	if cfg.DiskBytes == 0 {
+		cfg.DiskBytes = m.opts.DiskBytes
+	}
+	cfg.DiskInodes, cfg.ReadOnlyRoot, cfg.WritablePaths = m.opts.DiskInodes, m.opts.ReadOnlyRoot, m.opts.WritePaths
 	if m.networking() {
 		cfg.Network = backend.NetworkEgress
 	}

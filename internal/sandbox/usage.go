@@ -21,6 +21,7 @@ type usage struct {
 	pct     float64
 	have    bool
 	disk    int64
+	diskMax int64
 	diskAt  time.Time
 
 	// The interval of use not yet recorded in the audit log: since
@@ -97,6 +98,8 @@ type Usage struct {
 	// Labels are the sandbox's, so a usage record can be billed by
 	// label (a copy).
 	Labels map[string]string
+	// DiskLimitBytes is the disk limit in force (nil: none).
+	DiskLimitBytes *int64
 }
 
 // Usage measures one sandbox.
@@ -118,15 +121,22 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 		e.usage.mu.Unlock()
 		if stale {
 			if n, err := d.DiskUsage(); err == nil {
+				var lim int64
+				if l, ok := sb.(backend.DiskLimiter); ok {
+					lim = l.DiskLimit()
+				}
 				e.usage.mu.Lock()
-				e.usage.disk, e.usage.diskAt = n, now
+				e.usage.disk, e.usage.diskMax, e.usage.diskAt = n, lim, now
 				e.usage.mu.Unlock()
 			}
 		}
 		e.usage.mu.Lock()
 		if !e.usage.diskAt.IsZero() {
-			disk := e.usage.disk
+			disk, lim := e.usage.disk, e.usage.diskMax
 			u.DiskBytes = &disk
+			if lim > 0 {
+				u.DiskLimitBytes = &lim
+			}
 		}
 		e.usage.mu.Unlock()
 	}

@@ -32,7 +32,9 @@ func (b *Backend) Open(ctx context.Context, cfg backend.Config) (backend.Sandbox
 	if _, err := os.Stat(filepath.Join(dir, "upper")); err != nil {
 		return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrNotExist)
 	}
-	s := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID)}
+	// Its cap as stored may be another than cfg's (the policy changed
+	// while the server was down): the next start applies cfg's.
+	s := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID), diskCap: -1}
 	if err := s.attach(); err != nil {
 		b.log.Warn("sandbox agent not reattached", "id", cfg.ID, "err", err)
 		// What the dead agent left (cgroup, runtime dir) goes now, so a
@@ -135,6 +137,9 @@ const maxDiskWalk = 200000
 // DiskUsage is the space the sandbox's writable layer takes on the host,
 // in bytes (allocated blocks; hard links counted once).
 func (s *Sandbox) DiskUsage() (int64, error) {
+	if used, _, ok := s.quotaUsage(); ok {
+		return used, nil
+	}
 	var total int64
 	seen := map[uint64]bool{}
 	n := 0

@@ -5,7 +5,9 @@
 //
 // On-disk layout, all owned by one sandbox and removed with it:
 //
-//	<DataDir>/sandboxes/<id>/{upper,work,rootfs}   overlay upper layer kept across stop/start
+//	<DataDir>/sandboxes/<id>/{upper,work,rootfs}   overlay upper layer kept across stop/start;
+//	                                               with disk limits <id> is a btrfs subvolume
+//	                                               (disk_linux.go) on <DataDir>/disk.img
 //	<RunDir>/<id>/{agent.sock,agent.pid,agent.log} runtime state, removed at stop
 //	cgroup <own cgroup>/warren/<id>                per controller, removed at stop;
 //	       <id>/agent and <id>/work                in pids (cgroup.Limits.AgentPids)
@@ -28,6 +30,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -94,6 +97,11 @@ type Options struct {
 	// skips clone, namespace creation, exec and the agent's runtime start
 	// (0 = spawn at each start; right for one-shot use like `warren run`).
 	Prewarm int
+	// DiskPool turns disk limits (backend.Config.DiskBytes) on: the
+	// size of the btrfs image <DataDir>/disk.img made sparse and mounted
+	// on <DataDir>/sandboxes when the data directory is not on btrfs
+	// (disk_linux.go). 0: limits off, sandboxes write without a cap.
+	DiskPool int64
 	// StartTimeout bounds a sandbox's start (default 10s).
 	StartTimeout time.Duration
 	Logger       *slog.Logger
@@ -122,6 +130,9 @@ type Backend struct {
 	// handle of the same sandbox, and Close, wait for it.
 	releaseMu sync.Mutex
 	releasing map[string]chan struct{}
+	// disk is how disk limits are enforced (diskquota.OnImage or
+	// OnDataDir), "" when they are not (disk_linux.go).
+	disk string
 	// roots are the sandboxes' root mounts the backend holds.
 	roots roots
 	// removing counts removed sandboxes whose files are still being
@@ -190,6 +201,7 @@ func New(opts Options) (*Backend, error) {
 			return nil, fmt.Errorf("native backend: %w", err)
 		}
 	}
+	b.prepareDisk()
 	if err := os.MkdirAll(filepath.Join(opts.DataDir, "sandboxes", removedDir), 0o700); err != nil {
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
@@ -540,7 +552,7 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 		// on the same data directory never sees it unowned.
 		build = filepath.Join(sandboxes, newPrefix+cfg.ID)
 	}
-	if err := os.Mkdir(build, 0o711); err != nil { //nolint:gosec // 0711: the sandbox's root (a uid in the mapped range) must traverse its dir to reach rootfs
+	if err := b.mkSandboxDir(build, cfg.DiskBytes); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("sandbox %q: %w", cfg.ID, fs.ErrExist)
 		}
@@ -548,7 +560,7 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 	}
 	var lock *os.File
 	fail := func(err error) (backend.Sandbox, error) {
-		_ = os.RemoveAll(build)
+		_ = b.removeTree(build)
 		if lock != nil {
 			_ = lock.Close()
 		}
@@ -585,7 +597,7 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 			return fail(err)
 		}
 	}
-	sb := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID), lock: lock}
+	sb := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID), lock: lock, diskCap: cfg.DiskBytes}
 	return sb, nil
 }
 
@@ -624,6 +636,9 @@ type Sandbox struct {
 	// link is the running sandbox's network link (net_linux.go); zero
 	// without one.
 	link netplumb.Link
+	// diskCap is the disk limit last applied to the sandbox's directory
+	// (disk_linux.go); -1: not known (a handle Open made).
+	diskCap int64
 }
 
 // The contract and the optional abilities this backend provides.
@@ -632,6 +647,7 @@ var (
 	_ backend.Sandbox      = (*Sandbox)(nil)
 	_ backend.Reconfigurer = (*Sandbox)(nil)
 	_ backend.DiskUser     = (*Sandbox)(nil)
+	_ backend.DiskLimiter  = (*Sandbox)(nil)
 	_ backend.Networked    = (*Sandbox)(nil)
 )
 
@@ -691,6 +707,7 @@ func (s *Sandbox) spec() (*specs.Spec, *boot.Config, error) {
 		RootPath: rootPath, Hostname: host, Env: env, Cwd: cwd,
 		ImageMounts: img.Mounts, Volumes: volumeBinds(s.cfg.Volumes, s.b.ranges != nil), UserNS: s.b.userNS,
 		MemoryBytes: s.cfg.MemoryBytes, CPUs: s.cfg.CPUs, PidsMax: s.cfg.PidsMax, NoFile: uint64(max(s.cfg.NoFile, 0)), //nolint:gosec // G115: not negative after max
+		ReadOnlyRoot: s.cfg.ReadOnlyRoot, WritablePaths: append(slices.Clone(backend.AlwaysWritable), s.cfg.WritablePaths...),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -769,6 +786,9 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	}
 	if err := s.ensureScratchDirs(); err != nil {
 		return err
+	}
+	if s.cfg.DiskBytes != s.diskCap {
+		s.setDiskLimit(s.cfg.DiskBytes) // a new cap (SetConfig) takes effect now
 	}
 	// The cgroup's limits are the spec's resources, as an OCI runtime
 	// would read them.

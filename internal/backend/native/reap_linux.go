@@ -74,7 +74,7 @@ func (b *Backend) removeDir(dir, id string, root *rootMount, released <-chan str
 			}
 			// Files first: the unmount's sync then has none of their
 			// data left to write back.
-			if err := os.RemoveAll(aside); err != nil {
+			if err := b.removeTree(aside); err != nil {
 				b.log.Warn("delete removed sandbox's files", "id", id, "err", err.Error())
 			}
 			root.close()
@@ -88,7 +88,7 @@ func (b *Backend) removeDir(dir, id string, root *rootMount, released <-chan str
 	if released != nil {
 		<-released
 	}
-	err := os.RemoveAll(dir)
+	err := b.removeTree(dir)
 	root.close()
 	return err
 }
@@ -121,7 +121,7 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 	aside := filepath.Join(b.opts.DataDir, "sandboxes", removedDir)
 	if ents, err := os.ReadDir(aside); err == nil {
 		for _, e := range ents {
-			if err := os.RemoveAll(filepath.Join(aside, e.Name())); err != nil {
+			if err := b.removeTree(filepath.Join(aside, e.Name())); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -137,7 +137,7 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 			if _, held := markerState(filepath.Join(p, ephemeralMarker)); held {
 				continue
 			}
-			if err := os.RemoveAll(p); err != nil {
+			if err := b.removeTree(p); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -169,7 +169,7 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 			continue
 		}
 		if ephemeral && !keep(id) {
-			if err := os.RemoveAll(dir); err != nil {
+			if err := b.removeTree(dir); err != nil {
 				errs = append(errs, err)
 				continue
 			}
@@ -177,6 +177,9 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) (removed []string, err 
 		removed = append(removed, id)
 	}
 	if err := b.sweepNet(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := b.reapDisk(); err != nil {
 		errs = append(errs, err)
 	}
 	return removed, errors.Join(errs...)

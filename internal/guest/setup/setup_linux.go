@@ -118,7 +118,9 @@ func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launch
 		}
 	}
 	if s.Root.Readonly {
-		if err := remountReadonly("/"); err != nil {
+		// The root mount's own flag: what is mounted below it (the
+		// writable paths' binds, /proc, /dev, volumes) keeps its own.
+		if err := remountBind("/", unix.MS_RDONLY); err != nil {
 			return nil, fmt.Errorf("make root read-only: %w", err)
 		}
 	}
@@ -254,7 +256,19 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 	flags, data, bind := parseMountOptions(m.Options)
 	isFile := false
 	src := m.Source
-	if bind {
+	if bind && !path.IsAbs(m.Source) {
+		// A source inside the new root: a read-only root's writable
+		// path, bound onto itself (oci.Params.WritablePaths). Made when
+		// missing, as the sandbox's root; reached without symlinks, so
+		// one the sandbox left there fails the start rather than binds
+		// some other directory writable.
+		sfd, err := ensureInRoot(rootFD, m.Source, false, true)
+		if err != nil {
+			return fmt.Errorf("writable path /%s: %w", m.Source, err)
+		}
+		defer unix.Close(sfd)
+		src = "/proc/self/fd/" + strconv.Itoa(sfd)
+	} else if bind {
 		// The source is resolved once, without following symlinks, and
 		// mounted through its descriptor: a volume's host path that was
 		// swapped for a symlink after the host checked it (by another
@@ -485,13 +499,6 @@ func readonlyPath(p string) error {
 		return err
 	}
 	return remountBind(p, unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC)
-}
-
-func remountReadonly(p string) error {
-	if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return err
-	}
-	return remountBind(p, unix.MS_RDONLY)
 }
 
 func loopbackUp() error {

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/warren-sandbox/warren/internal/diskquota"
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
+
+// TestRunDiskLimit: `warren run --disk-pool SIZE --disk N` prepares the
+// data directory's image on its first start and the sandbox stops at its
+// cap; `--read-only` leaves /tmp writable and the rest read-only; doctor
+// reports the mechanism.
+func TestRunDiskLimit(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("mkfs.btrfs")
+	testenv.Require(t, err == nil, "mkfs.btrfs (btrfs-progs; `make deps` installs it)")
+	dir := stateDir(t)
+	t.Cleanup(func() {
+		if diskquota.IsBtrfs(filepath.Join(dir, "data", "sandboxes")) {
+			if err := diskquota.Unmount(filepath.Join(dir, "data", "sandboxes")); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	r := run(t, warren(t, dir, "run", "--disk-pool", "1G", "--disk", "32M", "--", "/bin/sh", "-c", "dd if=/dev/zero of=/tmp/big bs=1M count=64"), "")
+	if r.code == 0 || !strings.Contains(r.stderr+r.stdout, "Disk quota exceeded") {
+		t.Fatalf("dd past --disk 32M: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if got := diskquota.MountedImage(filepath.Join(dir, "data", "sandboxes")); got != filepath.Join(dir, "data", "disk.img") {
+		t.Fatalf("image mounted on the sandboxes' directory: %q", got)
+	}
+	r = run(t, warren(t, dir, "run", "--disk-pool", "1G", "--read-only", "--write-path", "/home/user", "--", "/bin/sh", "-c",
+		"echo a > /tmp/a && echo b > /home/user/b && ! echo c > /etc/c"), "")
+	if r.code != 0 || !strings.Contains(r.stderr, "Read-only file system") {
+		t.Fatalf("--read-only: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = run(t, warren(t, dir, "doctor", "--disk-pool", "1G"), "")
+	if !strings.Contains(r.stdout, "ok    disk limits") || !strings.Contains(r.stdout, diskquota.OnImage) {
+		t.Errorf("doctor:\n%s%s", r.stdout, r.stderr)
+	}
+	r = run(t, warren(t, dir, "run", "--disk", "32M", "--", "/bin/true"), "")
+	if r.code == 0 || !strings.Contains(r.stderr, "disk limits are off") {
+		t.Errorf("--disk without --disk-pool: exit %d %s", r.code, r.stderr)
+	}
+}
+
+// TestServeDiskLimit: a server with a disk pool caps a sandbox at its
+// disk_mib, and sandbox.get and sandbox.metrics.get show its usage
+// against that cap.
+func TestServeDiskLimit(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("mkfs.btrfs")
+	testenv.Require(t, err == nil, "mkfs.btrfs (btrfs-progs; `make deps` installs it)")
+	dir := stateDir(t)
+	sandboxes := filepath.Join(dir, "data", "sandboxes")
+	url, srv, stderr := startServe(t, dir, "--dev", "--disk-pool", "1G")
+	t.Cleanup(func() {
+		if diskquota.IsBtrfs(sandboxes) {
+			if err := diskquota.Unmount(sandboxes); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	defer stopServe(t, srv)
+	call := rpcCaller(t, url, "")
+	must := func(method string, params map[string]any) rpcReply {
+		t.Helper()
+		r := call(method, params)
+		if r.status != 200 {
+			t.Fatalf("%s %v: %d %+v\n%s", method, params, r.status, r.Error, stderr.String())
+		}
+		return r
+	}
+	must("sandbox.create", map[string]any{"name": "d", "image": "host", "disk_mib": 32})
+	defer call("sandbox.remove", map[string]any{"sandbox": "d"})
+	r := must("sandbox.command.run", map[string]any{"sandbox": "d", "command": "/bin/sh", "args": []string{"-c", "dd if=/dev/zero of=/root/big bs=1M count=64 2>&1; sync"}})
+	if !strings.Contains(string(r.Result), "Disk quota exceeded") {
+		t.Fatalf("dd past disk_mib 32: %s", r.Result)
+	}
+	var info struct {
+		DiskMiB   int64  `json:"disk_mib"`
+		DiskUsage *int64 `json:"disk_usage"`
+		DiskLimit *int64 `json:"disk_limit"`
+	}
+	if err := json.Unmarshal(must("sandbox.get", map[string]any{"sandbox": "d"}).Result, &info); err != nil {
+		t.Fatal(err)
+	}
+	if info.DiskMiB != 32 || info.DiskLimit == nil || *info.DiskLimit != 32<<20 || info.DiskUsage == nil || *info.DiskUsage < 16<<20 || *info.DiskUsage > 32<<20 {
+		t.Fatalf("sandbox.get: disk_mib %d, usage %v, limit %v", info.DiskMiB, ptr(info.DiskUsage), ptr(info.DiskLimit))
+	}
+	var m struct {
+		Sandboxes []struct {
+			DiskUsage *int64 `json:"disk_usage"`
+			DiskLimit *int64 `json:"disk_limit"`
+		} `json:"sandboxes"`
+	}
+	if err := json.Unmarshal(must("sandbox.metrics.get", map[string]any{"sandbox": "d"}).Result, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Sandboxes) != 1 || m.Sandboxes[0].DiskLimit == nil || *m.Sandboxes[0].DiskLimit != 32<<20 || m.Sandboxes[0].DiskUsage == nil {
+		t.Fatalf("sandbox.metrics.get: %+v", m.Sandboxes)
+	}
+}
+
+func ptr(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}

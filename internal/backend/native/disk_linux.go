@@ -1,0 +1,126 @@
+package native
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/warren-sandbox/warren/internal/diskquota"
+)
+
+// Disk limits (backend.Config.DiskBytes). Each sandbox's directory,
+// <DataDir>/sandboxes/<id>, is a btrfs subvolume whose quota group caps
+// what it references: the overlay's upper and work directories are in it,
+// so everything the sandbox writes to its root, /tmp included, counts, and
+// a write past the cap fails with EDQUOT in the sandbox alone. Where the
+// data directory is not on btrfs, the backend makes the sparse image
+// <DataDir>/disk.img (Options.DiskPool bytes) once and loop-mounts it on
+// <DataDir>/sandboxes; it stays mounted across restarts (a restart finds
+// it mounted and reuses it, or mounts it again after a reboot). Why this
+// mechanism: docs/policy.md, "Disk limits".
+//
+// A sandbox directory made before limits were on is a plain directory:
+// it keeps working, without a cap. An image is never mounted over such
+// directories (they would vanish under it): limits stay off, with a
+// warning, until they are removed.
+
+// diskImage is the image's name under the data directory.
+const diskImage = "disk.img"
+
+// prepareDisk turns disk limits on when Options.DiskPool asks for them;
+// what fails leaves them off with a warning (`warren doctor` says why).
+func (b *Backend) prepareDisk() {
+	if b.opts.DiskPool <= 0 {
+		return
+	}
+	dir := filepath.Join(b.opts.DataDir, "sandboxes")
+	how, err := diskquota.Prepare(dir, filepath.Join(b.opts.DataDir, diskImage), b.opts.DiskPool, removedDir)
+	switch {
+	case errors.Is(err, diskquota.ErrNotEmpty):
+		b.log.Warn("disk limits off: the data directory holds sandboxes made before disk limits; they keep working without a limit, and limits come on at the first start after they are removed (or use another data directory)", "dir", dir)
+	case err != nil:
+		b.log.Warn("disk limits off: sandboxes can fill the data directory's disk", "reason", err.Error())
+	default:
+		b.disk = how
+		b.log.Info("disk limits on", "mechanism", how, "dir", dir)
+	}
+}
+
+// DiskLimits is how the backend enforces disk limits: "btrfs-image" (a
+// btrfs image it mounted on the sandboxes' directory), "btrfs-data-dir"
+// (the data directory is on btrfs), or "" (off: Config.DiskBytes is not
+// enforced).
+func (b *Backend) DiskLimits() string { return b.disk }
+
+// mkSandboxDir makes a sandbox's directory: a subvolume capped at
+// maxBytes (0: measured, uncapped) with limits on, else a plain one.
+func (b *Backend) mkSandboxDir(dir string, maxBytes int64) error {
+	if b.disk == "" {
+		return os.Mkdir(dir, 0o711) //nolint:gosec // 0711: the sandbox's root (a uid in the mapped range) must traverse its dir to reach rootfs
+	}
+	return diskquota.CreateDir(dir, maxBytes)
+}
+
+// removeTree deletes a sandbox's directory (a subvolume with limits on).
+func (b *Backend) removeTree(dir string) error {
+	if b.disk == "" {
+		return os.RemoveAll(dir)
+	}
+	return diskquota.Remove(dir)
+}
+
+// reapDisk frees the quota groups of sandbox directories whose deletion
+// a crash cut short.
+func (b *Backend) reapDisk() error {
+	if b.disk == "" {
+		return nil
+	}
+	_, err := diskquota.Reap(filepath.Join(b.opts.DataDir, "sandboxes"))
+	return err
+}
+
+// limited reports whether the sandbox's directory carries a limit (a
+// subvolume of its own; not one made before limits were on).
+func (s *Sandbox) limited() bool {
+	if s.b.disk == "" {
+		return false
+	}
+	id, err := diskquota.SubvolumeID(s.dir)
+	return err == nil && id != diskquota.TopLevel
+}
+
+// setDiskLimit applies a cap at start (a new one SetConfig gave, or the
+// config's after Open, whatever the stored one is).
+func (s *Sandbox) setDiskLimit(maxBytes int64) {
+	if !s.limited() {
+		s.diskCap = maxBytes // nothing to apply: not asked again
+		return
+	}
+	if err := diskquota.SetLimit(s.dir, maxBytes); err != nil {
+		s.b.log.Warn("change a sandbox's disk limit", "id", s.cfg.ID, "err", err.Error())
+		return
+	}
+	s.diskCap = maxBytes
+}
+
+// quotaUsage is what the sandbox's directory holds and its cap (0: none),
+// as the file system accounts them; ok is false without a limited
+// directory (the caller measures the files instead).
+func (s *Sandbox) quotaUsage() (used, limit int64, ok bool) {
+	if !s.limited() {
+		return 0, 0, false
+	}
+	used, limit, err := diskquota.Usage(s.dir)
+	if err != nil {
+		return 0, 0, false
+	}
+	return used, limit, true
+}
+
+// DiskLimit is the cap on what the sandbox keeps on disk, as enforced: 0
+// when it has none (limits off, no limit asked, or a directory made
+// before limits).
+func (s *Sandbox) DiskLimit() int64 {
+	_, limit, _ := s.quotaUsage()
+	return limit
+}
