@@ -36,7 +36,7 @@ build: setup
 run: build
 	$(BIN)/warren doctor
 	$(BIN)/warren run -- $(CMD)
-	$(BIN)/warren serve $(SERVE_FLAGS)
+	$(BIN)/warren serve --disk-pool auto $(SERVE_FLAGS)
 
 demo: build
 	$(BIN)/warren run -- $(CMD)

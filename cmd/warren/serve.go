@@ -73,6 +73,9 @@ type serveConfig struct {
 	logText          bool
 	volumeRoots      stringList
 	maxTarDownload   string
+	// disk is each sandbox's disk limit unless it asks for one, when the
+	// backend has disk limits (--disk-pool).
+	disk string
 	pull             bool
 	pullMaxSize      string
 	pullTimeout      time.Duration
@@ -134,6 +137,7 @@ func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
 	fs.StringVar(&c.nodeImage, "node-image", envOr("WARREN_NODE_IMAGE", image.HostName), "image for the language names node, nodejs, javascript, microsandbox/node;\nhost = the host image with node and npm")
 	fs.BoolVar(&c.logText, "log-text", false, "log human-readable text instead of JSON")
 	fs.Var(&c.volumeRoots, "volume-root", "allow sandbox.start volumes from beneath this host directory (repeatable; env WARREN_VOLUME_ROOTS,\ncolon-separated); without it volumes are refused. Sandbox root writes there as host uid 1610612736")
+	fs.StringVar(&c.disk, "disk", envOr("WARREN_DISK", "10G"), "disk limit of each sandbox that asks for none (disk_mib), its files and /tmp together, when disk\nlimits are on (--disk-pool): a size like 10G (env WARREN_DISK); 0 = none. The configuration's [defaults] disk wins")
 	fs.StringVar(&c.maxTarDownload, "max-tar-download", "1G", "largest tar stream one download sends: a size like 512M or 2G (plain numbers are MiB)")
 	pull, err := envBool("WARREN_PULL", true)
 	if err != nil {
@@ -284,6 +288,17 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	defer func() { _ = be.Close() }()
+	diskDefault, err := parseSize(c.disk)
+	if err != nil || diskDefault < 0 {
+		return fmt.Errorf("--disk %q: want a size like 10G, or 0 for none", c.disk)
+	}
+	if be.DiskLimits() == "" {
+		diskDefault = 0 // nothing to enforce it: the warning below says so
+		if where := c.policy.diskSetting(); where != "" {
+			return fmt.Errorf("the configuration sets a disk limit (%s), but this server has no disk limits: set --disk-pool auto (or [server] disk_pool) or remove it", where)
+		}
+		log.Warn("sandboxes have no disk limit: one can fill the data directory's file system (--disk-pool auto turns limits on; docs/policy.md#disk-limits)")
+	}
 	imgs, db, err := c.hf.imageStore()
 	if err != nil {
 		return err
@@ -320,7 +335,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
 		Limits: limits, Capacity: capacity, Egress: egressReg, PublishAddress: publish,
 		Secrets: secretStore, SecretsDir: filepath.Join(c.hf.runDir, "secrets"),
-		Audit: auditor(auditLog),
+		Audit: auditor(auditLog), DiskBytes: diskDefault,
 	}
 	if c.policy != nil {
 		mopts.Policy, mopts.Namespaces = c.policy.Policy, c.policy.Namespaces

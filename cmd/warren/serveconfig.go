@@ -258,3 +258,20 @@ func secretsConfig(f *config.File) secrets.Config {
 	}
 	return c
 }
+
+// diskSetting names the first disk limit the file sets ("" for none, or
+// without a file), for a server that has no disk limits to refuse it.
+func (l *livePolicy) diskSetting() string {
+	if l == nil {
+		return ""
+	}
+	if l.boot.Defaults.Disk.Bytes > 0 {
+		return "defaults.disk"
+	}
+	for _, name := range l.cur.Load().names {
+		if n := l.boot.Namespaces[name]; n.Disk.Bytes > 0 {
+			return "namespaces." + name + ".disk"
+		}
+	}
+	return ""
+}

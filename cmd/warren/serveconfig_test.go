@@ -252,3 +252,31 @@ func TestServeConfigSIGHUP(t *testing.T) {
 	}
 	stopServe(t, cmd)
 }
+
+// TestDiskSetting: a file that sets a disk limit is named, so a server
+// without disk limits refuses to start on it rather than drop the limit.
+func TestDiskSetting(t *testing.T) {
+	if got := (*livePolicy)(nil).diskSetting(); got != "" {
+		t.Errorf("no file: %q", got)
+	}
+	path := filepath.Join(t.TempDir(), "w.toml")
+	for _, c := range []struct{ text, want string }{
+		{"[namespaces.a]\nmax_sandboxes = 1\n", ""},
+		{"[defaults]\ndisk = \"1GiB\"\n", "defaults.disk"},
+		{"[namespaces.a]\nmax_sandboxes = 1\n[namespaces.b]\ndisk = \"64MiB\"\n", "namespaces.b.disk"},
+	} {
+		writeConfig(t, path, c.text)
+		var sc serveConfig
+		fs, err := sc.flagSet()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.configPath = path
+		if err := sc.applyConfig(fs); err != nil {
+			t.Fatal(err)
+		}
+		if got := sc.policy.diskSetting(); got != c.want {
+			t.Errorf("%q: %q, want %q", c.text, got, c.want)
+		}
+	}
+}

@@ -48,13 +48,13 @@ var serverKeys = map[string]kind{
 	"idle_timeout": kDuration, "max_lifetime": kDuration, "stopped_retention": kDuration,
 	"max_sandboxes": kInt, "max_running": kInt,
 	"python_image": kString, "node_image": kString, "log_text": kBool,
-	"volume_root": kList, "max_tar_download": kSize,
+	"volume_root": kList, "max_tar_download": kSize, "disk": kSize,
 	"pull": kBool, "pull_max_size": kSize, "pull_timeout": kDuration, "max_output": kSize,
 	"max_memory": kSize, "max_cpus": kNumber, "pids": kNumber, "open_files": kNumber,
 	"cpu_overcommit": kNumber, "keep_file_max": kBool,
 	// hostFlags
 	"data_dir": kString, "run_dir": kString, "userns": kString, "uid_ranges": kString,
-	"agent": kString, "spawner": kString, "verbose": kBool,
+	"agent": kString, "spawner": kString, "verbose": kBool, "disk_pool": kString,
 	// netFlags
 	"network": kString, "dns_upstream": kString, "publish_address": kString, "net_pool": kString,
 	"egress_upstream_ca": kString,

@@ -37,3 +37,40 @@ func TestDiskAndWritePaths(t *testing.T) {
 		}
 	}
 }
+
+// TestNamespaceDisk: with namespace policies, each namespace's disk and
+// write-path settings (the configuration's, its defaults filled in) reach
+// its sandboxes; a disk request above the namespace's is refused with
+// limit, naming both.
+func TestNamespaceDisk(t *testing.T) {
+	pol := map[string]sandbox.NamespacePolicy{
+		"ns":    {DiskBytes: 256 << 20, DiskInodes: 5000, ReadOnlyRoot: true, WritePaths: []string{"/srv"}},
+		"other": {DiskBytes: 1 << 30},
+	}
+	e := newEnv(t, sandbox.Options{DiskBytes: 8 << 30, Policy: func(ns string) sandbox.NamespacePolicy { return pol[ns] }})
+	m := e.manager(t)
+	a := mustStart(t, m, "a", spec)
+	cfg := e.be.Sandbox(a.ID).Config()
+	if cfg.DiskBytes != 256<<20 || cfg.DiskInodes != 5000 || !cfg.ReadOnlyRoot || !slices.Equal(cfg.WritablePaths, []string{"/srv"}) {
+		t.Errorf("namespace ns: disk %d inodes %d read-only %v paths %v", cfg.DiskBytes, cfg.DiskInodes, cfg.ReadOnlyRoot, cfg.WritablePaths)
+	}
+	small := spec
+	small.DiskMiB = 32
+	b := mustStart(t, m, "b", small)
+	if got := e.be.Sandbox(b.ID).Config().DiskBytes; got != 32<<20 {
+		t.Errorf("a request below the namespace's disk: %d", got)
+	}
+	big := spec
+	big.DiskMiB = 512
+	_, err := m.Start(t.Context(), "ns", "big", big, true)
+	if err == nil || !strings.Contains(err.Error(), `disk 512 MiB is above namespace "ns"'s disk of 256 MiB`) {
+		t.Errorf("a request above the namespace's disk: %v", err)
+	}
+	o, err := m.Start(t.Context(), "other", "o", spec, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := e.be.Sandbox(o.ID).Config(); cfg.DiskBytes != 1<<30 || cfg.ReadOnlyRoot {
+		t.Errorf("namespace other: disk %d read-only %v", cfg.DiskBytes, cfg.ReadOnlyRoot)
+	}
+}

@@ -781,7 +781,12 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	if err != nil {
 		return err
 	}
-	cfg := withSecrets(m.config(spec, e.id, img), sec)
+	cfg := withSecrets(m.config(e.ns, spec, e.id, img), sec)
+	if cfg.DiskBytes > 0 && !m.diskLimits() {
+		// A limit asked for (or configured) that nothing would enforce
+		// is refused, not dropped.
+		return errdefs.Errorf(errdefs.ErrInvalid, "disk limit %d MiB: this server has no disk limits (warren serve --disk-pool auto turns them on)", cfg.DiskBytes>>20)
+	}
 	if e.sb == nil {
 		sb, err := m.be.Open(ctx, cfg)
 		if err != nil {
@@ -835,17 +840,38 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 
 // config is the backend's configuration for a sandbox of spec, under the
 // server's settings.
-func (m *Manager) config(spec Spec, id string, img *image.Image) backend.Config {
+func (m *Manager) config(ns string, spec Spec, id string, img *image.Image) backend.Config {
 	cfg := spec.config(id, img)
 	cfg.PidsMax, cfg.NoFile = m.limits.Pids, m.limits.OpenFiles
-	if cfg.DiskBytes == 0 {
-		cfg.DiskBytes = m.opts.DiskBytes
+	// The disk and write-path settings: the namespace's (the
+	// configuration file's, its [defaults] filled in) where a policy is
+	// set, else the server's options.
+	diskBytes, inodes, readOnly, paths := m.opts.DiskBytes, m.opts.DiskInodes, m.opts.ReadOnlyRoot, m.opts.WritePaths
+	if m.opts.Policy != nil {
+		p := m.policy(ns)
+		readOnly, paths = p.ReadOnlyRoot, p.WritePaths
+		if p.DiskBytes > 0 {
+			diskBytes = p.DiskBytes
+		}
+		if p.DiskInodes > 0 {
+			inodes = p.DiskInodes
+		}
 	}
-	cfg.DiskInodes, cfg.ReadOnlyRoot, cfg.WritablePaths = m.opts.DiskInodes, m.opts.ReadOnlyRoot, m.opts.WritePaths
+	if cfg.DiskBytes == 0 {
+		cfg.DiskBytes = diskBytes
+	}
+	cfg.DiskInodes, cfg.ReadOnlyRoot, cfg.WritablePaths = inodes, readOnly, paths
 	if m.networking() {
 		cfg.Network = backend.NetworkEgress
 	}
 	return cfg
+}
+
+// diskLimits reports whether the backend enforces backend.Config.DiskBytes
+// (the native backend with --disk-pool; the fake one records it).
+func (m *Manager) diskLimits() bool {
+	d, ok := m.be.(interface{ DiskLimits() string })
+	return !ok || d.DiskLimits() != ""
 }
 
 // image resolves the image e starts from. The first start resolves the

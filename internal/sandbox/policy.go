@@ -88,6 +88,9 @@ func (m *Manager) checkSpec(ctx context.Context, ns string, p NamespacePolicy, s
 	if p.MaxCPUs > 0 && s.CPUs > p.MaxCPUs+1e-9 {
 		return limitErr("cpus %g is above namespace %q's max_cpus of %g", s.CPUs, ns, p.MaxCPUs)
 	}
+	if p.DiskBytes > 0 && s.DiskMiB<<20 > p.DiskBytes {
+		return limitErr("disk %d MiB is above namespace %q's disk of %d MiB", s.DiskMiB, ns, p.DiskBytes>>20)
+	}
 	if err := m.checkImage(ctx, ns, p, s.Image); err != nil {
 		return err
 	}

@@ -66,7 +66,7 @@ func (m *Manager) recover(ctx context.Context) error {
 		img, err := m.image(ctx, e, e.spec.Image)
 		var sb backend.Sandbox
 		if err == nil {
-			sb, err = m.be.Open(ctx, m.config(e.spec, e.id, img))
+			sb, err = m.be.Open(ctx, m.config(e.ns, e.spec, e.id, img))
 		}
 		switch {
 		case err != nil:
