@@ -97,8 +97,9 @@ var ciAttempts = []string{
 	// probe, which forks until the sandbox's pids run out, could end the
 	// probing sandbox's agent before.
 	"limits/open-files-admission",
-	// Contained since namespace quotas (issue 20's configuration file).
+	// Contained since namespace quotas and disk limits (issue 20).
 	"limits/fairness",
+	"limits/disk-fill",
 }
 
 // arena is what attempts share: the server, the attacker's standing

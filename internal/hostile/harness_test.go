@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/netplumb"
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -74,6 +75,15 @@ func startServer(t *testing.T, extra ...string) *server {
 	s := &server{t: t, bin: testenv.WarrenBinary(t), dir: testenv.SearchableDir(t, "warren-hostile-"), log: &testenv.SyncBuffer{},
 		client: &http.Client{Timeout: 3 * time.Minute}}
 	s.data, s.run = filepath.Join(s.dir, "data"), filepath.Join(s.dir, "run")
+	// Registered first, so run last: the disk pool's image stays mounted
+	// after the server by design; the suite takes it down.
+	t.Cleanup(func() {
+		if p := filepath.Join(s.data, "sandboxes"); diskquota.IsBtrfs(p) {
+			if err := diskquota.Unmount(p); err != nil {
+				t.Errorf("unmount the disk pool: %v", err)
+			}
+		}
+	})
 	s.attacker, s.victim, s.admin = s.key(nsAttacker), s.key(nsVictim), s.key("*")
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -279,7 +289,11 @@ func (s *server) leftovers() []string {
 		left = append(left, "sandbox directory "+e.Name())
 	}
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	pool := filepath.Join(s.data, "sandboxes")
 	for _, l := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == pool {
+			continue // the disk pool's image: it outlives a server by design (startServer unmounts it)
+		}
 		if strings.Contains(l, s.dir) {
 			left = append(left, "mount "+l)
 		}

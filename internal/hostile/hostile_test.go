@@ -27,12 +27,16 @@ const maxRunning = 48
 // tenant cannot take every slot), so another namespace still starts.
 const attackerQuota = 6
 
+// sandboxDisk is every sandbox's disk limit (finding 4): below what
+// limits/disk-fill writes.
+const sandboxDisk = 512 << 20
+
 // writeConfig writes the server's configuration file: the namespace quotas
-// the suite's attacker runs under.
+// the suite's attacker runs under, every sandbox's disk limit.
 func writeConfig(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "warren.toml")
-	cfg := fmt.Sprintf("[namespaces.%s]\nmax_sandboxes = %d\n", nsAttacker, attackerQuota)
+	cfg := fmt.Sprintf("[defaults]\ndisk = \"%dMiB\"\n\n[namespaces.%s]\nmax_sandboxes = %d\n", sandboxDisk>>20, nsAttacker, attackerQuota)
 	if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +90,7 @@ func failf(t *testing.T, format string, args ...any) {
 // memory and that nothing is left behind.
 func TestHostile(t *testing.T) {
 	start := time.Now()
-	s := startServer(t, "--max-running", fmt.Sprint(maxRunning), "--config", writeConfig(t))
+	s := startServer(t, "--max-running", fmt.Sprint(maxRunning), "--config", writeConfig(t), "--disk-pool", "4G")
 	defer func() {
 		if t.Failed() {
 			t.Logf("server log (tail):\n%s", tail(s.log.String(), 4000))
