@@ -21,6 +21,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/rpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/workspace"
 )
 
 const serveAbout = `
@@ -227,18 +228,24 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if c.pull {
 		res.OnDemand = &image.OnDemand{MaxBytes: pullMax, Timeout: c.pullTimeout, Logger: log}
 	}
+	uid, gid := be.RootIDs()
+	wss, err := workspace.New(workspace.Options{Root: filepath.Join(c.hf.dataDir, "workspaces"), UID: uid, GID: gid, Logger: log})
+	if err != nil {
+		return err
+	}
 	mgr, err = sandbox.New(ctx, sandbox.Options{
 		Backend: be, DB: db.DB(), Images: res.Resolve, Pull: res.Pull,
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
 		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
 		Limits: limits, Capacity: capacity, Egress: egressReg, PublishAddress: publish,
+		Workspaces: wss,
 	})
 	if err != nil {
 		return err
 	}
 	defer mgr.Close()
-	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar, MaxOutput: maxOut})
+	api, err := rpc.New(rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar, MaxOutput: maxOut, Workspaces: wss})
 	if err != nil {
 		return err
 	}

@@ -259,7 +259,7 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 		return nil, err
 	}
 	switch {
-	case p.Workspace != "":
+	case p.Workspace != "" && s.opts.Workspaces == nil:
 		return nil, errdefs.Errorf(errInvalidParams, "workspace: workspaces are not configured on this server")
 	case len(p.Secrets) > 0:
 		return nil, errdefs.Errorf(errInvalidParams, "secrets: no secret store is configured on this server")
@@ -281,7 +281,7 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 		return nil, err
 	}
 	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
-		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Egress: p.Egress}
+		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Egress: p.Egress, Workspace: p.Workspace}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, name, spec, true)
 	if err != nil {

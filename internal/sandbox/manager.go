@@ -84,6 +84,9 @@ type Spec struct {
 	// nothing leaves the sandbox. It needs the server's networking
 	// (Options.Egress).
 	Egress []string `json:"egress,omitempty"`
+	// Workspace names a workspace of the sandbox's namespace mounted at
+	// /workspace (Options.Workspaces; workspace.go).
+	Workspace string `json:"workspace,omitempty"`
 	// IdleTimeout stops the sandbox after this long without a request;
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -159,6 +162,9 @@ func (s *Spec) Validate() error {
 	}
 	if err := checkEgress(s.Egress); err != nil {
 		errs = append(errs, err)
+	}
+	if s.Workspace != "" && !ValidName(s.Workspace) {
+		errs = append(errs, fmt.Errorf("workspace %.80q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", s.Workspace))
 	}
 	if len(s.Workdir) > 4096 {
 		errs = append(errs, fmt.Errorf("workdir %.40q: longer than 4096 bytes", s.Workdir))
@@ -274,6 +280,9 @@ type Options struct {
 	// bound each published port.
 	PublishAddress netip.Addr
 	PortLimits     portfwd.Limits
+	// Workspaces mounts the workspaces sandboxes ask for (nil: a spec
+	// naming one is refused).
+	Workspaces Workspaces
 }
 
 // Manager owns the server's sandboxes.
@@ -324,6 +333,8 @@ type entry struct {
 	netAddr netip.Addr
 	// net is what it holds of the host's ports while it runs (ports.go).
 	net portState
+	// wsHeld: its workspace is attached (workspace.go). Holding life.
+	wsHeld bool
 
 	busy       atomic.Int32
 	lastActive atomic.Int64 // unix nanoseconds
@@ -503,6 +514,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if len(spec.Ports) > 0 && !m.networking() {
 		return Info{}, errNoPorts(spec.Ports)
 	}
+	if spec.Workspace != "" && m.opts.Workspaces == nil {
+		return Info{}, errNoWorkspaces
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -669,12 +683,16 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 		return err
 	}
 	cfg := m.config(spec, e.id, img)
+	if err := m.workspaceUp(ctx, e, &cfg); err != nil {
+		return err
+	}
 	if e.sb == nil {
 		sb, err := m.be.Open(ctx, cfg)
 		if err != nil {
 			sb, err = m.be.Create(ctx, cfg)
 		}
 		if err != nil {
+			m.workspaceDown(ctx, e)
 			return err
 		}
 		m.mu.Lock()
@@ -687,22 +705,26 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	// sandbox boots.
 	ports, err := m.bindPorts(spec.Ports)
 	if err != nil {
+		m.workspaceDown(ctx, e)
 		return err
 	}
 	// The request's cancellation must not leave a half-started sandbox:
 	// the start runs to its own deadline.
 	if err := e.sb.Start(context.WithoutCancel(ctx)); err != nil {
 		closePorts(ports)
+		m.workspaceDown(ctx, e)
 		return err
 	}
 	if err := m.netUp(e, e.sb); err != nil {
 		closePorts(ports)
 		_ = e.sb.Stop(context.WithoutCancel(ctx))
+		m.workspaceDown(ctx, e)
 		return err
 	}
 	if err := m.portsUp(e, ports); err != nil {
 		m.netDown(e)
 		_ = e.sb.Stop(context.WithoutCancel(ctx))
+		m.workspaceDown(ctx, e)
 		return err
 	}
 	return nil
@@ -811,6 +833,7 @@ func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 		e.life.Lock()
 		m.netDown(e)
 		_ = sb.Stop(context.Background())
+		m.workspaceDown(context.Background(), e)
 		e.life.Unlock()
 	}()
 }
@@ -852,6 +875,9 @@ func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 	m.netDown(e)
 	if e.sb != nil {
 		err = e.sb.Stop(context.WithoutCancel(ctx))
+	}
+	if err == nil {
+		m.workspaceDown(ctx, e)
 	}
 	m.mu.Lock()
 	if err != nil {
@@ -907,6 +933,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 	} else if err := m.removeOnHost(ctx, e.id); err != nil {
 		return true, fmt.Errorf("remove sandbox %q: %w", name, err)
 	}
+	m.workspaceDown(ctx, e)
 	// The row goes before the name is freed: a start of the same name
 	// right after inserts a row of its own.
 	if _, err := m.stmts.Exec(context.Background(), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {
