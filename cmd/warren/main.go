@@ -28,6 +28,7 @@ func commands() []command {
 		{"logs", "print a sandbox's log from a server", logsCmd},
 		{"egress", "show or change a server sandbox's network rules, print its connection log", egressCmd},
 		{"exec", "run a command in a server's sandbox", execCmd},
+		{"workspace", "create, list, inspect, remove, upload and download a server's workspaces", workspaceCmd},
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
 		{"image", "import, list and remove images in the local store", imageCmd},
 		{"bench", "measure sandbox start, exec and REPL latency against baselines; soak a server", benchCmd},
