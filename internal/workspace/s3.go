@@ -299,11 +299,15 @@ func (s *S3) Pull(ctx context.Context, ns, name string, root *confined.Root) (Sy
 	defer func() { _ = s.saveManifest(ns, name, man) }()
 	for p, r := range rem {
 		m, inM := man[p]
-		if inM && m.ETag == r.ETag {
+		l, inL := loc[p]
+		if inM && m.ETag == r.ETag && inL {
 			st.Unchanged++
 			continue
 		}
-		if l, inL := loc[p]; inL && changedHere(l, m, inM) {
+		// Missing here but unchanged there: a cache lost on this host
+		// (a deletion here is pushed before any pull, which removes
+		// the object and this entry), restored.
+		if inL && changedHere(l, m, inM) {
 			st.Conflicts = append(st.Conflicts, p)
 			continue
 		}

@@ -125,7 +125,14 @@ type Options struct {
 	// workspace's directory and whatever the server writes into it (the
 	// native backend's RootIDs).
 	UID, GID int
-	Logger   *slog.Logger
+	// Limit, when set, creates a workspace's directory as one the kernel
+	// holds to maxBytes (the disk limits' per-directory quota), so that
+	// writes from inside sandboxes stop at the quota with EDQUOT; Unlimit
+	// removes such a directory and its limit. Without them the quota is
+	// enforced on uploads and mounts only (docs/policy.md).
+	Limit   func(dir string, maxBytes int64) error
+	Unlimit func(dir string) error
+	Logger  *slog.Logger
 }
 
 // Manager owns the server's workspaces.
@@ -251,7 +258,7 @@ func (m *Manager) Create(ctx context.Context, ns, name, store string, quota int6
 		return Info{}, errdefs.Errorf(errdefs.ErrLimit, "namespace %q holds %d workspaces, the maximum; remove some", ns, n)
 	}
 	info := Info{Namespace: ns, Name: name, Store: store, Quota: quota, Created: time.Now().UTC().Truncate(time.Second)}
-	if err := m.makeDir(st.Dir(ns, name)); err != nil {
+	if err := m.makeDir(st.Dir(ns, name), quota); err != nil {
 		return Info{}, err
 	}
 	if err := m.write(info); err != nil {
@@ -271,17 +278,40 @@ func (m *Manager) Create(ctx context.Context, ns, name, store string, quota int6
 // makeDir creates a workspace's directory (and its namespace's), owned by
 // the sandboxes' root: the one thing of the workspace the server makes in
 // its own name.
-func (m *Manager) makeDir(dir string) error {
+func (m *Manager) makeDir(dir string, quota int64) error {
 	// The namespace level: searchable by the sandboxes' root, which the
 	// mounts do not need but a server running sandboxes without id-mapped
 	// mounts does.
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if _, err := os.Lstat(dir); err == nil {
+		return nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if m.opts.Limit != nil {
+		if err := m.opts.Limit(dir, quota); err != nil {
+			return fmt.Errorf("workspace directory under a limit of %d bytes: %w", quota, err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return err
+		}
+	} else if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
 	return os.Lchown(dir, m.opts.UID, m.opts.GID)
+}
+
+// removeDir removes a workspace's directory (and its kernel limit).
+func (m *Manager) removeDir(dir string) error {
+	if m.opts.Unlimit != nil {
+		if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return m.opts.Unlimit(dir)
+	}
+	return os.RemoveAll(dir)
 }
 
 func (m *Manager) write(info Info) error {
@@ -442,7 +472,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string, inUse func() bool
 	if err := os.Remove(m.metaPath(ns, name)); err != nil {
 		return err
 	}
-	if err := os.RemoveAll(st.Dir(ns, name)); err != nil {
+	if err := m.removeDir(st.Dir(ns, name)); err != nil {
 		return fmt.Errorf("remove workspace %q's files: %w", name, err)
 	}
 	return nil
@@ -467,7 +497,7 @@ func (m *Manager) Attach(ctx context.Context, ns, name string, first bool) (stri
 		return "", err
 	}
 	dir := st.Dir(ns, name)
-	if err := m.makeDir(dir); err != nil { // a cache directory removed by hand
+	if err := m.makeDir(dir, info.Quota); err != nil { // a cache directory removed by hand
 		return "", err
 	}
 	if first && st.Kind() != "dir" {
