@@ -595,9 +595,10 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err == nil {
 		e.usage.reset(e.sb, started)
 	}
-	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError))) {
+	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError)) || errors.As(err, new(workspaceError))) {
 		// The request was refused (an image the store lacks or could not
-		// pull, a volume the policy forbids, a host port taken): it leaves no record, no
+		// pull, a volume the policy forbids, a host port taken, a
+		// workspace missing or over its quota): it leaves no record, no
 		// name taken and nothing counted against the server's limits, as
 		// if it never came.
 		m.discard(ctx, e)

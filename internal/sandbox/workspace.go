@@ -24,6 +24,12 @@ const WorkspaceTarget = "/workspace"
 
 var errNoWorkspaces = errdefs.Errorf(errdefs.ErrInvalid, "workspace: workspaces are not configured on this server")
 
+// workspaceError is a workspace's refusal of a start (missing, over its
+// quota, its store unreachable): a new sandbox it refuses leaves nothing.
+type workspaceError struct{ error }
+
+func (e workspaceError) Unwrap() error { return e.error }
+
 // workspaceUp attaches e's workspace, if it names one, and adds its mount
 // to cfg. Holds e.life.
 func (m *Manager) workspaceUp(ctx context.Context, e *entry, cfg *backend.Config) error {
@@ -44,7 +50,7 @@ func (m *Manager) workspaceUp(ctx context.Context, e *entry, cfg *backend.Config
 	}
 	dir, err := m.opts.Workspaces.Attach(ctx, e.ns, ws, first)
 	if err != nil {
-		return err
+		return workspaceError{err}
 	}
 	// A copy: cfg.Volumes is the spec's slice.
 	cfg.Volumes = append(slices.Clone(cfg.Volumes), backend.Volume{Source: dir, Target: WorkspaceTarget})
