@@ -79,8 +79,8 @@ func becomeSandboxRoot(uid, gid int) error {
 	if uid == 0 && gid == 0 {
 		return nil
 	}
-	unix.SetfsgidRetGid(gid)
-	unix.SetfsuidRetUid(uid)
+	_, _ = unix.SetfsgidRetGid(gid) // checked below
+	_, _ = unix.SetfsuidRetUid(uid)
 	// The calls report the previous ids, not errors: asked again with
 	// an invalid id, they say what is in force.
 	if g, _ := unix.SetfsgidRetGid(-1); g != gid {

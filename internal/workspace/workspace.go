@@ -178,7 +178,7 @@ func New(opts Options) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(opts.Root, metaDir), 0o700); err != nil {
 		return nil, fmt.Errorf("workspaces: %w", err)
 	}
-	if err := os.Chmod(opts.Root, 0o700); err != nil {
+	if err := os.Chmod(opts.Root, 0o700); err != nil { //nolint:gosec // a directory: 0700 is root's alone
 		return nil, fmt.Errorf("workspaces: %w", err)
 	}
 	return &Manager{opts: opts, log: opts.Logger, locks: map[string]*sync.Mutex{}}, nil
@@ -282,7 +282,7 @@ func (m *Manager) makeDir(dir string, quota int64) error {
 	// The namespace level: searchable by the sandboxes' root, which the
 	// mounts do not need but a server running sandboxes without id-mapped
 	// mounts does.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil { //nolint:gosec // searchable, not listable: see above
 		return err
 	}
 	if _, err := os.Lstat(dir); err == nil {
@@ -294,10 +294,10 @@ func (m *Manager) makeDir(dir string, quota int64) error {
 		if err := m.opts.Limit(dir, quota); err != nil {
 			return fmt.Errorf("workspace directory under a limit of %d bytes: %w", quota, err)
 		}
-		if err := os.Chmod(dir, 0o755); err != nil {
+		if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // the sandboxes' own directory, as a fresh root's
 			return err
 		}
-	} else if err := os.Mkdir(dir, 0o755); err != nil {
+	} else if err := os.Mkdir(dir, 0o755); err != nil { //nolint:gosec // the sandboxes' own directory, as a fresh root's
 		return err
 	}
 	return os.Lchown(dir, m.opts.UID, m.opts.GID)
