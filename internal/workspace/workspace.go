@@ -125,6 +125,11 @@ type Options struct {
 	// workspace's directory and whatever the server writes into it (the
 	// native backend's RootIDs).
 	UID, GID int
+	// Namespace, when set, gives a namespace's own store and quota
+	// (the configuration's workspace_store and workspace_quota; "" and 0
+	// = the server's). A namespace with a store uses that one alone; its
+	// quota is the default and the maximum of its workspaces.
+	Namespace func(ns string) (store string, quota int64)
 	// Limit, when set, creates a workspace's directory as one the kernel
 	// holds to maxBytes (the disk limits' per-directory quota), so that
 	// writes from inside sandboxes stop at the quota with EDQUOT; Unlimit
@@ -235,8 +240,26 @@ func (m *Manager) Create(ctx context.Context, ns, name, store string, quota int6
 	if err := checkNames(ns, name); err != nil {
 		return Info{}, err
 	}
-	if store == "" {
+	var nsStore string
+	var nsQuota int64
+	if m.opts.Namespace != nil {
+		nsStore, nsQuota = m.opts.Namespace(ns)
+	}
+	switch {
+	case nsStore != "" && store != "" && store != nsStore:
+		return Info{}, errdefs.Errorf(errdefs.ErrForbidden, "store %.64q: namespace %q keeps its workspaces in store %q", store, ns, nsStore)
+	case store == "" && nsStore != "":
+		store = nsStore
+	case store == "":
 		store = m.opts.DefaultStore
+	}
+	if nsQuota > 0 {
+		if quota > nsQuota {
+			return Info{}, errdefs.Errorf(errdefs.ErrLimit, "workspace quota %d bytes is above namespace %q's workspace_quota of %d bytes", quota, ns, nsQuota)
+		}
+		if quota == 0 {
+			quota = nsQuota
+		}
 	}
 	st := m.opts.Stores[store]
 	if st == nil {

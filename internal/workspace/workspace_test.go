@@ -151,3 +151,31 @@ func TestLimitHook(t *testing.T) {
 		t.Fatalf("unlimit: %v %v", removed, err)
 	}
 }
+
+// A namespace's own store and quota (the configuration's
+// workspace_store, workspace_quota) decide its workspaces'.
+func TestNamespacePolicy(t *testing.T) {
+	ctx := context.Background()
+	m := local(t, t.TempDir(), func(o *workspace.Options) {
+		o.Namespace = func(ns string) (string, int64) {
+			if ns == "team-a" {
+				return "local", 1000
+			}
+			return "", 0
+		}
+	})
+	info, err := m.Create(ctx, "team-a", "w", "", 0)
+	if err != nil || info.Quota != 1000 || info.Store != "local" {
+		t.Fatalf("namespace defaults: %+v %v", info, err)
+	}
+	_, err = m.Create(ctx, "team-a", "big", "", 2000)
+	if kind(err) != "limit" || !strings.Contains(err.Error(), "2000 bytes is above namespace \"team-a\"'s workspace_quota of 1000 bytes") {
+		t.Errorf("over the namespace's quota: %v", err)
+	}
+	if _, err := m.Create(ctx, "team-a", "other", "s3", 0); kind(err) != "forbidden" {
+		t.Errorf("another store: %v", err)
+	}
+	if info, err := m.Create(ctx, "team-b", "w", "", 2000); err != nil || info.Quota != 2000 {
+		t.Errorf("a namespace without policy: %+v %v", info, err)
+	}
+}
