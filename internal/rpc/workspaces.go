@@ -168,10 +168,20 @@ func (s *Server) workspaceSync(ctx context.Context, c *call, p *workspaceSyncPar
 	if err != nil {
 		return nil, err
 	}
-	if st.Conflicts == nil {
-		st.Conflicts = []string{}
+	out := syncResult{Sent: st.Sent, Received: st.Received, Deleted: st.Deleted, Unchanged: st.Unchanged, Conflicts: st.Conflicts}
+	if out.Conflicts == nil {
+		out.Conflicts = []string{}
 	}
-	return st, nil
+	return out, nil
+}
+
+// syncResult is what a workspace.sync moved (workspace.SyncStats).
+type syncResult struct {
+	Sent      int      `json:"sent"`
+	Received  int      `json:"received"`
+	Deleted   int      `json:"deleted"`
+	Unchanged int      `json:"unchanged"`
+	Conflicts []string `json:"conflicts"`
 }
 
 // workspaceTransfer authenticates a workspace tar route and resolves its
