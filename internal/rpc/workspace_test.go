@@ -5,24 +5,35 @@ import (
 	"bytes"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+
 	"github.com/warren-sandbox/warren/internal/rpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/internal/workspace"
 )
 
 // newWorkspaceEnv is a native server with workspaces under its data
 // directory, as warren serve wires them.
-func newWorkspaceEnv(t *testing.T) (*env, *workspace.Manager) {
+func newWorkspaceEnv(t *testing.T, stores ...func(root string) (string, workspace.Store)) (*env, *workspace.Manager) {
 	var wm *workspace.Manager
 	e := newEnv(t, false, func(o *sandbox.Options) {
 		uid, gid := o.Backend.(interface{ RootIDs() (int, int) }).RootIDs()
 		var err error
 		// The env's directory is known only through the log dir here.
-		wm, err = workspace.New(workspace.Options{Root: filepath.Join(filepath.Dir(o.LogDir), "workspaces"), UID: uid, GID: gid})
+		root := filepath.Join(filepath.Dir(o.LogDir), "workspaces")
+		named := map[string]workspace.Store{}
+		for _, f := range stores {
+			n, st := f(root)
+			named[n] = st
+		}
+		wm, err = workspace.New(workspace.Options{Root: root, UID: uid, GID: gid, Stores: named})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,6 +100,9 @@ func TestWorkspaceShared(t *testing.T) {
 	}
 	if r := e.call("sandbox.create", map[string]any{"name": "none", "workspace": "missing"}); r.kind() != "not_found" {
 		t.Fatalf("missing workspace: %s", r.Raw)
+	}
+	if r := e.call("sandbox.get", map[string]any{"sandbox": "none"}); r.kind() != "not_found" {
+		t.Fatalf("a sandbox refused for its workspace left a record: %s", r.Raw)
 	}
 	e.must("sandbox.create", map[string]any{"name": "a", "workspace": "proj"}, nil)
 	e.must("sandbox.create", map[string]any{"name": "b", "workspace": "proj"}, nil)
@@ -174,5 +188,64 @@ func TestWorkspaceQuota(t *testing.T) {
 	}
 	if resp, raw := e.wsTar(t, "PUT", "small", tarOf(t, map[string]string{"more": "x"})); resp == 200 || !strings.Contains(string(raw), "limit") {
 		t.Fatalf("upload over the quota: %d %s", resp, raw)
+	}
+}
+
+// The S3 store with real sandboxes against a real S3 server: what a
+// sandbox writes is in the bucket once it stopped; a new sandbox, after
+// the host's copy was lost, sees it and what was put in the bucket
+// meanwhile.
+func TestWorkspaceS3(t *testing.T) {
+	s3 := testenv.StartS3(t)
+	t.Setenv("TEST_S3_KEY", s3.AccessKey)
+	t.Setenv("TEST_S3_SECRET", s3.SecretKey)
+	var cache string
+	e, _ := newWorkspaceEnv(t, func(root string) (string, workspace.Store) {
+		cache = filepath.Join(root, ".s3", "s3")
+		st, err := workspace.NewS3(t.Context(), workspace.S3Options{Endpoint: s3.Endpoint, Bucket: "warren", Region: "us-east-1",
+			AccessKeyEnv: "TEST_S3_KEY", SecretKeyEnv: "TEST_S3_SECRET", Cache: cache})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "s3", st
+	})
+	e.must("workspace.create", map[string]any{"name": "data", "store": "s3"}, nil)
+	e.must("sandbox.create", map[string]any{"name": "w", "workspace": "data"}, nil)
+	if r := e.sh(t, "w", "mkdir -p /workspace/out && echo result > /workspace/out/r.txt"); r.ExitCode != 0 {
+		t.Fatalf("write: %+v", r)
+	}
+	e.must("sandbox.stop", map[string]any{"sandbox": "w"}, nil)
+	c, err := minio.New(strings.TrimPrefix(s3.Endpoint, "http://"), &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := c.GetObject(t.Context(), "warren", "default/data/out/r.txt", minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(obj)
+	if err != nil || string(got) != "result\n" {
+		t.Fatalf("object after the stop: %q %v", got, err)
+	}
+	if _, err := c.PutObject(t.Context(), "warren", "default/data/in.txt", strings.NewReader("from the bucket"), 15, minio.PutObjectOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(cache, "default", "data", "out")); err != nil {
+		t.Fatal(err)
+	}
+	e.must("sandbox.create", map[string]any{"name": "n", "workspace": "data"}, nil)
+	if r := e.sh(t, "n", "cat /workspace/out/r.txt /workspace/in.txt"); r.Stdout != "result\nfrom the bucket" {
+		t.Fatalf("a new sandbox sees: %+v", r)
+	}
+	var st struct {
+		Sent      int      `json:"sent"`
+		Conflicts []string `json:"conflicts"`
+	}
+	if r := e.sh(t, "n", "echo more > /workspace/more.txt"); r.ExitCode != 0 {
+		t.Fatalf("write: %+v", r)
+	}
+	e.must("workspace.sync", map[string]any{"workspace": "data"}, &st)
+	if st.Sent != 1 || len(st.Conflicts) != 0 {
+		t.Fatalf("sync: %+v", st)
 	}
 }
