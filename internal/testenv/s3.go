@@ -24,7 +24,7 @@ type S3 struct {
 }
 
 var weedBin = sync.OnceValues(func() (string, error) {
-	out, err := exec.Command(filepath.Join(ModuleRoot(), "scripts", "s3-server.sh")).Output()
+	out, err := exec.Command(filepath.Join(ModuleRoot(), "scripts", "s3-server.sh")).Output() //nolint:gosec // the module's own script
 	if err != nil {
 		return "", fmt.Errorf("scripts/s3-server.sh: %w", err)
 	}
@@ -57,7 +57,7 @@ func StartS3(t testing.TB) S3 {
 		"-master.port=" + p(), "-master.port.grpc=" + p(), "-volume.port=" + p(), "-volume.port.grpc=" + p(),
 		"-filer.port=" + p(), "-filer.port.grpc=" + p(), "-s3.port=" + s3port, "-s3.port.grpc=" + p(),
 		"-webdav=false", "-admin.ui=false", "-master.telemetry=false", "-s3.iam=false"}
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(bin, args...) //nolint:gosec // the binary the module's script built
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+s.AccessKey, "AWS_SECRET_ACCESS_KEY="+s.SecretKey)
 	var log SyncBuffer
 	cmd.Stdout, cmd.Stderr = &log, &log
