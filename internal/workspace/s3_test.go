@@ -4,9 +4,11 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/minio/minio-go/v7"
@@ -16,7 +18,9 @@ import (
 	"github.com/warren-sandbox/warren/internal/workspace"
 )
 
-func tarOf(t *testing.T, files map[string]string) *bytes.Reader {
+func tarOf(t *testing.T, files map[string]string) *bytes.Reader { return tarOfB(t, files) }
+
+func tarOfB(t testing.TB, files map[string]string) *bytes.Reader {
 	t.Helper()
 	var b bytes.Buffer
 	tw := tar.NewWriter(&b)
@@ -32,7 +36,9 @@ func tarOf(t *testing.T, files map[string]string) *bytes.Reader {
 
 // server is one Warren server's workspaces on the shared S3 store: a data
 // directory of its own.
-func server(t *testing.T, s3 testenv.S3) *workspace.Manager {
+func server(t *testing.T, s3 testenv.S3) *workspace.Manager { return serverB(t, s3) }
+
+func serverB(t testing.TB, s3 testenv.S3) *workspace.Manager {
 	t.Helper()
 	root := t.TempDir()
 	st, err := workspace.NewS3(t.Context(), workspace.S3Options{Endpoint: s3.Endpoint, Bucket: "warren", Region: "us-east-1",
@@ -166,5 +172,39 @@ func TestS3RoundTrip(t *testing.T) {
 	}
 	if got := objects(t, s3); len(got) != 0 {
 		t.Fatalf("objects after removal: %v", got)
+	}
+}
+
+// BenchmarkS3Sync is the snapshot bridge's cost for a workspace of 1000
+// files of 4 KiB: one op is a push of all of them (each changed) and a
+// pull of them into a fresh cache, against the test's real S3 server.
+// What a sandbox pays instead of a FUSE mount's latency on every file
+// operation (docs/policy.md "Workspaces").
+func BenchmarkS3Sync(b *testing.B) {
+	s3 := testenv.StartS3(b)
+	b.Setenv("TEST_S3_KEY", s3.AccessKey)
+	b.Setenv("TEST_S3_SECRET", s3.SecretKey)
+	ctx := context.Background()
+	files := map[string]string{}
+	for i := range 1000 {
+		files[fmt.Sprintf("d%d/f%d", i%10, i)] = strings.Repeat("x", 4096)
+	}
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		a, c := serverB(b, s3), serverB(b, s3)
+		name := fmt.Sprintf("w%d", i)
+		if _, err := a.Create(ctx, "bench", name, "", 1<<30); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := a.Upload("bench", name, tarOfB(b, files)); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := a.Detach(ctx, "bench", name); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Create(ctx, "bench", name, "", 1<<30); err != nil { // pulls
+			b.Fatal(err)
+		}
 	}
 }
