@@ -25,6 +25,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/rpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/workspace"
 )
 
 const serveAbout = `
@@ -328,6 +329,10 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
+	wss, err := c.workspaces(ctx, be, log)
+	if err != nil {
+		return err
+	}
 	mopts := sandbox.Options{
 		Backend: be, DB: db.DB(), Images: res.Resolve, Pull: res.Pull,
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
@@ -335,7 +340,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
 		Limits: limits, Capacity: capacity, Egress: egressReg, PublishAddress: publish,
 		Secrets: secretStore, SecretsDir: filepath.Join(c.hf.runDir, "secrets"),
-		Audit: auditor(auditLog), DiskBytes: diskDefault,
+		Audit: auditor(auditLog), DiskBytes: diskDefault, Workspaces: wss,
 	}
 	if c.policy != nil {
 		mopts.Policy, mopts.Namespaces = c.policy.Policy, c.policy.Namespaces
@@ -349,7 +354,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	defer mgr.Close()
-	ropts := rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar, MaxOutput: maxOut}
+	ropts := rpc.Options{Manager: mgr, Images: imgs, Keys: keys, Dev: c.dev, Logger: log, Metrics: reg, MaxTarDownload: maxTar, MaxOutput: maxOut, Workspaces: wss}
 	if auditLog != nil {
 		ropts.Audit = auditLog
 	}
@@ -509,4 +514,20 @@ func auditor(l *audit.Log) sandbox.Auditor {
 		return nil
 	}
 	return l
+}
+
+// workspaces is the server's workspace manager: the local store under the
+// data directory, the configuration's stores, each namespace's store and
+// quota from its policy.
+func (c *serveConfig) workspaces(ctx context.Context, be *native.Backend, log *slog.Logger) (*workspace.Manager, error) {
+	stores, err := c.policy.workspaceStores(ctx, c.hf.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	uid, gid := be.RootIDs()
+	opts := workspace.Options{Root: filepath.Join(c.hf.dataDir, "workspaces"), Stores: stores, UID: uid, GID: gid, Logger: log}
+	if c.policy != nil {
+		opts.Namespace = c.policy.workspaceOf
+	}
+	return workspace.New(opts)
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -13,6 +15,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/config"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/secrets"
+	"github.com/warren-sandbox/warren/internal/workspace"
 )
 
 // The configuration file of warren serve (--config, docs/policy.md).
@@ -274,4 +277,35 @@ func (l *livePolicy) diskSetting() string {
 		}
 	}
 	return ""
+}
+
+// workspaceStores are the file's [workspaces.stores] as the workspace
+// package takes them (nil without a file); dataDir holds the S3 stores'
+// local copies.
+func (l *livePolicy) workspaceStores(ctx context.Context, dataDir string) (map[string]workspace.Store, error) {
+	if l == nil || len(l.boot.Workspaces.Stores) == 0 {
+		return nil, nil
+	}
+	out := map[string]workspace.Store{}
+	for name, st := range l.boot.Workspaces.Stores {
+		switch st.Type {
+		case "dir":
+			out[name] = &workspace.Dir{Root: st.Path}
+		case "s3":
+			s3, err := workspace.NewS3(ctx, workspace.S3Options{Endpoint: st.Endpoint, Bucket: st.Bucket, Region: st.Region, Prefix: st.Prefix,
+				AccessKeyEnv: st.AccessKeyEnv, SecretKeyEnv: st.SecretKeyEnv, Cache: filepath.Join(dataDir, "workspaces", ".s3", name)})
+			if err != nil {
+				return nil, fmt.Errorf("config %s: workspaces.stores.%s: %w", l.path, name, err)
+			}
+			out[name] = s3
+		}
+	}
+	return out, nil
+}
+
+// workspaceOf is a namespace's workspace store and quota, as the workspace
+// manager asks for them (the live policy's: a reload applies).
+func (l *livePolicy) workspaceOf(ns string) (string, int64) {
+	p := l.Policy(ns)
+	return p.WorkspaceStore, p.WorkspaceQuota
 }

@@ -269,7 +269,8 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 	if err != nil {
 		return nil, err
 	}
-	if p.Workspace != "" {
+	switch {
+	case p.Workspace != "" && s.opts.Workspaces == nil:
 		return nil, errdefs.Errorf(errInvalidParams, "workspace: workspaces are not configured on this server")
 	}
 	// Unset memory, cpus and image stay zero: the manager fills in the
@@ -293,7 +294,7 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 		return nil, err
 	}
 	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
-		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress, Secrets: p.Secrets, DiskMiB: p.DiskMiB}
+		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress, Secrets: p.Secrets, DiskMiB: p.DiskMiB, Workspace: p.Workspace}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, name, spec, true)
 	if err != nil {

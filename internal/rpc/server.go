@@ -36,6 +36,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/workspace"
 )
 
 // MaxBody bounds a JSON-RPC request body.
@@ -61,6 +62,9 @@ type Options struct {
 	// MaxTarDownload bounds the tar stream of one download, in bytes
 	// (0: DefaultMaxTarDownload).
 	MaxTarDownload int64
+	// Workspaces serves the workspace methods (nil: they answer
+	// unavailable). The manager mounts them (sandbox.Options.Workspaces).
+	Workspaces *workspace.Manager
 	// MaxOutput bounds the output of one sandbox.command.run or
 	// sandbox.repl.run, in bytes (0: DefaultMaxOutput; see exec.go).
 	MaxOutput int64
@@ -136,6 +140,8 @@ func (s *Server) Handler() http.Handler {
 	}
 	mux.HandleFunc("GET /api/v1/sandboxes/{namespace}/{name}/tar", s.audited("tar.download", s.serveTarDownload))
 	mux.HandleFunc("PUT /api/v1/sandboxes/{namespace}/{name}/tar", s.audited("tar.upload", s.serveTarUpload))
+	mux.HandleFunc("GET /api/v1/workspaces/{namespace}/{name}/tar", s.audited("workspace.download", s.serveWorkspaceDownload))
+	mux.HandleFunc("PUT /api/v1/workspaces/{namespace}/{name}/tar", s.audited("workspace.upload", s.serveWorkspaceUpload))
 	mux.HandleFunc("/api/v1/sandboxes/{namespace}/{name}/ports/{port}", s.audited("port.proxy", s.servePortProxy))
 	mux.HandleFunc("/api/v1/sandboxes/{namespace}/{name}/ports/{port}/{path...}", s.audited("port.proxy", s.servePortProxy))
 	mux.HandleFunc("GET /api/v1/ws", s.audited("ws", s.serveWS))

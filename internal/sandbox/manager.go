@@ -97,6 +97,9 @@ type Spec struct {
 	// DiskMiB caps what the sandbox keeps on disk (its writable layer,
 	// /tmp included); 0 = the server's default (Options.DiskBytes).
 	DiskMiB int64 `json:"disk_mib,omitempty"`
+	// Workspace names a workspace of the sandbox's namespace mounted at
+	// /workspace (Options.Workspaces; workspace.go).
+	Workspace string `json:"workspace,omitempty"`
 	// IdleTimeout stops the sandbox after this long without a request;
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
@@ -179,6 +182,9 @@ func (s *Spec) Validate() error {
 	}
 	if err := checkExposed(s.Ports, s.Exposed); err != nil {
 		errs = append(errs, err)
+	}
+	if s.Workspace != "" && !ValidName(s.Workspace) {
+		errs = append(errs, fmt.Errorf("workspace %.80q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", s.Workspace))
 	}
 	if len(s.Workdir) > 4096 {
 		errs = append(errs, fmt.Errorf("workdir %.40q: longer than 4096 bytes", s.Workdir))
@@ -323,6 +329,9 @@ type Options struct {
 	// /workspace and WritePaths (backend.Config.ReadOnlyRoot).
 	ReadOnlyRoot bool
 	WritePaths   []string
+	// Workspaces mounts the workspaces sandboxes ask for (nil: a spec
+	// naming one is refused).
+	Workspaces Workspaces
 }
 
 // Auditor takes audit records (*audit.Log is one).
@@ -384,6 +393,8 @@ type entry struct {
 	secrets *secrets.Proxy
 	// net is what it holds of the host's ports while it runs (ports.go).
 	net portState
+	// wsHeld: its workspace is attached (workspace.go). Holding life.
+	wsHeld bool
 
 	busy       atomic.Int32
 	lastActive atomic.Int64 // unix nanoseconds
@@ -600,6 +611,9 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err := m.checkSecrets(ns, spec.Secrets); err != nil {
 		return Info{}, err
 	}
+	if spec.Workspace != "" && m.opts.Workspaces == nil {
+		return Info{}, errNoWorkspaces
+	}
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -688,10 +702,10 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err == nil {
 		e.usage.reset(e.sb, started)
 	}
-	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError)) || errors.As(err, new(secretsError))) {
+	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError)) || errors.As(err, new(secretsError)) || errors.As(err, new(workspaceError))) {
 		// The request was refused (an image the store lacks or could not
 		// pull, a volume the policy forbids, a host port taken, a secret
-		// its provider would not give): it leaves no record, no
+		// its provider would not give, a workspace missing or over its quota): it leaves no record, no
 		// name taken and nothing counted against the server's limits, as
 		// if it never came.
 		m.discard(ctx, e)
@@ -787,12 +801,16 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 		// is refused, not dropped.
 		return errdefs.Errorf(errdefs.ErrInvalid, "disk limit %d MiB: this server has no disk limits (warren serve --disk-pool auto turns them on)", cfg.DiskBytes>>20)
 	}
+	if err := m.workspaceUp(ctx, e, &cfg); err != nil {
+		return err
+	}
 	if e.sb == nil {
 		sb, err := m.be.Open(ctx, cfg)
 		if err != nil {
 			sb, err = m.be.Create(ctx, cfg)
 		}
 		if err != nil {
+			m.workspaceDown(ctx, e)
 			return err
 		}
 		m.mu.Lock()
@@ -805,12 +823,14 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	// sandbox boots.
 	ports, err := m.bindPorts(e.name, spec)
 	if err != nil {
+		m.workspaceDown(ctx, e)
 		return err
 	}
 	// The request's cancellation must not leave a half-started sandbox:
 	// the start runs to its own deadline.
 	if err := e.sb.Start(context.WithoutCancel(ctx)); err != nil {
 		closePorts(ports)
+		m.workspaceDown(ctx, e)
 		return err
 	}
 	if sec.Proxy != nil {
@@ -828,11 +848,13 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	if err := m.netUp(e, e.sb); err != nil {
 		closePorts(ports)
 		_ = e.sb.Stop(context.WithoutCancel(ctx))
+		m.workspaceDown(ctx, e)
 		return err
 	}
 	if err := m.portsUp(e, ports); err != nil {
 		m.netDown(e)
 		_ = e.sb.Stop(context.WithoutCancel(ctx))
+		m.workspaceDown(ctx, e)
 		return err
 	}
 	return nil
@@ -967,6 +989,7 @@ func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 		m.netDown(e)
 		m.auditUsage(e, sb, "exited")
 		_ = sb.Stop(context.Background())
+		m.workspaceDown(context.Background(), e)
 		e.life.Unlock()
 	}()
 }
@@ -1011,6 +1034,9 @@ func (m *Manager) stopWhy(ctx context.Context, ns, name, why string) error {
 	}
 	if e.sb != nil {
 		err = e.sb.Stop(context.WithoutCancel(ctx))
+	}
+	if err == nil {
+		m.workspaceDown(ctx, e)
 	}
 	m.mu.Lock()
 	if err != nil {
@@ -1070,6 +1096,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 	} else if err := m.removeOnHost(ctx, e.id); err != nil {
 		return true, fmt.Errorf("remove sandbox %q: %w", name, err)
 	}
+	m.workspaceDown(ctx, e)
 	// The row goes before the name is freed: a start of the same name
 	// right after inserts a row of its own.
 	if _, err := m.stmts.Exec(context.Background(), `DELETE FROM sandboxes WHERE id = ?`, e.id); err != nil {

@@ -77,6 +77,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			e.err = "the sandbox's agent was not running when the daemon restarted (was " + string(was) + ")"
 		case was == Running:
 			e.sb = sb
+			e.wsHeld = e.spec.Workspace != "" // its mount lives on with it
 			e.usage.reset(sb, time.Now())
 			if err := m.restoreSecrets(ctx, e); err != nil {
 				e.logf("reattached after a daemon restart without its proxy-mode secrets (their placeholders go as they are until the next start): %v", err)
@@ -92,6 +93,8 @@ func (m *Manager) recover(ctx context.Context) error {
 			// Half-started or half-stopped: finish the stop.
 			e.sb = sb
 			_ = sb.Stop(ctx)
+			e.wsHeld = e.spec.Workspace != ""
+			m.workspaceDown(ctx, e)
 			e.state, e.stopped = Stopped, time.Now()
 		}
 		m.persist(e)

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+)
+
+const workspaceAbout = `
+Manages the named workspaces of a running server (docs/policy.md,
+"Workspaces"): directories of a namespace that outlive sandboxes, mounted
+at /workspace by sandboxes created with --workspace NAME (sandbox.create's
+"workspace").
+
+  warren workspace create NAME [--store S] [--quota BYTES]
+  warren workspace ls                     the namespace's workspaces
+  warren workspace get NAME               its store, quota and usage
+  warren workspace rm NAME                refused while a sandbox mounts it
+  warren workspace push NAME < files.tar  extract a tar into it
+  warren workspace pull NAME > files.tar  its files as a tar
+  warren workspace sync NAME              an object store's: push, then pull`
+
+func workspaceCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren workspace", "warren workspace create|ls|get|rm|push|pull|sync [flags] [NAME]", workspaceAbout)
+	c, ns := clientFlags(fs)
+	store := fs.String("store", "", "create: the store (default: the server's)")
+	quota := fs.Int64("quota", 0, "create: the quota in bytes (0: the server's default)")
+	if len(args) == 0 {
+		fs.Usage()
+		return exitError{2}
+	}
+	sub := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if (sub == "ls") != (fs.NArg() == 0) || fs.NArg() > 1 {
+		fs.Usage()
+		return exitError{2}
+	}
+	ref := map[string]any{"namespace": *ns, "workspace": fs.Arg(0)}
+	var out any
+	switch sub {
+	case "create":
+		out = new(json.RawMessage)
+		if err := c.call(ctx, "workspace.create", map[string]any{"namespace": *ns, "name": fs.Arg(0), "store": *store, "quota": *quota}, out); err != nil {
+			return err
+		}
+	case "get":
+		out = new(json.RawMessage)
+		if err := c.call(ctx, "workspace.get", ref, out); err != nil {
+			return err
+		}
+	case "sync":
+		out = new(json.RawMessage)
+		if err := c.call(ctx, "workspace.sync", ref, out); err != nil {
+			return err
+		}
+	case "rm":
+		return c.call(ctx, "workspace.remove", ref, nil)
+	case "ls":
+		var l struct {
+			Workspaces []struct {
+				Namespace string `json:"namespace"`
+				Name      string `json:"name"`
+				Store     string `json:"store"`
+				Quota     int64  `json:"quota"`
+				InUse     bool   `json:"in_use"`
+			} `json:"workspaces"`
+		}
+		if err := c.call(ctx, "workspace.list", map[string]any{"namespace": *ns}, &l); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTORE\tQUOTA\tIN USE")
+		for _, w := range l.Workspaces {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\n", w.Namespace, w.Name, w.Store, w.Quota, w.InUse)
+		}
+		return tw.Flush()
+	case "push":
+		return c.workspaceTar(ctx, "PUT", *ns, fs.Arg(0), os.Stdin, os.Stdout)
+	case "pull":
+		return c.workspaceTar(ctx, "GET", *ns, fs.Arg(0), nil, os.Stdout)
+	default:
+		fs.Usage()
+		return exitError{2}
+	}
+	b, _ := json.MarshalIndent(out, "", "  ")
+	fmt.Println(string(b))
+	return nil
+}
+
+// workspaceTar sends or fetches a workspace's tar (the server's
+// /api/v1/workspaces/{namespace}/{name}/tar route).
+func (c *apiClient) workspaceTar(ctx context.Context, method, ns, name string, body io.Reader, out io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("%s/api/v1/workspaces/%s/%s/tar", strings.TrimRight(c.url, "/"), ns, name), body)
+	if err != nil {
+		return err
+	}
+	if c.key != "" {
+		req.Header.Set("Authorization", "Bearer "+c.key)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("cannot reach the server at %s (is 'warren serve' running?): %w", c.url, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
+			return errors.New(e.Error.Message)
+		}
+		return fmt.Errorf("server answered %s: %.200s", resp.Status, raw)
+	}
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		return fmt.Errorf("workspace %s: %w", name, err)
+	}
+	if method == "PUT" {
+		fmt.Fprintln(out)
+	}
+	return nil
+}
