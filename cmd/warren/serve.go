@@ -76,11 +76,11 @@ type serveConfig struct {
 	maxTarDownload   string
 	// disk is each sandbox's disk limit unless it asks for one, when the
 	// backend has disk limits (--disk-pool).
-	disk string
-	pull             bool
-	pullMaxSize      string
-	pullTimeout      time.Duration
-	maxOutput        string
+	disk        string
+	pull        bool
+	pullMaxSize string
+	pullTimeout time.Duration
+	maxOutput   string
 	// The caps per sandbox and the admission's CPU factor; "auto" =
 	// derived from the host (sandbox.Host.Limits).
 	maxMemory     string

@@ -78,11 +78,11 @@ type livePolicy struct {
 	path string
 	// boot is the file the server started with: what is read only at
 	// start is compared with it.
-	boot       *config.File
-	explicit   map[string]bool // flags given on the command line
+	boot     *config.File
+	explicit map[string]bool // flags given on the command line
 	// recorder, once set, records each load and reload (the audit log).
-	recorder atomic.Pointer[func(accepted bool, problems []string)]
-	overridden []string        // [server] keys those flags won over
+	recorder   atomic.Pointer[func(accepted bool, problems []string)]
+	overridden []string // [server] keys those flags won over
 	cur        atomic.Pointer[policyTable]
 }
 

@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/diskquota"
+	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
