@@ -216,7 +216,7 @@ func TestAllowName(t *testing.T) {
 
 func TestLivePolicyChange(t *testing.T) {
 	s, c := newTestSandbox(t, testRules...)
-	s.Pin("allowed.test", []netip.Addr{ip("203.0.113.10")}, time.Minute)
+	_ = s.Pin("allowed.test", []netip.Addr{ip("203.0.113.10")}, time.Minute)
 	if v := s.Decide(ap("203.0.113.10:443"), "allowed.test", "tls"); !v.Allow {
 		t.Fatalf("before the change: %+v", v)
 	}
@@ -260,11 +260,11 @@ func TestLivePolicyChange(t *testing.T) {
 
 func TestPinExpiry(t *testing.T) {
 	s, c := newTestSandbox(t, testRules...)
-	s.Pin("allowed.test", []netip.Addr{ip("203.0.113.10")}, time.Second) // kept MinPinTTL
-	s.Pin("ssh.test", []netip.Addr{ip("203.0.113.22")}, time.Hour)
-	s.Pin("x.wild.test", []netip.Addr{ip("203.0.113.20")}, 10*365*24*time.Hour) // cut to MaxPinTTL
-	s.Pin("not a name", []netip.Addr{ip("203.0.113.23")}, time.Hour)            // ignored
-	s.Pin("allowed.test", []netip.Addr{{}}, time.Hour)                          // ignored
+	_ = s.Pin("allowed.test", []netip.Addr{ip("203.0.113.10")}, time.Second) // kept MinPinTTL
+	_ = s.Pin("ssh.test", []netip.Addr{ip("203.0.113.22")}, time.Hour)
+	_ = s.Pin("x.wild.test", []netip.Addr{ip("203.0.113.20")}, 10*365*24*time.Hour) // cut to MaxPinTTL
+	_ = s.Pin("not a name", []netip.Addr{ip("203.0.113.23")}, time.Hour)            // ignored
+	_ = s.Pin("allowed.test", []netip.Addr{{}}, time.Hour)                          // ignored
 	allowed := func(dst, name, kind string) bool { return s.Decide(ap(dst), name, kind).Allow }
 
 	c.add(MinPinTTL - time.Second)
@@ -285,7 +285,7 @@ func TestPinExpiry(t *testing.T) {
 		t.Fatalf("PinnedNames of an expired pin = %q", got)
 	}
 	// A new answer renews it; a shorter one does not shorten the longer.
-	s.Pin("ssh.test", []netip.Addr{ip("203.0.113.22")}, time.Second)
+	_ = s.Pin("ssh.test", []netip.Addr{ip("203.0.113.22")}, time.Second)
 	c.add(time.Hour - MinPinTTL - time.Second)
 	if !allowed("203.0.113.22:22", "", "") {
 		t.Fatal("a shorter re-pin cut a longer pin")
@@ -308,7 +308,7 @@ func TestPinBound(t *testing.T) {
 	s, c := newTestSandbox(t, "*.many.test")
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}) }
 	for i := range MaxPins + 10 {
-		s.Pin(fmt.Sprintf("h%d.many.test", i), []netip.Addr{addr(i)}, time.Hour)
+		_ = s.Pin(fmt.Sprintf("h%d.many.test", i), []netip.Addr{addr(i)}, time.Hour)
 		c.add(time.Millisecond) // later pins expire later
 	}
 	if s.npins != MaxPins {
@@ -326,7 +326,7 @@ func TestPinBound(t *testing.T) {
 	}
 	// At the bound, expired pins go first, all at once.
 	c.add(time.Hour - 100*time.Millisecond)
-	s.Pin("new.many.test", []netip.Addr{addr(60000)}, time.Hour)
+	_ = s.Pin("new.many.test", []netip.Addr{addr(60000)}, time.Hour)
 	if s.npins > MaxPins-50 {
 		t.Fatalf("%d pins after the oldest expired, want the expired ones swept", s.npins)
 	}
@@ -421,7 +421,7 @@ func TestSandboxConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 500 {
 				a := netip.AddrFrom4([4]byte{203, 0, 113, byte(i)})
-				s.Pin("allowed.test", []netip.Addr{a}, time.Minute)
+				_ = s.Pin("allowed.test", []netip.Addr{a}, time.Minute)
 				s.Decide(netip.AddrPortFrom(a, 443), "allowed.test", "tls")
 				s.AllowName("x.wild.test")
 				s.Rebinding("allowed.test", a)
@@ -475,7 +475,7 @@ func TestRegistry(t *testing.T) {
 			for i := range 1000 {
 				addr := netip.AddrFrom4([4]byte{10, 202, byte(g), byte(i)})
 				s := NewSandbox("ns", fmt.Sprint(g), nil)
-				r.Add(addr, s)
+				_ = r.Add(addr, s)
 				if r.Lookup(addr) != s {
 					t.Errorf("lookup after add of %s", addr)
 				}
@@ -576,7 +576,7 @@ func TestNilSandbox(t *testing.T) {
 	if _, refused := s.Rebinding("allowed.test", ip("203.0.113.1")); !refused {
 		t.Error("Rebinding not refused")
 	}
-	s.Pin("allowed.test", []netip.Addr{ip("203.0.113.1")}, time.Minute)
+	_ = s.Pin("allowed.test", []netip.Addr{ip("203.0.113.1")}, time.Minute)
 	s.Record(Record{Kind: "tcp", Verdict: "allow"})
 	if v := s.Decide(ap("203.0.113.1:443"), "allowed.test", "tls"); v.Allow || v.Reason != "unknown sandbox" {
 		t.Errorf("Decide = %+v", v)
