@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/guest/confined"
+	"github.com/warren-sandbox/warren/internal/confined"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
 	"github.com/warren-sandbox/warren/internal/guest/service"
 	"github.com/warren-sandbox/warren/internal/guest/setup"

@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/confined"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/guest/confined"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 

@@ -15,7 +15,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
-	"github.com/warren-sandbox/warren/internal/guest/confined"
+	"github.com/warren-sandbox/warren/internal/confined"
 )
 
 // The object store: a snapshot bridge (docs/policy.md "Workspaces").

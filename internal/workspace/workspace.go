@@ -38,8 +38,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/confined"
 	"github.com/warren-sandbox/warren/internal/errdefs"
-	"github.com/warren-sandbox/warren/internal/guest/confined"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
 

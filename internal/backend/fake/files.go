@@ -19,7 +19,7 @@ import (
 // only (no symlinks, no owners), keyed by cleaned absolute path. It plays
 // the writable layer: kept across stops, dropped by Remove.
 //
-// Its rules are the real agent's (internal/guest/confined): a leading "/"
+// Its rules are the real agent's (internal/confined): a leading "/"
 // is optional, empty and "." components are dropped, and a name with a
 // ".." component, a NUL byte, more than 4096 bytes or a component of more
 // than 255 is refused with kind invalid; the error kinds of each operation

@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/warren-sandbox/warren/internal/guest/confined"
+	"github.com/warren-sandbox/warren/internal/confined"
 	"github.com/warren-sandbox/warren/internal/guest/httpd"
 	"github.com/warren-sandbox/warren/internal/guest/repl"
 	"github.com/warren-sandbox/warren/internal/wire"
