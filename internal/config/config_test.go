@@ -195,15 +195,17 @@ func TestDecodeErrors(t *testing.T) {
 // TestKeysCaseSensitive: the decoder would take "Max_Memory" for
 // max_memory; TOML keys are case-sensitive, and so is the file.
 func TestKeysCaseSensitive(t *testing.T) {
-	_, err := Parse("t.toml", []byte("[namespaces.Team]\nMax_Memory = \"1G\"\n[[secrets.providers]]\nname = \"f\"\ntype = \"env\"\nTYPE = \"dir\"\n[Defaults]\ndisk = 1\n"))
+	// One spelling of a key each: with both "type" and "TYPE" the decoder
+	// would keep either, and the follow-on problem would depend on which.
+	_, err := Parse("t.toml", []byte("[namespaces.Team]\nMax_Memory = \"1G\"\n[[secrets.providers]]\nname = \"f\"\nTYPE = \"dir\"\n[Defaults]\ndisk = 1\n"))
 	var ce *Error
 	if !errors.As(err, &ce) {
 		t.Fatalf("err = %v", err)
 	}
 	want := []string{
 		`line 2: namespaces.Team.Max_Memory: keys are case-sensitive: write "max_memory"`,
-		`line 6: secrets.providers[0].TYPE: keys are case-sensitive: write "type"`,
-		`line 7: Defaults: keys are case-sensitive: write "defaults"`,
+		`line 5: secrets.providers[0].TYPE: keys are case-sensitive: write "type"`,
+		`line 6: Defaults: keys are case-sensitive: write "defaults"`,
 		`line 3: secrets.providers[0].path: "": a dir provider needs an absolute, clean path`, // TYPE set it
 	}
 	if len(ce.Problems) != len(want) {

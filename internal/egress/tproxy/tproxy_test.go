@@ -612,6 +612,9 @@ func TestLimits(t *testing.T) {
 	if r := a.record(t); r.Verdict != "allow" {
 		t.Fatalf("record %+v", r)
 	}
+	// The record is written before the connection's place is given back:
+	// wait for the place (Active counts until the handler has returned).
+	waitStats(t, h.p, func(st Stats) bool { return st.Active == 3 })
 	echoes(t, h.connect(sandboxA, "203.0.113.7:7"))
 	// After a second, the next refusal is logged with the count of the
 	// ones that were not.
