@@ -967,6 +967,12 @@ func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 		case <-m.stop:
 			return
 		}
+		// The lifecycle lock first, held until what the dead run held is
+		// released: a start that sees the error state (and so may come at
+		// once) waits for the release, which would otherwise stop the run
+		// it started.
+		e.life.Lock()
+		defer e.life.Unlock()
 		m.mu.Lock()
 		if m.closed {
 			m.mu.Unlock()
@@ -985,12 +991,10 @@ func (m *Manager) watch(e *entry, sb backend.Sandbox) {
 		}
 		m.persist(e)
 		// Release what it held (cgroup, runtime directory, link).
-		e.life.Lock()
 		m.netDown(e)
 		m.auditUsage(e, sb, "exited")
 		_ = sb.Stop(context.Background())
 		m.workspaceDown(context.Background(), e)
-		e.life.Unlock()
 	}()
 }
 
