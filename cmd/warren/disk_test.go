@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -112,4 +115,116 @@ func ptr(p *int64) any {
 		return nil
 	}
 	return *p
+}
+
+// TestServeWorkspaceLimit: with disk limits on, a workspace's quota holds
+// inside running sandboxes: one writing into it stops with EDQUOT at the
+// quota, while another sandbox sharing it sees its writes, a third
+// sandbox and the host write on; the limit holds across a server restart;
+// removing the workspace frees its quota group; nothing stays mounted.
+func TestServeWorkspaceLimit(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("mkfs.btrfs")
+	testenv.Require(t, err == nil, "mkfs.btrfs (btrfs-progs; `make deps` installs it)")
+	dir := stateDir(t)
+	sandboxes := filepath.Join(dir, "data", "sandboxes")
+	t.Cleanup(func() {
+		if diskquota.IsBtrfs(sandboxes) {
+			if err := diskquota.Unmount(sandboxes); err != nil {
+				t.Error(err)
+			}
+		}
+		if img := filepath.Join(dir, "data", "disk.img"); strings.Contains(losetup(t), img) {
+			t.Errorf("a loop device still backs %s:\n%s", img, losetup(t))
+		}
+	})
+	url, srv, stderr := startServe(t, dir, "--dev", "--disk-pool", "1G")
+	call := rpcCaller(t, url, "")
+	must := func(method string, params map[string]any) string {
+		t.Helper()
+		r := call(method, params)
+		if r.status != 200 {
+			t.Fatalf("%s %v: %d %+v\n%s", method, params, r.status, r.Error, stderr.String())
+		}
+		return string(r.Result)
+	}
+	sh := func(sb, script string) string {
+		t.Helper()
+		return must("sandbox.command.run", map[string]any{"sandbox": sb, "command": "/bin/sh", "args": []string{"-c", "{ " + script + "; } 2>&1; echo exit=$?"}})
+	}
+	const quota = 16 << 20
+	must("workspace.create", map[string]any{"name": "w", "quota": quota})
+	if got := must("workspace.get", map[string]any{"workspace": "w"}); !strings.Contains(got, `"kernel_limit":true`) {
+		t.Fatalf("workspace.get: %s", got)
+	}
+	for _, sb := range []map[string]any{{"name": "a", "workspace": "w"}, {"name": "b", "workspace": "w"}, {"name": "c"}} {
+		sb["image"] = "host"
+		must("sandbox.create", sb)
+	}
+	if got := sh("a", "echo from-a > /workspace/shared && cat /workspace/shared"); !strings.Contains(got, "from-a") {
+		t.Fatalf("a writes into its workspace: %s", got)
+	}
+	if got := sh("b", "cat /workspace/shared"); !strings.Contains(got, "from-a") {
+		t.Fatalf("b does not see a's write: %s", got)
+	}
+	if got := sh("a", "dd if=/dev/zero of=/workspace/big bs=1M count=32"); !strings.Contains(got, "Disk quota exceeded") {
+		t.Fatalf("a fills the workspace past its quota: %s", got)
+	}
+	if got := sh("b", "/bin/echo more >> /workspace/shared"); !strings.Contains(got, "Disk quota exceeded") {
+		t.Errorf("b writes into the full workspace: %s", got)
+	}
+	if got := sh("c", "dd if=/dev/zero of=/root/big bs=1M count=32 && rm /root/big"); !strings.Contains(got, "exit=0") {
+		t.Errorf("another sandbox beside a full workspace: %s", got)
+	}
+	if got := sh("a", "dd if=/dev/zero of=/root/big bs=1M count=32 && rm /root/big"); !strings.Contains(got, "exit=0") {
+		t.Errorf("the writer's own root beside its full workspace: %s", got)
+	}
+	if err := os.WriteFile(filepath.Join(t.TempDir(), "host"), make([]byte, 32<<20), 0o600); err != nil {
+		t.Errorf("the host beside a full workspace: %v", err)
+	}
+
+	// A restart: the limit is the file system's, kept with the workspace.
+	stopServe(t, srv)
+	url, srv, stderr = startServe(t, dir, "--dev", "--disk-pool", "1G")
+	call = rpcCaller(t, url, "")
+	if got := sh("a", "rm /workspace/big; sync; dd if=/dev/zero of=/workspace/big bs=1M count=32"); !strings.Contains(got, "Disk quota exceeded") {
+		t.Fatalf("after a restart: %s", got)
+	}
+	ws, _ := filepath.Glob(filepath.Join(sandboxes, ".workspaces", "local", "*", "w"))
+	if len(ws) != 1 {
+		t.Fatalf("the workspace's directory on the disk pool: %v", ws)
+	}
+	id, err := diskquota.SubvolumeID(ws[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range []string{"a", "b", "c"} {
+		must("sandbox.remove", map[string]any{"sandbox": sb})
+	}
+	must("workspace.remove", map[string]any{"workspace": "w"})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ids, err := diskquota.Qgroups(sandboxes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(ids, id) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quota group 0/%d still there 20 s after the workspace's removal", id)
+		}
+		_, _ = diskquota.Reap(sandboxes)
+		time.Sleep(100 * time.Millisecond)
+	}
+	stopServe(t, srv)
+}
+
+// losetup lists the host's loop devices and their files.
+func losetup(t *testing.T) string {
+	out, err := exec.Command("losetup", "-a").CombinedOutput()
+	if err != nil {
+		t.Errorf("losetup -a: %v %s", err, out)
+	}
+	return string(out)
 }

@@ -525,7 +525,8 @@ func (c *serveConfig) workspaces(ctx context.Context, be *native.Backend, log *s
 		return nil, err
 	}
 	uid, gid := be.RootIDs()
-	opts := workspace.Options{Root: filepath.Join(c.hf.dataDir, "workspaces"), Stores: stores, UID: uid, GID: gid, Logger: log}
+	opts := workspace.Options{Root: filepath.Join(c.hf.dataDir, "workspaces"), Stores: stores, UID: uid, GID: gid, Logger: log,
+		Pool: be.WorkspacePool()} // new workspaces kernel-limited with disk limits on
 	if c.policy != nil {
 		opts.Namespace = c.policy.workspaceOf
 	}

@@ -38,11 +38,15 @@ type workspaceInfo struct {
 	UsageError string    `json:"usage_error,omitempty"`
 	CreatedAt  time.Time `json:"created_at"`
 	InUse      bool      `json:"in_use"`
+	// KernelLimit: writes from inside sandboxes stop at the quota
+	// (EDQUOT); LimitNote (get only) says why not when they do not.
+	KernelLimit bool   `json:"kernel_limit"`
+	LimitNote   string `json:"limit_note,omitempty"`
 }
 
 func (s *Server) toWorkspaceInfo(in workspace.Info, usage bool) workspaceInfo {
 	out := workspaceInfo{Namespace: in.Namespace, Name: in.Name, Store: in.Store, Quota: in.Quota, CreatedAt: in.Created,
-		UsageError: in.UsageError, InUse: s.mgr.WorkspaceInUse(in.Namespace, in.Name)}
+		UsageError: in.UsageError, InUse: s.mgr.WorkspaceInUse(in.Namespace, in.Name), KernelLimit: in.KernelLimit, LimitNote: in.LimitNote}
 	if usage && in.Usage >= 0 {
 		out.Usage = &in.Usage
 	}

@@ -119,11 +119,10 @@ func (m *Manager) Upload(ns, name string, r io.Reader) (confined.TarStats, error
 	if err != nil {
 		return confined.TarStats{}, err
 	}
-	st, err := m.store(info)
+	_, dir, err := m.place(info)
 	if err != nil {
 		return confined.TarStats{}, err
 	}
-	dir := st.Dir(ns, name)
 	used, err := Usage(dir)
 	if err != nil {
 		return confined.TarStats{}, fmt.Errorf("workspace %q: usage: %w", name, err)
@@ -176,11 +175,11 @@ func (m *Manager) Download(ns, name string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, err := m.store(info)
+	_, dir, err := m.place(info)
 	if err != nil {
 		return err
 	}
-	_, err = m.withWriter(st.Dir(ns, name), func(root *confined.Root) (SyncStats, error) {
+	_, err = m.withWriter(dir, func(root *confined.Root) (SyncStats, error) {
 		return SyncStats{}, root.WriteTar(w, "/")
 	})
 	return err

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/confined"
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -104,6 +105,12 @@ type Info struct {
 	// could not be counted, the error in UsageError).
 	Usage      int64  `json:"usage"`
 	UsageError string `json:"usage_error,omitempty"`
+	// KernelLimit: its directory is a subvolume on the disk pool
+	// (Options.Pool) that the kernel holds to Quota. Kept in the
+	// metadata: a workspace made without it stays where it was.
+	KernelLimit bool `json:"kernel_limit,omitempty"`
+	// LimitNote says why a workspace has no kernel limit (Get only).
+	LimitNote string `json:"limit_note,omitempty"`
 }
 
 // Options configure a Manager.
@@ -130,14 +137,17 @@ type Options struct {
 	// = the server's). A namespace with a store uses that one alone; its
 	// quota is the default and the maximum of its workspaces.
 	Namespace func(ns string) (store string, quota int64)
-	// Limit, when set, creates a workspace's directory as one the kernel
-	// holds to maxBytes (the disk limits' per-directory quota), so that
-	// writes from inside sandboxes stop at the quota with EDQUOT; Unlimit
-	// removes such a directory and its limit. Without them the quota is
-	// enforced on uploads and mounts only (docs/policy.md).
-	Limit   func(dir string, maxBytes int64) error
-	Unlimit func(dir string) error
-	Logger  *slog.Logger
+	// Pool, when set, is a directory on the disk limits' btrfs file
+	// system (quotas on, package diskquota) where new workspaces keep
+	// their directories, <Pool>/<store>/<ns>/<name>, each a subvolume
+	// whose quota group holds it to the workspace's quota: writes from
+	// inside sandboxes stop there with EDQUOT. The local store's and the
+	// object stores' workspaces go there; a "dir" store with a path of
+	// its own keeps its workspaces there, not kernel-limited. Without
+	// Pool, and for workspaces made before it was set, the quota holds at
+	// uploads and mounts only (docs/policy.md).
+	Pool   string
+	Logger *slog.Logger
 }
 
 // Manager owns the server's workspaces.
@@ -185,6 +195,14 @@ func New(opts Options) (*Manager, error) {
 	}
 	if err := os.Chmod(opts.Root, 0o700); err != nil { //nolint:gosec // a directory: 0700 is root's alone
 		return nil, fmt.Errorf("workspaces: %w", err)
+	}
+	if opts.Pool != "" {
+		// Searchable, not listable, as the namespace levels below: the
+		// sandboxes' root reaches its workspace through it where the
+		// backend mounts volumes by path.
+		if err := os.MkdirAll(opts.Pool, 0o711); err != nil { //nolint:gosec // searchable, not listable: see above
+			return nil, fmt.Errorf("workspaces: %w", err)
+		}
 	}
 	return &Manager{opts: opts, log: opts.Logger, locks: map[string]*sync.Mutex{}}, nil
 }
@@ -280,17 +298,23 @@ func (m *Manager) Create(ctx context.Context, ns, name, store string, quota int6
 	if n, _ := m.count(ns); n >= MaxPerNamespace {
 		return Info{}, errdefs.Errorf(errdefs.ErrLimit, "namespace %q holds %d workspaces, the maximum; remove some", ns, n)
 	}
-	info := Info{Namespace: ns, Name: name, Store: store, Quota: quota, Created: time.Now().UTC().Truncate(time.Second)}
-	if err := m.makeDir(st.Dir(ns, name), quota); err != nil {
+	info := Info{Namespace: ns, Name: name, Store: store, Quota: quota, Created: time.Now().UTC().Truncate(time.Second),
+		KernelLimit: m.opts.Pool != "" && m.pooled(store)}
+	dir, err := m.dir(info, st)
+	if err != nil {
+		return Info{}, err
+	}
+	if err := m.makeDir(dir, info); err != nil {
 		return Info{}, err
 	}
 	if err := m.write(info); err != nil {
+		_ = m.removeDir(dir, info)
 		return Info{}, err
 	}
 	if st.Kind() != "dir" {
 		// Whatever the store already holds under this name (a workspace
 		// of a server whose data directory was lost) becomes its content.
-		if _, err := m.withWriter(st.Dir(ns, name), func(root *confined.Root) (SyncStats, error) { return st.Pull(ctx, ns, name, root) }); err != nil {
+		if _, err := m.withWriter(dir, func(root *confined.Root) (SyncStats, error) { return st.Pull(ctx, ns, name, root) }); err != nil {
 			m.log.Warn("first pull of a new workspace", "namespace", ns, "workspace", name, "store", store, "err", err)
 		}
 	}
@@ -298,10 +322,54 @@ func (m *Manager) Create(ctx context.Context, ns, name, store string, quota int6
 	return info, nil
 }
 
+// pooled reports whether store's workspaces go to the disk pool when
+// there is one: all but a "dir" store at a path of its own, which the
+// operator chose for them.
+func (m *Manager) pooled(store string) bool {
+	d, ok := m.opts.Stores[store].(*Dir)
+	return !ok || filepath.Clean(d.Root) == filepath.Clean(m.opts.Root)
+}
+
+// dir is the directory of info's workspace: on the disk pool when it is
+// kernel-limited, else where its store keeps it.
+func (m *Manager) dir(info Info, st Store) (string, error) {
+	if !info.KernelLimit {
+		return st.Dir(info.Namespace, info.Name), nil
+	}
+	if m.opts.Pool == "" {
+		return "", errdefs.Errorf(errdefs.ErrUnavailable, "workspace %q is kept on the disk pool, and this server runs without disk limits: start it with them (--disk-pool auto) to reach it", info.Name)
+	}
+	return filepath.Join(m.opts.Pool, info.Store, info.Namespace, info.Name), nil
+}
+
+// place is info's store and directory.
+func (m *Manager) place(info Info) (Store, string, error) {
+	st, err := m.store(info)
+	if err != nil {
+		return nil, "", err
+	}
+	dir, err := m.dir(info, st)
+	return st, dir, err
+}
+
+// limitNote says why info's workspace has no kernel limit ("" when it
+// has one).
+func (m *Manager) limitNote(info Info) string {
+	switch {
+	case info.KernelLimit:
+		return ""
+	case m.opts.Pool == "":
+		return "disk limits are off on this server: sandboxes can write past the quota while they run (it holds at uploads and mounts)"
+	case !m.pooled(info.Store):
+		return fmt.Sprintf("store %q keeps workspaces at a path of its own, off the disk pool: sandboxes can write past the quota while they run (it holds at uploads and mounts)", info.Store)
+	}
+	return "made before disk limits were on: sandboxes can write past the quota while they run (it holds at uploads and mounts); copy it into a new workspace (download, create, upload) for a kernel limit"
+}
+
 // makeDir creates a workspace's directory (and its namespace's), owned by
 // the sandboxes' root: the one thing of the workspace the server makes in
-// its own name.
-func (m *Manager) makeDir(dir string, quota int64) error {
+// its own name. A kernel-limited one is a subvolume held to the quota.
+func (m *Manager) makeDir(dir string, info Info) error {
 	// The namespace level: searchable by the sandboxes' root, which the
 	// mounts do not need but a server running sandboxes without id-mapped
 	// mounts does.
@@ -313,11 +381,12 @@ func (m *Manager) makeDir(dir string, quota int64) error {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if m.opts.Limit != nil {
-		if err := m.opts.Limit(dir, quota); err != nil {
-			return fmt.Errorf("workspace directory under a limit of %d bytes: %w", quota, err)
+	if info.KernelLimit {
+		if err := diskquota.CreateDir(dir, info.Quota); err != nil {
+			return fmt.Errorf("workspace directory under a limit of %d bytes: %w", info.Quota, err)
 		}
 		if err := os.Chmod(dir, 0o755); err != nil { //nolint:gosec // the sandboxes' own directory, as a fresh root's
+			_ = diskquota.Remove(dir)
 			return err
 		}
 	} else if err := os.Mkdir(dir, 0o755); err != nil { //nolint:gosec // the sandboxes' own directory, as a fresh root's
@@ -326,13 +395,11 @@ func (m *Manager) makeDir(dir string, quota int64) error {
 	return os.Lchown(dir, m.opts.UID, m.opts.GID)
 }
 
-// removeDir removes a workspace's directory (and its kernel limit).
-func (m *Manager) removeDir(dir string) error {
-	if m.opts.Unlimit != nil {
-		if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		return m.opts.Unlimit(dir)
+// removeDir removes a workspace's directory (a kernel-limited one with
+// its quota group).
+func (m *Manager) removeDir(dir string, info Info) error {
+	if info.KernelLimit {
+		return diskquota.Remove(dir)
 	}
 	return os.RemoveAll(dir)
 }
@@ -457,11 +524,13 @@ func (m *Manager) Get(ns, name string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	st, err := m.store(info)
-	if err != nil {
-		return Info{}, err
+	info.LimitNote = m.limitNote(info)
+	// A workspace whose directory cannot be reached is still described,
+	// with why in its usage_error.
+	_, dir, err := m.place(info)
+	if err == nil {
+		info.Usage, err = Usage(dir)
 	}
-	info.Usage, err = Usage(st.Dir(ns, name))
 	if err != nil {
 		info.Usage, info.UsageError = -1, err.Error()
 	}
@@ -483,7 +552,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string, inUse func() bool
 	if inUse != nil && inUse() {
 		return errdefs.Errorf(errdefs.ErrConflict, "workspace %q is mounted by a sandbox of namespace %q; stop it first", name, ns)
 	}
-	st, err := m.store(info)
+	st, dir, err := m.place(info)
 	if err != nil {
 		return err
 	}
@@ -495,7 +564,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string, inUse func() bool
 	if err := os.Remove(m.metaPath(ns, name)); err != nil {
 		return err
 	}
-	if err := m.removeDir(st.Dir(ns, name)); err != nil {
+	if err := m.removeDir(dir, info); err != nil {
 		return fmt.Errorf("remove workspace %q's files: %w", name, err)
 	}
 	return nil
@@ -515,13 +584,15 @@ func (m *Manager) Attach(ctx context.Context, ns, name string, first bool) (stri
 	if err != nil {
 		return "", err
 	}
-	st, err := m.store(info)
+	st, dir, err := m.place(info)
 	if err != nil {
 		return "", err
 	}
-	dir := st.Dir(ns, name)
-	if err := m.makeDir(dir, info.Quota); err != nil { // a cache directory removed by hand
+	if err := m.makeDir(dir, info); err != nil { // a cache directory removed by hand
 		return "", err
+	}
+	if first && !info.KernelLimit && m.opts.Pool != "" {
+		m.log.Warn("workspace without a kernel limit", "namespace", ns, "workspace", name, "why", m.limitNote(info))
 	}
 	if first && st.Kind() != "dir" {
 		stats, err := m.withWriter(dir, func(root *confined.Root) (SyncStats, error) { return st.Pull(ctx, ns, name, root) })
@@ -559,14 +630,14 @@ func (m *Manager) Sync(ctx context.Context, ns, name string, pull bool) (SyncSta
 	if err != nil {
 		return SyncStats{}, err
 	}
-	st, err := m.store(info)
+	st, dir, err := m.place(info)
 	if err != nil {
 		return SyncStats{}, err
 	}
 	if st.Kind() == "dir" {
 		return SyncStats{}, nil
 	}
-	return m.withWriter(st.Dir(ns, name), func(root *confined.Root) (SyncStats, error) {
+	return m.withWriter(dir, func(root *confined.Root) (SyncStats, error) {
 		stats, err := st.Push(ctx, ns, name, root)
 		if err != nil || !pull {
 			return stats, err

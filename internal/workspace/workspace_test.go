@@ -4,12 +4,19 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/errdefs"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/internal/workspace"
 )
 
@@ -128,28 +135,135 @@ func TestUploadHostile(t *testing.T) {
 	}
 }
 
-// With a kernel limit (the disk limits' hook), a workspace's directory is
-// made by it, at its quota, and removed by it.
-func TestLimitHook(t *testing.T) {
-	ctx := context.Background()
-	var made, removed []string
-	var limit int64
-	m := local(t, t.TempDir(), func(o *workspace.Options) {
-		o.Limit = func(dir string, max int64) error { made, limit = append(made, dir), max; return os.Mkdir(dir, 0o700) }
-		o.Unlimit = func(dir string) error { removed = append(removed, dir); return os.RemoveAll(dir) }
-	})
-	if _, err := m.Create(ctx, "ns", "w", "", 12345); err != nil {
+// diskPool prepares a btrfs image with quotas on a directory of its own,
+// as the native backend does for its sandboxes (unmounted at the end).
+func diskPool(t *testing.T) string {
+	t.Helper()
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("mkfs.btrfs")
+	testenv.Require(t, err == nil, "mkfs.btrfs (btrfs-progs)")
+	base := t.TempDir()
+	dir := filepath.Join(base, "sandboxes")
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if len(made) != 1 || limit != 12345 {
-		t.Fatalf("limit hook: %v %d", made, limit)
+	if _, err := diskquota.Prepare(dir, filepath.Join(base, "disk.img"), diskquota.MinImageBytes); err != nil {
+		t.Fatal(err)
 	}
-	if fi, err := os.Stat(made[0]); err != nil || fi.Mode().Perm() != 0o755 {
-		t.Fatalf("limited directory: %v %v", fi.Mode(), err)
+	t.Cleanup(func() {
+		if err := diskquota.Unmount(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	return filepath.Join(dir, ".workspaces")
+}
+
+// With a disk pool, a new workspace's directory is a subvolume on it held
+// to its quota by the kernel (a write past it fails with EDQUOT, root's
+// too), across a restart; a workspace made before keeps its directory and
+// says it has no kernel limit; a server without the pool refuses a
+// pooled workspace rather than show it empty; removal frees the quota
+// group; a "dir" store at a path of its own keeps its workspaces there.
+func TestKernelLimit(t *testing.T) {
+	ctx := context.Background()
+	pool := diskPool(t)
+	root := t.TempDir()
+	own := &workspace.Dir{Root: t.TempDir()}
+	// A workspace made before disk limits.
+	if _, err := local(t, root, nil).Create(ctx, "ns", "old", "", 1<<20); err != nil {
+		t.Fatal(err)
 	}
-	if err := m.Remove(ctx, "ns", "w", nil); err != nil || len(removed) != 1 || removed[0] != made[0] {
-		t.Fatalf("unlimit: %v %v", removed, err)
+	open := func(pool string) *workspace.Manager {
+		return local(t, root, func(o *workspace.Options) { o.Pool, o.Stores = pool, map[string]workspace.Store{"own": own} })
 	}
+	m := open(pool)
+	const quota = 4 << 20
+	if _, err := m.Create(ctx, "ns", "w", "", quota); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(pool, "local", "ns", "w")
+	used, limit, err := diskquota.Usage(dir)
+	if err != nil || limit != quota {
+		t.Fatalf("the workspace's quota group: used %d, limit %d, %v; want limit %d", used, limit, err, quota)
+	}
+	info, err := m.Get("ns", "w")
+	if err != nil || !info.KernelLimit || info.LimitNote != "" {
+		t.Fatalf("get: %+v %v", info, err)
+	}
+	m = open(pool) // a restart
+	if _, err := fill(filepath.Join(dir, "big"), 8); !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("a write past the quota: %v, want EDQUOT", err)
+	}
+	if got, err := m.Attach(ctx, "ns", "w", true); err != nil || got != dir {
+		t.Fatalf("attach: %q %v", got, err)
+	}
+
+	info, err = m.Get("ns", "old")
+	if err != nil || info.KernelLimit || !strings.Contains(info.LimitNote, "made before disk limits") {
+		t.Errorf("a workspace made before limits: %+v %v", info, err)
+	}
+	if got, err := m.Attach(ctx, "ns", "old", true); err != nil || got != filepath.Join(root, "ns", "old") {
+		t.Errorf("attach a workspace made before limits: %q %v", got, err)
+	}
+	if _, err := m.Create(ctx, "ns", "o", "own", quota); err != nil {
+		t.Fatal(err)
+	}
+	info, err = m.Get("ns", "o")
+	if err != nil || info.KernelLimit || !strings.Contains(info.LimitNote, "a path of its own") {
+		t.Errorf("a dir store's workspace: %+v %v", info, err)
+	}
+	if _, err := os.Stat(filepath.Join(own.Root, "ns", "o")); err != nil {
+		t.Errorf("a dir store's workspace is not at its path: %v", err)
+	}
+
+	// Without the pool (disk limits off), a pooled workspace is
+	// unavailable, not an empty directory made elsewhere.
+	if _, err := open("").Attach(ctx, "ns", "w", true); kind(err) != "unavailable" {
+		t.Errorf("attach without the pool: %v", err)
+	}
+
+	id, err := diskquota.SubvolumeID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Remove(ctx, "ns", "w", nil); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ids, err := diskquota.Qgroups(pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(ids, id) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("quota group 0/%d still there 20 s after the workspace's removal", id)
+		}
+		_, _ = diskquota.Reap(pool)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// fill writes 1 MiB blocks to p until a write fails or max MiB are
+// written.
+func fill(p string, max int) (int, error) {
+	f, err := os.Create(p) //nolint:gosec // test file
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }()
+	buf := make([]byte, 1<<20)
+	for i := range max {
+		if _, err := f.Write(buf); err != nil {
+			return i, err
+		}
+		if err := f.Sync(); err != nil {
+			return i, err
+		}
+	}
+	return max, nil
 }
 
 // A namespace's own store and quota (the configuration's

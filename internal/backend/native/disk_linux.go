@@ -52,6 +52,19 @@ func (b *Backend) prepareDisk() {
 // enforced).
 func (b *Backend) DiskLimits() string { return b.disk }
 
+// WorkspacePool is where workspaces keep kernel-limited directories
+// (package workspace, Options.Pool) when disk limits are on: a directory
+// on the disk pool beside the sandboxes', whose name, starting with ".",
+// keeps it out of IDs and ReapOrphans; diskquota.Reap passes over its
+// subvolumes' quota groups, which reference their root at least. "" with
+// limits off.
+func (b *Backend) WorkspacePool() string {
+	if b.disk == "" {
+		return ""
+	}
+	return filepath.Join(b.opts.DataDir, "sandboxes", ".workspaces")
+}
+
 // mkSandboxDir makes a sandbox's directory: a subvolume capped at
 // maxBytes (0: measured, uncapped) with limits on, else a plain one.
 func (b *Backend) mkSandboxDir(dir string, maxBytes int64) error {
