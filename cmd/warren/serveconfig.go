@@ -119,7 +119,7 @@ func (l *livePolicy) Namespaces() []string { return l.cur.Load().names }
 // without a section).
 func namespacePolicy(f *config.File, n *config.Namespace) sandbox.NamespacePolicy {
 	d := f.Defaults
-	p := sandbox.NamespacePolicy{DiskBytes: d.Disk.Bytes, DiskInodes: d.DiskInodes, ReadOnlyRoot: d.ReadOnlyRoot,
+	p := sandbox.NamespacePolicy{DiskBytes: d.Disk.Bytes, ReadOnlyRoot: d.ReadOnlyRoot,
 		WritePaths: d.WritePaths, WorkspaceStore: config.LocalStore}
 	if n == nil {
 		return p
@@ -128,9 +128,6 @@ func namespacePolicy(f *config.File, n *config.Namespace) sandbox.NamespacePolic
 	p.TotalMemoryMiB, p.TotalCPUs, p.MaxSandboxes = mib(n.TotalMemory.Bytes), n.TotalCPUs, n.MaxSandboxes
 	if n.Disk.Bytes > 0 {
 		p.DiskBytes = n.Disk.Bytes
-	}
-	if n.DiskInodes != nil {
-		p.DiskInodes = *n.DiskInodes
 	}
 	p.Images, p.EgressDefault, p.Isolation = n.Images, n.EgressDefault, n.Isolation
 	if n.Egress != nil {

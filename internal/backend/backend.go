@@ -50,10 +50,6 @@ type Config struct {
 	// writable layer, and so its /tmp and every path it writes outside
 	// volumes (0: unlimited). A write past it fails with EDQUOT inside.
 	DiskBytes int64
-	// DiskInodes caps the sandbox's files (0: unlimited), where the
-	// backend's mechanism counts files apart from bytes; the native
-	// backend's does not, and each file's metadata counts in DiskBytes.
-	DiskInodes int64
 	// ReadOnlyRoot makes the root file system read-only except /tmp,
 	// /workspace and WritablePaths, which stay writable in the sandbox's
 	// writable layer (kept across stop/start, under DiskBytes). A write
@@ -116,10 +112,6 @@ const (
 	MinDiskBytes = 16 << 20
 	// MaxDiskBytes bounds a disk limit (1 PiB: beyond any host's disk).
 	MaxDiskBytes = 1 << 50
-	// MinDiskInodes is the smallest inode limit.
-	MinDiskInodes = 1024
-	// MaxDiskInodes bounds an inode limit.
-	MaxDiskInodes = 1 << 40
 	// MaxWritablePaths bounds Config.WritablePaths.
 	MaxWritablePaths = 32
 	// MaxWritablePathLen bounds each writable path, in bytes.
@@ -182,9 +174,6 @@ func (c *Config) CheckSettings() error {
 	}
 	if c.DiskBytes != 0 && (c.DiskBytes < MinDiskBytes || c.DiskBytes > MaxDiskBytes) {
 		errs = append(errs, fmt.Errorf("disk: %d bytes out of range: want 0 (unlimited) or %d MiB up to %d TiB", c.DiskBytes, MinDiskBytes>>20, MaxDiskBytes>>40))
-	}
-	if c.DiskInodes != 0 && (c.DiskInodes < MinDiskInodes || c.DiskInodes > MaxDiskInodes) {
-		errs = append(errs, fmt.Errorf("disk inodes: %d out of range: want 0 (unlimited) or %d up to %d", c.DiskInodes, MinDiskInodes, int64(MaxDiskInodes)))
 	}
 	// Checked even without ReadOnlyRoot (where they change nothing):
 	// a policy's bad path shows at once, not when a root turns read-only.

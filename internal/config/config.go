@@ -58,7 +58,7 @@ type Setting struct {
 // Defaults are what every namespace gets unless its section overrides it.
 type Defaults struct {
 	Disk         Size     `toml:"disk"`
-	DiskInodes   int64    `toml:"disk_inodes"`
+	DiskInodes   int64    `toml:"disk_inodes"` // refused when set: see validator.inodes
 	ReadOnlyRoot bool     `toml:"read_only_root"`
 	WritePaths   []string `toml:"write_paths"`
 }
@@ -113,7 +113,7 @@ type Namespace struct {
 	TotalCPUs    float64 `toml:"total_cpus"`
 	MaxSandboxes int     `toml:"max_sandboxes"`
 	Disk         Size    `toml:"disk"`
-	DiskInodes   *int64  `toml:"disk_inodes"`
+	DiskInodes   *int64  `toml:"disk_inodes"` // refused when set: see validator.inodes
 	// Images are glob patterns (path.Match); empty = any image.
 	Images []string `toml:"images"`
 	// Egress, when set (even empty), is what rules a sandbox may ask

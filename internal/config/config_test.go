@@ -103,6 +103,9 @@ extra = true
 [[namespaces.team-a.secrets]]
 name = "gh"
 provider = "files"
+
+[namespaces.team-b]
+disk_inodes = 5000
 `
 	_, err := Parse("test.toml", []byte(file))
 	var ce *Error
@@ -145,6 +148,7 @@ provider = "files"
 		{55, "namespaces.team-a.secrets[1].extra", "unknown key"},
 		{52, "namespaces.team-a.secrets[1].hosts", "needs the hosts"},
 		{57, "namespaces.team-a.secrets[2].hosts", "needs the hosts"},
+		{62, "namespaces.team-b.disk_inodes", "not limited apart from bytes"},
 	}
 	got := ce.Problems
 	for _, w := range want {

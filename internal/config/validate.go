@@ -180,7 +180,7 @@ func serverValue(kd kind, x any) ([]string, string) {
 func (v *validator) file(f *File) {
 	d := f.Defaults
 	v.size("defaults.disk", d.Disk)
-	v.nonNegative("defaults.disk_inodes", float64(d.DiskInodes))
+	v.inodes("defaults.disk_inodes", d.DiskInodes)
 	v.writePaths("defaults.write_paths", d.WritePaths)
 
 	if f.Audit.Dir != "" && !cleanAbs(f.Audit.Dir) {
@@ -289,7 +289,7 @@ func (v *validator) namespace(name string, n *Namespace, providers, stores map[s
 	v.nonNegative(at+".total_cpus", n.TotalCPUs)
 	v.nonNegative(at+".max_sandboxes", float64(n.MaxSandboxes))
 	if n.DiskInodes != nil {
-		v.nonNegative(at+".disk_inodes", float64(*n.DiskInodes))
+		v.inodes(at+".disk_inodes", *n.DiskInodes)
 	}
 	if n.MaxMemory.Bytes > 0 && n.TotalMemory.Bytes > 0 && n.MaxMemory.Bytes > n.TotalMemory.Bytes {
 		v.add(at+".max_memory", "%s is above total_memory %s: no sandbox could use it", n.MaxMemory, n.TotalMemory)
@@ -394,6 +394,16 @@ var (
 func (v *validator) size(key string, s Size) {
 	if s.bad != "" {
 		v.add(key, "%s", s.bad)
+	}
+}
+
+// inodes refuses a file-count limit: nothing would enforce it (a limit
+// nothing enforces is refused, never dropped). The disk limits' btrfs
+// has no file-count quota; each file's metadata counts against `disk`
+// instead, and the pool's inodes are not the host's (docs/policy.md).
+func (v *validator) inodes(key string, n int64) {
+	if n != 0 {
+		v.add(key, "%d: file counts are not limited apart from bytes (each file's metadata counts against disk; docs/policy.md#disk-limits): remove it, and bound files with disk", n)
 	}
 }
 

@@ -39,7 +39,6 @@ type namespaceQuota struct {
 	MaxMemoryMiB   int64    `json:"max_memory_mib"`
 	MaxCPUs        float64  `json:"max_cpus"`
 	DiskBytes      int64    `json:"disk_bytes"`
-	DiskInodes     int64    `json:"disk_inodes"`
 	Images         []string `json:"images"`
 	// Egress is null when any rule is allowed, [] when none is.
 	Egress []string `json:"egress"`
@@ -65,7 +64,7 @@ func (s *Server) namespaceUsage(_ context.Context, c *call, p *namespaceUsagePar
 		q := u.Policy
 		out.Namespaces[i] = namespaceUsage{Namespace: u.Namespace, Sandboxes: u.Sandboxes, Running: u.Running, MemoryMiB: u.MemoryMiB,
 			CPUs: u.CPUs, DiskBytes: u.DiskBytes, Quota: namespaceQuota{MaxSandboxes: q.MaxSandboxes, TotalMemoryMiB: q.TotalMemoryMiB,
-				TotalCPUs: q.TotalCPUs, MaxMemoryMiB: q.MaxMemoryMiB, MaxCPUs: q.MaxCPUs, DiskBytes: q.DiskBytes, DiskInodes: q.DiskInodes,
+				TotalCPUs: q.TotalCPUs, MaxMemoryMiB: q.MaxMemoryMiB, MaxCPUs: q.MaxCPUs, DiskBytes: q.DiskBytes,
 				Images: q.Images, Egress: q.Egress}}
 		if out.Namespaces[i].Quota.Images == nil {
 			out.Namespaces[i].Quota.Images = []string{}

@@ -14,7 +14,7 @@ import (
 // its write paths reaches every sandbox; a disk request out of bounds is
 // refused before anything starts.
 func TestDiskAndWritePaths(t *testing.T) {
-	e := newEnv(t, sandbox.Options{DiskBytes: 1 << 30, DiskInodes: 100000, ReadOnlyRoot: true, WritePaths: []string{"/home/user"}})
+	e := newEnv(t, sandbox.Options{DiskBytes: 1 << 30, ReadOnlyRoot: true, WritePaths: []string{"/home/user"}})
 	m := e.manager(t)
 	def := mustStart(t, m, "def", spec)
 	own := spec
@@ -25,8 +25,8 @@ func TestDiskAndWritePaths(t *testing.T) {
 		disk int64
 	}{{def, 1 << 30}, {asked, 64 << 20}} {
 		cfg := e.be.Sandbox(c.info.ID).Config()
-		if cfg.DiskBytes != c.disk || cfg.DiskInodes != 100000 || !cfg.ReadOnlyRoot || !slices.Equal(cfg.WritablePaths, []string{"/home/user"}) {
-			t.Errorf("%s: backend config disk %d inodes %d read-only %v paths %v", c.info.Name, cfg.DiskBytes, cfg.DiskInodes, cfg.ReadOnlyRoot, cfg.WritablePaths)
+		if cfg.DiskBytes != c.disk || !cfg.ReadOnlyRoot || !slices.Equal(cfg.WritablePaths, []string{"/home/user"}) {
+			t.Errorf("%s: backend config disk %d read-only %v paths %v", c.info.Name, cfg.DiskBytes, cfg.ReadOnlyRoot, cfg.WritablePaths)
 		}
 	}
 	for _, mib := range []int64{-1, 1, backend.MaxDiskBytes>>20 + 1, 1 << 62} {
@@ -44,15 +44,15 @@ func TestDiskAndWritePaths(t *testing.T) {
 // limit, naming both.
 func TestNamespaceDisk(t *testing.T) {
 	pol := map[string]sandbox.NamespacePolicy{
-		"ns":    {DiskBytes: 256 << 20, DiskInodes: 5000, ReadOnlyRoot: true, WritePaths: []string{"/srv"}},
+		"ns":    {DiskBytes: 256 << 20, ReadOnlyRoot: true, WritePaths: []string{"/srv"}},
 		"other": {DiskBytes: 1 << 30},
 	}
 	e := newEnv(t, sandbox.Options{DiskBytes: 8 << 30, Policy: func(ns string) sandbox.NamespacePolicy { return pol[ns] }})
 	m := e.manager(t)
 	a := mustStart(t, m, "a", spec)
 	cfg := e.be.Sandbox(a.ID).Config()
-	if cfg.DiskBytes != 256<<20 || cfg.DiskInodes != 5000 || !cfg.ReadOnlyRoot || !slices.Equal(cfg.WritablePaths, []string{"/srv"}) {
-		t.Errorf("namespace ns: disk %d inodes %d read-only %v paths %v", cfg.DiskBytes, cfg.DiskInodes, cfg.ReadOnlyRoot, cfg.WritablePaths)
+	if cfg.DiskBytes != 256<<20 || !cfg.ReadOnlyRoot || !slices.Equal(cfg.WritablePaths, []string{"/srv"}) {
+		t.Errorf("namespace ns: disk %d read-only %v paths %v", cfg.DiskBytes, cfg.ReadOnlyRoot, cfg.WritablePaths)
 	}
 	small := spec
 	small.DiskMiB = 32

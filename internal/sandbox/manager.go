@@ -321,10 +321,8 @@ type Options struct {
 	Audit      Auditor
 	UsageEvery time.Duration
 	// DiskBytes is the disk limit of sandboxes whose spec asks for none
-	// (0: unlimited), DiskInodes their inode limit (0: unlimited; see
-	// backend.Config for what a backend enforces).
-	DiskBytes  int64
-	DiskInodes int64
+	// (0: unlimited).
+	DiskBytes int64
 	// ReadOnlyRoot makes every sandbox's root read-only except /tmp,
 	// /workspace and WritePaths (backend.Config.ReadOnlyRoot).
 	ReadOnlyRoot bool
@@ -868,21 +866,18 @@ func (m *Manager) config(ns string, spec Spec, id string, img *image.Image) back
 	// The disk and write-path settings: the namespace's (the
 	// configuration file's, its [defaults] filled in) where a policy is
 	// set, else the server's options.
-	diskBytes, inodes, readOnly, paths := m.opts.DiskBytes, m.opts.DiskInodes, m.opts.ReadOnlyRoot, m.opts.WritePaths
+	diskBytes, readOnly, paths := m.opts.DiskBytes, m.opts.ReadOnlyRoot, m.opts.WritePaths
 	if m.opts.Policy != nil {
 		p := m.policy(ns)
 		readOnly, paths = p.ReadOnlyRoot, p.WritePaths
 		if p.DiskBytes > 0 {
 			diskBytes = p.DiskBytes
 		}
-		if p.DiskInodes > 0 {
-			inodes = p.DiskInodes
-		}
 	}
 	if cfg.DiskBytes == 0 {
 		cfg.DiskBytes = diskBytes
 	}
-	cfg.DiskInodes, cfg.ReadOnlyRoot, cfg.WritablePaths = inodes, readOnly, paths
+	cfg.ReadOnlyRoot, cfg.WritablePaths = readOnly, paths
 	if m.networking() {
 		cfg.Network = backend.NetworkEgress
 	}

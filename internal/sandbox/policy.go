@@ -37,10 +37,9 @@ type NamespacePolicy struct {
 	TotalMemoryMiB int64
 	TotalCPUs      float64
 	MaxSandboxes   int
-	// DiskBytes and DiskInodes are each sandbox's disk limit (carried for
-	// the backend; 0 = none).
-	DiskBytes  int64
-	DiskInodes int64
+	// DiskBytes is each sandbox's disk limit (carried for the backend;
+	// 0 = none).
+	DiskBytes int64
 	// Images are glob patterns (path.Match) an image name must match, as
 	// asked or as resolved; empty = any image.
 	Images []string

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -166,31 +167,47 @@ func TestDiskLimit(t *testing.T) {
 	}
 }
 
-// TestDiskLimitInodes: many small files stop at the limit too (each
-// file's metadata counts in the bytes). A large file takes most of the
-// room first, so the small ones fill the rest in a few thousand.
+// TestDiskLimitInodes: a sandbox making empty files until it is stopped
+// stops with EDQUOT (each file's metadata counts in the bytes: btrfs has
+// no file count to limit apart from them), while another sandbox and the
+// host go on making files. A large file takes most of the room first, so
+// the small ones fill the rest in a few thousand.
 func TestDiskLimitInodes(t *testing.T) {
 	t.Parallel() // a backend of its own; slow near the limit, where btrfs commits to find room
 	_, h, _ := diskBackend(t)
 	sb := h.Sandbox(t, backend.Config{DiskBytes: backend.MinDiskBytes})
-	r := conformance.Exec(t, sb, 120*time.Second, "/usr/bin/python3", "-c", `
-import errno, os
-with open("/root/pad", "wb") as f:
-    f.write(bytes(15 << 20))
-os.sync()
+	other := h.Sandbox(t, backend.Config{DiskBytes: backend.MinDiskBytes})
+	const many = `
+import errno, os, sys
 os.mkdir("/root/many")
 n = 0
 try:
-    while n < 1000000:
+    while n < int(sys.argv[1]):
         open("/root/many/%d" % n, "w").close()
         n += 1
+    print("made", n)
 except OSError as e:
     print(errno.errorcode[e.errno], n)
-`)
+`
+	r := conformance.Exec(t, sb, 120*time.Second, "/usr/bin/python3", "-c", `
+with open("/root/pad", "wb") as f:
+    f.write(bytes(15 << 20))
+import os
+os.sync()
+`+many, "1000000")
 	if !strings.HasPrefix(r.Stdout, "EDQUOT ") {
 		t.Fatalf("many small files in %d MiB: %q %q %+v", backend.MinDiskBytes>>20, r.Stdout, r.Stderr, r.ExitStatus)
 	}
 	t.Logf("files before EDQUOT: %s", strings.TrimPrefix(strings.TrimSpace(r.Stdout), "EDQUOT "))
+	if r := conformance.Exec(t, other, 60*time.Second, "/usr/bin/python3", "-c", many, "5000"); strings.TrimSpace(r.Stdout) != "made 5000" {
+		t.Errorf("another sandbox beside one out of room for files: %q %q %+v", r.Stdout, r.Stderr, r.ExitStatus)
+	}
+	host := t.TempDir()
+	for i := range 5000 {
+		if err := os.WriteFile(filepath.Join(host, strconv.Itoa(i)), nil, 0o600); err != nil {
+			t.Fatalf("the host beside a sandbox out of room for files: file %d: %v", i, err)
+		}
+	}
 }
 
 func contains(ids []uint64, id uint64) bool {
