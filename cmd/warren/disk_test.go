@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,4 +228,67 @@ func losetup(t *testing.T) string {
 		t.Errorf("losetup -a: %v %s", err, out)
 	}
 	return string(out)
+}
+
+// TestServeDiskPoolDefault: warren serve turns disk limits on by itself
+// (--disk-pool auto) where it can, and leaves the pool mounted for its
+// next start; where it cannot (here: no mkfs.btrfs on its PATH), it
+// starts without them, says so at start and in doctor, and refuses a
+// disk_mib; an explicit size it cannot honour stops it from starting.
+func TestServeDiskPoolDefault(t *testing.T) {
+	testenv.RequireRoot(t)
+	_, err := exec.LookPath("mkfs.btrfs")
+	testenv.Require(t, err == nil, "mkfs.btrfs (btrfs-progs; `make deps` installs it)")
+	dir := stateDir(t)
+	sandboxes := filepath.Join(dir, "data", "sandboxes")
+	image := filepath.Join(dir, "data", "disk.img")
+	unmount := func() {
+		if diskquota.IsBtrfs(sandboxes) {
+			if err := diskquota.Unmount(sandboxes); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		unmount()
+		if strings.Contains(losetup(t), image) {
+			t.Errorf("a loop device still backs %s:\n%s", image, losetup(t))
+		}
+	})
+	_, srv, stderr := startServeEnv(t, dir, []string{"WARREN_DISK_POOL="}, "--dev", "--network", "off")
+	stopServe(t, srv)
+	if got := diskquota.MountedImage(sandboxes); got != image {
+		t.Fatalf("the default disk pool: %q mounted on %s, want %s\n%s", got, sandboxes, image, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "disk limits on") {
+		t.Errorf("the log does not say disk limits are on:\n%s", stderr.String())
+	}
+	unmount()
+	// A new image would be needed: without mkfs.btrfs, auto cannot.
+	if err := os.Remove(image); err != nil {
+		t.Fatal(err)
+	}
+	noMkfs := []string{"WARREN_DISK_POOL=", "PATH=" + t.TempDir()}
+	url, srv, stderr := startServeEnv(t, dir, noMkfs, "--dev", "--network", "off")
+	r := rpcCaller(t, url, "")("sandbox.create", map[string]any{"name": "d", "image": "host", "disk_mib": 32})
+	stopServe(t, srv)
+	if r.status == 200 || !strings.Contains(fmt.Sprint(r.Error), "disk") {
+		t.Errorf("disk_mib without disk limits: %d %+v", r.status, r.Error)
+	}
+	if !strings.Contains(stderr.String(), "DISK LIMITS OFF") || !strings.Contains(stderr.String(), "mkfs.btrfs not found") {
+		t.Errorf("the log does not say loudly why disk limits are off:\n%s", stderr.String())
+	}
+	if diskquota.IsBtrfs(sandboxes) {
+		t.Errorf("a pool is mounted though it could not be made")
+	}
+	doctor := warren(t, dir, "doctor")
+	doctor.Env = append(slices.DeleteFunc(doctor.Env, func(e string) bool { return strings.HasPrefix(e, "WARREN_DISK_POOL=") }), "PATH="+t.TempDir())
+	if d := run(t, doctor, ""); !strings.Contains(d.stdout, "disk limits") || !strings.Contains(d.stdout, "mkfs.btrfs not found") {
+		t.Errorf("doctor does not say why disk limits are off:\n%s%s", d.stdout, d.stderr)
+	}
+	sized := warren(t, dir, "serve", "--dev", "--network", "off", "--listen", "127.0.0.1:0", "--keep-file-max", "--disk-pool", "1G")
+	sized.Env = append(sized.Env, "PATH="+t.TempDir())
+	if res := run(t, sized, ""); res.code == 0 || !strings.Contains(res.stderr, "disk limits are not possible here") {
+		t.Errorf("--disk-pool 1G without mkfs.btrfs: exit %d\n%s", res.code, res.stderr)
+	}
 }

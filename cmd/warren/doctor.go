@@ -35,6 +35,7 @@ type check struct {
 func doctorCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren doctor", "warren doctor [flags]", doctorAbout)
 	var hf hostFlags
+	hf.diskPoolDefault = "auto" // warren serve's
 	hf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -93,7 +94,7 @@ func doctorCmd(ctx context.Context, args []string) error {
 		add(p+" (host image)", false, err, "")
 	}
 	if root {
-		d, ranges, disk, err := smokeTest(ctx, &hf)
+		d, ranges, disk, diskOff, err := smokeTest(ctx, &hf)
 		add("sandbox start + exec true", true, err, fmt.Sprintf("%.1f ms cold start to exit", float64(d.Microseconds())/1000))
 		if err == nil {
 			note := "each running sandbox has a host uid range of its own (idmapped mounts)"
@@ -107,7 +108,7 @@ func doctorCmd(ctx context.Context, args []string) error {
 			case hf.diskPool == "" || hf.diskPool == "off":
 				derr = errors.New("off (--disk-pool off): a sandbox can fill the data directory's disk; --disk-pool auto turns them on")
 			case disk == "":
-				derr = errors.New("unavailable (`warren serve -v` logs why): a sandbox can fill the data directory's disk")
+				derr = fmt.Errorf("unavailable: %s: a sandbox can fill the data directory's disk", diskOff)
 			}
 			add("disk limits", false, derr, "each sandbox's files are a btrfs subvolume under a quota ("+disk+")")
 		}
@@ -228,32 +229,32 @@ func seccompSupported() error {
 	return nil
 }
 
-func smokeTest(ctx context.Context, hf *hostFlags) (_ time.Duration, ranges bool, disk string, err error) {
+func smokeTest(ctx context.Context, hf *hostFlags) (_ time.Duration, ranges bool, disk, diskOff string, err error) {
 	be, err := hf.backend(native.Options{ExitWithHost: true})
 	if err != nil {
-		return 0, false, "", err
+		return 0, false, "", "", err
 	}
-	ranges, disk = be.UIDRanges(), be.DiskLimits()
+	ranges, disk, diskOff = be.UIDRanges(), be.DiskLimits(), be.DiskLimitsOff()
 	defer func() { _ = be.Close() }()
 	img, err := be.HostImage()
 	if err != nil {
-		return 0, ranges, disk, err
+		return 0, ranges, disk, diskOff, err
 	}
 	start := time.Now()
 	sb, err := be.Create(ctx, backend.Config{ID: fmt.Sprintf("doctor-%d", os.Getpid()), Image: img, MemoryBytes: 256 << 20, CPUs: 1, PidsMax: 64})
 	if err != nil {
-		return 0, ranges, disk, err
+		return 0, ranges, disk, diskOff, err
 	}
 	defer func() { _ = sb.Remove(context.WithoutCancel(ctx)) }()
 	if err := sb.Start(ctx); err != nil {
-		return 0, ranges, disk, err
+		return 0, ranges, disk, diskOff, err
 	}
 	res, err := backend.Exec(ctx, sb, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil)
 	if err != nil {
-		return 0, ranges, disk, err
+		return 0, ranges, disk, diskOff, err
 	}
 	if res.Code != 0 {
-		return 0, ranges, disk, fmt.Errorf("/bin/true exited %d %s", res.Code, res.Error)
+		return 0, ranges, disk, diskOff, fmt.Errorf("/bin/true exited %d %s", res.Code, res.Error)
 	}
-	return time.Since(start), ranges, disk, nil
+	return time.Since(start), ranges, disk, diskOff, nil
 }

@@ -26,8 +26,11 @@ type hostFlags struct {
 	agent   string
 	spawner string
 	verbose bool
-	// diskPool is --disk-pool: "off", "auto" or a size.
-	diskPool string
+	// diskPool is --disk-pool: "off", "auto" or a size; diskPoolDefault
+	// its default, set by the command before register ("" = off: warren
+	// run's; warren serve's is auto).
+	diskPool        string
+	diskPoolDefault string
 	// log, when set, replaces the -v text logger (the server logs JSON).
 	log *slog.Logger
 }
@@ -39,8 +42,18 @@ func (h *hostFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&h.ranges, "uid-ranges", envOr("WARREN_UID_RANGES", "auto"), "a host uid range of its own for each running sandbox (env WARREN_UID_RANGES):\nauto (where the kernel and the data directory's file system allow: idmapped\nmounts, Linux 6.18), on (require), off (all sandboxes share one range)")
 	fs.StringVar(&h.agent, "agent", "", "path of the warren-agent binary (default: embedded, or next to warren; env WARREN_AGENT)")
 	fs.StringVar(&h.spawner, "spawner", "", "path of the warren-spawner binary (default: embedded, or next to warren; env WARREN_SPAWNER)")
-	fs.StringVar(&h.diskPool, "disk-pool", envOr("WARREN_DISK_POOL", "off"), "disk limits for sandboxes (env WARREN_DISK_POOL): off, auto, or the size of the\nbtrfs image <data-dir>/disk.img made (sparse) and mounted on <data-dir>/sandboxes\nwhen the data directory is not on btrfs, like 100G; auto: half the free space")
+	def := h.diskPoolDefault
+	if def == "" {
+		def = "off"
+	}
+	fs.StringVar(&h.diskPool, "disk-pool", envOr("WARREN_DISK_POOL", def), "disk limits for sandboxes (env WARREN_DISK_POOL): off, auto, or the size of the\nbtrfs image <data-dir>/disk.img made (sparse) and mounted on <data-dir>/sandboxes\nwhen the data directory is not on btrfs, like 100G; auto: half the free space,\nand without limits (said at start) where the image cannot be made or mounted")
 	fs.BoolVar(&h.verbose, "v", false, "log what happens to stderr")
+}
+
+// diskPoolSized reports whether --disk-pool names a size: disk limits the
+// operator demands, which a server refuses to start without.
+func (h *hostFlags) diskPoolSized() bool {
+	return h.diskPool != "" && h.diskPool != "off" && h.diskPool != "auto"
 }
 
 // diskPoolBytes is --disk-pool in bytes (0: off).
@@ -65,6 +78,15 @@ func (h *hostFlags) diskPoolBytes() (int64, error) {
 		return 0, fmt.Errorf("--disk-pool %q: want off, auto, or a size of at least %d MiB", h.diskPool, diskquota.MinImageBytes>>20)
 	}
 	return n, nil
+}
+
+// diskOffReason says why a backend has no disk limits: --disk-pool off,
+// or the backend's reason.
+func diskOffReason(pool, why string) string {
+	if why == "" {
+		return "--disk-pool " + pool
+	}
+	return why
 }
 
 func (h *hostFlags) logger() *slog.Logger {

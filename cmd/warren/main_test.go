@@ -55,8 +55,11 @@ func warren(t *testing.T, dir string, args ...string) *exec.Cmd {
 		t.Fatalf("build warren: %v", buildErr)
 	}
 	cmd := exec.Command(warrenBin, args...)
+	// WARREN_DISK_POOL=off: a server's (and doctor's) default disk pool,
+	// a loop-mounted image kept mounted after the server stops, is left to
+	// the tests of disks, which pass --disk-pool and unmount it.
 	cmd.Env = append(os.Environ(), "WARREN_AGENT="+agentPath, "WARREN_SPAWNER="+testenv.SpawnerBinary(t),
-		"WARREN_DATA_DIR="+filepath.Join(dir, "data"), "WARREN_RUN_DIR="+filepath.Join(dir, "run"))
+		"WARREN_DATA_DIR="+filepath.Join(dir, "data"), "WARREN_RUN_DIR="+filepath.Join(dir, "run"), "WARREN_DISK_POOL=off")
 	return cmd
 }
 

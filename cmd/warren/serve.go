@@ -124,6 +124,7 @@ func serveCmd(ctx context.Context, args []string) error {
 func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
 	fs := newFlagSet("warren serve", "warren serve [flags]", serveAbout)
 	fs.StringVar(&c.configPath, "config", envOr("WARREN_CONFIG", ""), "configuration file (TOML; env WARREN_CONFIG; docs/policy.md): its [server] keys set these flags\n(a flag given here wins), its namespaces get quotas; SIGHUP reloads it")
+	c.hf.diskPoolDefault = "auto" // disk limits on wherever they can be
 	c.hf.register(fs)
 	c.net.register(fs)
 	fs.StringVar(&c.listen, "listen", envOr("WARREN_LISTEN", "127.0.0.1:5555"), "address to listen on (env WARREN_LISTEN)")
@@ -295,10 +296,17 @@ func serve(ctx context.Context, c *serveConfig) error {
 	}
 	if be.DiskLimits() == "" {
 		diskDefault = 0 // nothing to enforce it: the warning below says so
-		if where := c.policy.diskSetting(); where != "" {
-			return fmt.Errorf("the configuration sets a disk limit (%s), but this server has no disk limits: set --disk-pool auto (or [server] disk_pool) or remove it", where)
+		if c.hf.diskPoolSized() {
+			return fmt.Errorf("--disk-pool %s: disk limits are not possible here: %s", c.hf.diskPool, be.DiskLimitsOff())
 		}
-		log.Warn("sandboxes have no disk limit: one can fill the data directory's file system (--disk-pool auto turns limits on; docs/policy.md#disk-limits)")
+		if where := c.policy.diskSetting(); where != "" {
+			return fmt.Errorf("the configuration sets a disk limit (%s), but this server has no disk limits (%s): fix that or remove it", where, diskOffReason(c.hf.diskPool, be.DiskLimitsOff()))
+		}
+		if why := be.DiskLimitsOff(); why != "" {
+			log.Error("DISK LIMITS OFF: --disk-pool auto could not prepare the disk pool; sandboxes can fill the data directory's file system (docs/policy.md#disk-limits)", "reason", why)
+		} else {
+			log.Warn("sandboxes have no disk limit (--disk-pool off): one can fill the data directory's file system (docs/policy.md#disk-limits)")
+		}
 	}
 	imgs, db, err := c.hf.imageStore()
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +22,13 @@ import (
 // it answers; it returns the URL and the server's stderr so far.
 func startServe(t *testing.T, dir string, extra ...string) (string, *exec.Cmd, *bytes.Buffer) {
 	t.Helper()
+	return startServeEnv(t, dir, nil, extra...)
+}
+
+// startServeEnv is startServe with env added to the server's environment
+// (a variable set to "" is removed).
+func startServeEnv(t *testing.T, dir string, env []string, extra ...string) (string, *exec.Cmd, *bytes.Buffer) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -30,6 +38,13 @@ func startServe(t *testing.T, dir string, extra ...string) (string, *exec.Cmd, *
 	// --keep-file-max: tests leave the host's fs.file-max as they found it
 	// (TestServeRaisesFileMax restores what it changes).
 	cmd := warren(t, dir, append([]string{"serve", "--listen", addr, "--prewarm", "1", "--keep-file-max"}, extra...)...)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		cmd.Env = slices.DeleteFunc(cmd.Env, func(e string) bool { return strings.HasPrefix(e, k+"=") })
+		if v != "" {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -52,7 +52,9 @@ func StartSoakServer(ctx context.Context, binary string, env []string, prewarm i
 	}
 	warren := func(args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, binary, args...) //nolint:gosec // binary is the warren the caller chose; the arguments are fixed here
-		cmd.Env = append(append(os.Environ(), env...), "WARREN_DATA_DIR="+s.dataDir(), "WARREN_RUN_DIR="+s.runDir())
+		// No disk pool: it outlives the server by design, and the soak
+		// checks that nothing does.
+		cmd.Env = append(append(os.Environ(), env...), "WARREN_DATA_DIR="+s.dataDir(), "WARREN_RUN_DIR="+s.runDir(), "WARREN_DISK_POOL=off")
 		return cmd
 	}
 	for _, k := range []struct {

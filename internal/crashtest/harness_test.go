@@ -91,8 +91,10 @@ func newServer(t *testing.T, data string, extra ...string) *server {
 // warren is a warren command on the server's directories.
 func (s *server) warren(args ...string) *exec.Cmd {
 	cmd := exec.Command(testenv.WarrenBinary(s.t), args...) //nolint:gosec // the binary this test built
+	// WARREN_DISK_POOL=off: no disk pool (a mount outliving the server)
+	// on the test's directory.
 	cmd.Env = append(os.Environ(), "WARREN_AGENT="+s.agent, "WARREN_SPAWNER="+s.spn,
-		"WARREN_DATA_DIR="+s.data, "WARREN_RUN_DIR="+s.run)
+		"WARREN_DATA_DIR="+s.data, "WARREN_RUN_DIR="+s.run, "WARREN_DISK_POOL=off")
 	return cmd
 }
 

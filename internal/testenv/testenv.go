@@ -172,8 +172,11 @@ func SearchableDir(t testing.TB, pattern string) string {
 // built.
 func WarrenCommand(t testing.TB, data, run string, args ...string) *exec.Cmd {
 	cmd := exec.Command(WarrenBinary(t), args...) //nolint:gosec // the binary the tests built
+	// WARREN_DISK_POOL=off: a server's default disk pool (a loop-mounted
+	// image, kept mounted after it stops) is left to the tests of disks,
+	// which pass --disk-pool and unmount it.
 	cmd.Env = append(os.Environ(), "WARREN_AGENT="+AgentBinary(t), "WARREN_SPAWNER="+SpawnerBinary(t),
-		"WARREN_DATA_DIR="+data, "WARREN_RUN_DIR="+run)
+		"WARREN_DATA_DIR="+data, "WARREN_RUN_DIR="+run, "WARREN_DISK_POOL=off")
 	return cmd
 }
 

@@ -37,8 +37,10 @@ func (b *Backend) prepareDisk() {
 	how, err := diskquota.Prepare(dir, filepath.Join(b.opts.DataDir, diskImage), b.opts.DiskPool, removedDir)
 	switch {
 	case errors.Is(err, diskquota.ErrNotEmpty):
+		b.diskOff = "the data directory holds sandboxes made before disk limits (limits come on at the first start after they are removed)"
 		b.log.Warn("disk limits off: the data directory holds sandboxes made before disk limits; they keep working without a limit, and limits come on at the first start after they are removed (or use another data directory)", "dir", dir)
 	case err != nil:
+		b.diskOff = err.Error()
 		b.log.Warn("disk limits off: sandboxes can fill the data directory's disk", "reason", err.Error())
 	default:
 		b.disk = how
@@ -51,6 +53,10 @@ func (b *Backend) prepareDisk() {
 // (the data directory is on btrfs), or "" (off: Config.DiskBytes is not
 // enforced).
 func (b *Backend) DiskLimits() string { return b.disk }
+
+// DiskLimitsOff says why disk limits Options.DiskPool asked for are off
+// ("" when they are on, or were not asked for).
+func (b *Backend) DiskLimitsOff() string { return b.diskOff }
 
 // WorkspacePool is where workspaces keep kernel-limited directories
 // (package workspace, Options.Pool) when disk limits are on: a directory

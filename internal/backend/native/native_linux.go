@@ -133,6 +133,8 @@ type Backend struct {
 	// disk is how disk limits are enforced (diskquota.OnImage or
 	// OnDataDir), "" when they are not (disk_linux.go).
 	disk string
+	// diskOff is why disk limits asked for (Options.DiskPool) are off.
+	diskOff string
 	// roots are the sandboxes' root mounts the backend holds.
 	roots roots
 	// removing counts removed sandboxes whose files are still being

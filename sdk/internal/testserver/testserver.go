@@ -109,8 +109,9 @@ func start() (*server, error) {
 	s := &server{dir: dir, url: "http://" + addr, log: new(bytes.Buffer)}
 	s.cmd = exec.Command(bin, "serve", "--dev", "--listen", addr, "--prewarm", "1", //nolint:gosec // bin is the warren binary of this checkout (or WARREN_BIN); the arguments are fixed
 		"--data-dir", filepath.Join(dir, "data"), "--run-dir", filepath.Join(dir, "run"))
-	// The tests leave the host's fs.file-max as it is.
-	s.cmd.Env = append(os.Environ(), "WARREN_KEEP_FILE_MAX=1")
+	// The tests leave the host's fs.file-max as it is, and make no disk
+	// pool (a loop-mounted image that outlives the server).
+	s.cmd.Env = append(os.Environ(), "WARREN_KEEP_FILE_MAX=1", "WARREN_DISK_POOL=off")
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
