@@ -4,16 +4,19 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/internal/workspace"
 )
@@ -206,5 +209,62 @@ func BenchmarkS3Sync(b *testing.B) {
 		if _, err := c.Create(ctx, "bench", name, "", 1<<30); err != nil { // pulls
 			b.Fatal(err)
 		}
+	}
+}
+
+// With a disk pool, an object store's local copy is kernel-limited like a
+// local workspace (a subvolume on the pool held to the quota), and the
+// bridge pushes from it and pulls into it as from a plain directory.
+func TestS3KernelLimit(t *testing.T) {
+	pool := diskPool(t)
+	s3 := testenv.StartS3(t)
+	t.Setenv("TEST_S3_KEY", s3.AccessKey)
+	t.Setenv("TEST_S3_SECRET", s3.SecretKey)
+	ctx := context.Background()
+	root := t.TempDir()
+	st, err := workspace.NewS3(ctx, workspace.S3Options{Endpoint: s3.Endpoint, Bucket: "warren", Region: "us-east-1",
+		AccessKeyEnv: "TEST_S3_KEY", SecretKeyEnv: "TEST_S3_SECRET", Cache: filepath.Join(root, ".s3", "s3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := workspace.New(workspace.Options{Root: root, Stores: map[string]workspace.Store{"s3": st}, DefaultStore: "s3",
+		UID: os.Getuid(), GID: os.Getgid(), Pool: pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const quota = 4 << 20
+	if _, err := m.Create(ctx, "team", "proj", "", quota); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := m.Attach(ctx, "team", "proj", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(pool, "s3", "team", "proj"); dir != want {
+		t.Fatalf("the local copy at %s, want %s on the pool", dir, want)
+	}
+	if _, limit, err := diskquota.Usage(dir); err != nil || limit != quota {
+		t.Fatalf("the local copy's limit: %d %v, want %d", limit, err, quota)
+	}
+	if _, err := m.Upload("team", "proj", tarOf(t, map[string]string{"a.txt": "one"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fill(filepath.Join(dir, "big"), 8); !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("a write past the quota: %v, want EDQUOT", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "big")); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Detach(ctx, "team", "proj"); err != nil {
+		t.Fatal(err)
+	}
+	if got := objects(t, s3); got["team/proj/a.txt"] != "one" || len(got) != 1 {
+		t.Fatalf("objects after the stop: %v", got)
+	}
+	if err := m.Remove(ctx, "team", "proj", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("the local copy after removal: %v", err)
 	}
 }
