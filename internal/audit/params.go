@@ -334,7 +334,7 @@ const hexDigits = "0123456789abcdef"
 // encoding/json escapes it (HTML characters, U+2028 and U+2029 included;
 // invalid UTF-8 becomes U+FFFD), so a record reads the same whichever
 // wrote it.
-func appendString(b, s []byte) []byte {
+func appendString[T string | []byte](b []byte, s T) []byte {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
@@ -365,7 +365,8 @@ func appendString(b, s []byte) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRune(s[i:])
+		var rb [utf8.UTFMax]byte
+		r, size := utf8.DecodeRune(rb[:copy(rb[:], s[i:])])
 		switch {
 		case r == utf8.RuneError && size == 1:
 			b = append(b, s[start:i]...)
