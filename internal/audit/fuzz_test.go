@@ -52,14 +52,17 @@ func FuzzVerify(f *testing.F) {
 	})
 }
 
-// FuzzParams: any params give a bounded JSON object, without panics.
+// FuzzParams: any params give bounded JSON, without panics, redacted as
+// decoding them would have (checkParams).
 func FuzzParams(f *testing.F) {
 	f.Add([]byte(`{"env":["A=B"],"token":"x","n":{"password":1}}`))
 	f.Add([]byte(`{"env":{"A":"B"},"argv":[1,2,{"key":[]}]}`))
+	f.Add([]byte(`{"a":"<\u00e9\n>","k\u0065y":[1.5e3,null]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		out := Params(data)
 		if len(out) > MaxParams+64 {
 			t.Fatalf("%d bytes", len(out))
 		}
+		checkParams(t, data)
 	})
 }

@@ -289,7 +289,7 @@ func (l *Log) Append(r *Record) error {
 	if r.Time.IsZero() {
 		r.Time = l.opts.Now().UTC()
 	}
-	body, err := json.Marshal(r)
+	body, err := appendRecord(make([]byte, 0, 1024), r)
 	if err != nil {
 		return fmt.Errorf("audit: encode record: %w", err)
 	}
@@ -337,7 +337,7 @@ func (l *Log) fail(err error) error {
 
 // appendLocked writes r; holds l.mu.
 func (l *Log) appendLocked(r *Record) error {
-	body, err := json.Marshal(r)
+	body, err := appendRecord(nil, r)
 	if err != nil {
 		return err
 	}
@@ -395,7 +395,7 @@ func (l *Log) rotate() error {
 // checkpointLocked signs a checkpoint; durable ones are synced to disk
 // (the timer's and Close's, off the request path).
 func (l *Log) checkpointLocked(reason string, durable bool) error {
-	body, err := json.Marshal(&Record{Kind: KindCheckpoint, Time: l.opts.Now().UTC(),
+	body, err := appendRecord(nil, &Record{Kind: KindCheckpoint, Time: l.opts.Now().UTC(),
 		Checkpoint: &Checkpoint{Reason: reason, KeyID: l.keyID}})
 	if err != nil {
 		return err

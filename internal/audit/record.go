@@ -9,7 +9,6 @@
 package audit
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -211,108 +210,6 @@ func secretName(k string) bool {
 		}
 	}
 	return false
-}
-
-// Params returns raw (a JSON object of params) fit for a record: values
-// of keys that look secret (secret, token, key, password... anywhere in
-// the name, at any depth) and the values of "env" entries ("K=V" strings
-// or an object) are "[redacted]"; long strings are clipped with a
-// "…[+N bytes]" marker; params still larger than MaxParams, or too large
-// to parse, become {"[truncated]": "N bytes"}.
-func Params(raw []byte) json.RawMessage {
-	if len(raw) == 0 {
-		return nil
-	}
-	if len(raw) > maxParamsWalk {
-		return truncatedParams(len(raw))
-	}
-	if len(raw) <= maxString && !suspicious(raw) && json.Valid(raw) {
-		// Short (no string in it needs clipping) and naming nothing
-		// secret-looking: as it is, without a parse.
-		return bytes.Clone(raw)
-	}
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return truncatedParams(len(raw))
-	}
-	v = scrub(v, "")
-	out, err := json.Marshal(v)
-	if err != nil || len(out) > MaxParams {
-		return truncatedParams(len(raw))
-	}
-	return out
-}
-
-// suspicious reports whether raw (at most maxString bytes) holds, in any
-// case, a word that makes a key secret-looking, or "env".
-func suspicious(raw []byte) bool {
-	var buf [maxString]byte
-	low := buf[:len(raw)]
-	for i, c := range raw {
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		low[i] = c
-	}
-	if bytes.Contains(low, []byte(`"env"`)) {
-		return true
-	}
-	for _, w := range secretWords {
-		if bytes.Contains(low, []byte(w)) {
-			return true
-		}
-	}
-	return false
-}
-
-func truncatedParams(n int) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{"[truncated]":"params of %d bytes"}`, n))
-}
-
-// scrub redacts and clips v, the value of key k.
-func scrub(v any, k string) any {
-	if secretName(k) {
-		return Redacted
-	}
-	switch x := v.(type) {
-	case map[string]any:
-		if k == "env" {
-			for kk := range x {
-				x[kk] = Redacted
-			}
-			return x
-		}
-		for kk, vv := range x {
-			x[kk] = scrub(vv, kk)
-		}
-		return x
-	case []any:
-		if k == "env" {
-			for i, e := range x {
-				if s, ok := e.(string); ok {
-					name, _, _ := strings.Cut(s, "=")
-					x[i] = Clip(name, 256) + "=" + Redacted
-				} else {
-					x[i] = Redacted
-				}
-			}
-			return x
-		}
-		for i, e := range x {
-			x[i] = scrub(e, "")
-		}
-		return x
-	case string:
-		if k == "env" {
-			return Redacted
-		}
-		return Clip(x, maxString)
-	case bool, float64:
-		if k == "env" {
-			return Redacted
-		}
-	}
-	return v
 }
 
 // Clip cuts s to at most n bytes on a character boundary, saying how

@@ -6,10 +6,16 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/audit"
+	"github.com/warren-sandbox/warren/internal/rpc"
 )
 
 // benchClient posts JSON-RPC over one keep-alive connection pool, with a
@@ -95,6 +101,65 @@ func BenchmarkHTTPCommandRun(b *testing.B) {
 	for b.Loop() {
 		c.call(b, "sandbox.command.run", p)
 	}
+}
+
+// BenchmarkHTTPCommandRunAudit: command.run true in a running sandbox on
+// a server writing its audit log as `warren serve` does by default (two
+// records a call: the call's and the run's, each written before the
+// answer), alternating call by call with the same on a server without
+// one; reports both medians and their difference.
+func BenchmarkHTTPCommandRunAudit(b *testing.B) {
+	dir := filepath.Join(b.TempDir(), "audit")
+	log, err := audit.Open(audit.Options{Dir: dir})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = log.Close() })
+	on := newNativeEnv(b, false, func(o *rpc.Options) { o.Audit = log }, nil)
+	off := newEnv(b, false, nil)
+	var clients [2]*benchClient
+	p := map[string]any{"sandbox": "cmd", "command": "true"}
+	for i, e := range []*env{on, off} {
+		clients[i] = e.benchClient()
+		clients[i].call(b, "sandbox.start", map[string]any{"sandbox": "cmd"})
+		clients[i].call(b, "sandbox.command.run", p)
+	}
+	seq0, _ := log.Head()
+	var times [2][]time.Duration
+	var cpu [2]time.Duration // this process's: both servers and clients
+	for i := 0; b.Loop(); i++ {
+		for j := range 2 {
+			k := (i + j) % 2 // which goes first alternates
+			c0, t0 := processCPU(), time.Now()
+			clients[k].call(b, "sandbox.command.run", p)
+			times[k] = append(times[k], time.Since(t0))
+			cpu[k] += processCPU() - c0
+		}
+	}
+	n := len(times[0])
+	if seq, _ := log.Head(); seq-seq0 < uint64(2*n) {
+		b.Fatalf("%d records for %d calls", seq-seq0, n)
+	}
+	mOn, mOff := medianDuration(times[0]), medianDuration(times[1])
+	b.ReportMetric(float64(mOn.Microseconds())/1000, "audit-ms")
+	b.ReportMetric(float64(mOff.Microseconds())/1000, "no-audit-ms")
+	b.ReportMetric(float64(mOn-mOff)/float64(time.Microsecond), "added-us")
+	b.ReportMetric(float64(cpu[0])/float64(n)/float64(time.Microsecond), "audit-cpu-us")
+	b.ReportMetric(float64(cpu[1])/float64(n)/float64(time.Microsecond), "no-audit-cpu-us")
+}
+
+// processCPU is the user and system time of this process (the server
+// and its client; the sandboxes' agents are processes of their own).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func medianDuration(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // BenchmarkHTTPReplRun: repl.run 1+1 in a running sandbox.

@@ -70,10 +70,17 @@ const brokenImage = "test-broken-store"
 // without root.
 func newEnv(t testing.TB, dev bool, tweak func(*sandbox.Options)) *env {
 	t.Helper()
+	return newNativeEnv(t, dev, nil, tweak)
+}
+
+// newNativeEnv is newEnv with rpcOptions set from the server's start.
+func newNativeEnv(t testing.TB, dev bool, rpcOptions func(*rpc.Options), tweak func(*sandbox.Options)) *env {
+	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.RequireFile(t, "/usr/bin/python3")
 	agentPath := testenv.AgentBinary(t)
 	e := newBareEnv(t, dev)
+	e.rpcOptions = rpcOptions
 	// As `warren serve` runs (cmd/warren's hostFlags.backend).
 	if err := timerslack.Coarsen(timerslack.Coarse); err != nil {
 		t.Fatal(err)
