@@ -521,7 +521,7 @@ type Cgroup struct {
 	// noFreeze: its processes are outside the freezer's hierarchy (a
 	// cgroup an older version made, Open).
 	noFreeze bool
-	mu    sync.Mutex
+	mu       sync.Mutex
 }
 
 func (m *Manager) cgroup(name string) *Cgroup {
