@@ -280,7 +280,7 @@ type Options struct {
 	IdleTimeout time.Duration // default DefaultIdleTimeout
 	// IdleAction is what an idle timeout does: IdleStop ("" too) or
 	// IdlePause (pause.go; a backend that cannot pause stops instead).
-	IdleAction string
+	IdleAction  string
 	MaxLifetime time.Duration // default DefaultMaxLifetime
 	// StoppedRetention removes sandboxes this long after they stopped
 	// (default DefaultStoppedRetention; negative = keep until removed).
