@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -402,14 +403,16 @@ func (c *Cgroup) freezeFiles() (freezeFiles, bool) {
 }
 
 // freezeWait asks the kernel to freeze the cgroup and waits until every
-// task is frozen, at most timeout. The first checks come at once and then
-// at growing intervals: an idle cgroup freezes in tens of microseconds.
+// task is frozen, at most timeout. It checks without sleeping for the first
+// millisecond (an idle cgroup freezes in tens of microseconds, less than a
+// sleep takes to come back), then at growing intervals.
 func (c *Cgroup) freezeWait(f freezeFiles, timeout time.Duration) error {
 	if err := writeFile(f.file, f.on); err != nil {
 		return err
 	}
-	end := time.Now().Add(timeout)
-	wait := 20 * time.Microsecond
+	start := time.Now()
+	end := start.Add(timeout)
+	wait := 50 * time.Microsecond
 	for {
 		b, err := os.ReadFile(f.stateFile) //nolint:gosec // stateFile is a cgroupfs path built by this package from its own layout
 		if err != nil {
@@ -420,6 +423,10 @@ func (c *Cgroup) freezeWait(f freezeFiles, timeout time.Duration) error {
 		}
 		if time.Now().After(end) {
 			return fmt.Errorf("not frozen after %v (%s: %q)", timeout, filepath.Base(f.stateFile), strings.TrimSpace(string(b)))
+		}
+		if time.Since(start) < time.Millisecond {
+			runtime.Gosched()
+			continue
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, 5*time.Millisecond)
