@@ -115,6 +115,9 @@ func IsExecFailed(err error) bool { return KindOf(err) == KindExecFailed }
 // IsUnavailable reports whether err is a server error of kind unavailable.
 func IsUnavailable(err error) bool { return KindOf(err) == KindUnavailable }
 
+// IsUnsupported reports whether err is a server error of kind unsupported.
+func IsUnsupported(err error) bool { return KindOf(err) == KindUnsupported }
+
 // IsInternal reports whether err is a server error of kind internal.
 func IsInternal(err error) bool { return KindOf(err) == KindInternal }
 
