@@ -158,6 +158,7 @@ func execCmd(ctx context.Context, args []string) error {
 	timeout := fs.Duration("timeout", 0, "kill CMD after this long; 0 = no limit")
 	workdir := fs.String("workdir", "", "working directory in the sandbox")
 	user := fs.String("user", "", "user to run as (name, uid or uid:gid)")
+	resume := fs.Bool("resume", false, "resume the sandbox first if it is paused")
 	var envs stringList
 	fs.Var(&envs, "env", "set an environment variable K=V (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -179,7 +180,7 @@ func execCmd(ctx context.Context, args []string) error {
 		Stderr   string `json:"stderr"`
 	}
 	err := c.call(ctx, "sandbox.exec", map[string]any{"namespace": *ns, "sandbox": argv[0], "argv": argv[1:],
-		"timeout": timeout.Seconds(), "cwd": *workdir, "user": *user, "env": []string(envs), "binary": true}, &out)
+		"timeout": timeout.Seconds(), "cwd": *workdir, "user": *user, "env": []string(envs), "binary": true, "resume": *resume}, &out)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,8 @@ func commands() []command {
 		{"ports", "list, publish and unpublish a server sandbox's ports on the host", portsCmd},
 		{"ns", "list a server's namespaces with their use of their quotas", nsCmd},
 		{"exec", "run a command in a server's sandbox", execCmd},
+		{"pause", "pause a server's sandbox (memory kept, no CPU)", pauseCmd},
+		{"resume", "resume a paused sandbox of a server", resumeCmd},
 		{"workspace", "create, list, inspect, remove, upload and download a server's workspaces", workspaceCmd},
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
 		{"image", "import, list and remove images in the local store", imageCmd},

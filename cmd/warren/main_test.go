@@ -263,8 +263,9 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor output lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	// On cgroup v1 the freezer is listed (mounted or not), and a cgroup2
-	// mount beside the v1 hierarchies (hybrid) is named.
+	// On cgroup v1 the freezer is listed (it pauses sandboxes where it is
+	// mounted), and a cgroup2 mount beside the v1 hierarchies (hybrid) is
+	// named.
 	if !strings.Contains(r.stdout, "cgroups: mode v1") {
 		return
 	}
@@ -280,13 +281,16 @@ func TestDoctor(t *testing.T) {
 			continue
 		}
 		switch {
-		case g[0] == "cgroup" && slices.Contains(strings.Split(g[2], ","), "freezer") && freezer == "not mounted":
-			freezer = "mounted at " + f[4]
+		case g[0] == "cgroup" && slices.Contains(strings.Split(g[2], ","), "freezer"):
+			freezer = "mounted"
 		case g[0] == "cgroup2" && unified == "":
 			unified = f[4]
 		}
 	}
-	want := []string{"ok      cgroup freezer: " + freezer + "; not needed: a stop kills the sandbox's pid namespace"}
+	want := []string{"warn    cgroup freezer: "}
+	if freezer == "mounted" {
+		want = []string{"ok      cgroup freezer: pauses sandboxes"}
+	}
 	if unified != "" {
 		want = append(want, "ok      cgroup v2 (hybrid): "+unified+" is mounted beside the v1 hierarchies")
 	}

@@ -65,6 +65,7 @@ type serveConfig struct {
 	dev              bool
 	prewarm          int
 	idleTimeout      time.Duration
+	idleAction       string
 	maxLifetime      time.Duration
 	stoppedRetention time.Duration
 	maxSandboxes     int
@@ -131,6 +132,7 @@ func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
 	fs.BoolVar(&c.dev, "dev", false, "development mode: no API keys needed, every caller may use every namespace")
 	fs.IntVar(&c.prewarm, "prewarm", 2, "agents kept spawned ahead of time so starts are faster (0 = none)")
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", sandbox.DefaultIdleTimeout, "stop a sandbox after this long without requests (per-sandbox override: idle_timeout)")
+	fs.StringVar(&c.idleAction, "idle-action", sandbox.IdleStop, "what the idle timeout does: stop, or pause (memory kept, no CPU; per-sandbox override: idle_action)")
 	fs.DurationVar(&c.maxLifetime, "max-lifetime", sandbox.DefaultMaxLifetime, "stop a sandbox this long after it started (per-sandbox override: max_lifetime)")
 	fs.DurationVar(&c.stoppedRetention, "stopped-retention", sandbox.DefaultStoppedRetention, "remove stopped sandboxes (and their files) after this long; negative = keep")
 	fs.IntVar(&c.maxSandboxes, "max-sandboxes", sandbox.DefaultMaxSandboxes, "sandboxes this server holds at most, stopped ones included")
@@ -344,7 +346,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	mopts := sandbox.Options{
 		Backend: be, DB: db.DB(), Images: res.Resolve, Pull: res.Pull,
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
-		IdleTimeout: c.idleTimeout, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
+		IdleTimeout: c.idleTimeout, IdleAction: c.idleAction, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
 		Limits: limits, Capacity: capacity, Egress: egressReg, PublishAddress: publish,
 		Secrets: secretStore, SecretsDir: filepath.Join(c.hf.runDir, "secrets"),

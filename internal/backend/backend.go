@@ -238,6 +238,8 @@ func portList(ps []PortMapping) string {
 //     is not enforced).
 //   - Networked: the address of a running sandbox's own link (without
 //     it, the sandbox has loopback only whatever Config.Network says).
+//   - Pauser: a running sandbox paused with its memory kept and no CPU
+//     used, and resumed (without it, pausing is refused as unsupported).
 //
 // internal/backend/native is the real backend; internal/backend/fake is an
 // in-memory one for tests of what sits above the contract.
@@ -308,6 +310,17 @@ type DiskLimiter interface {
 // source of its packets as the host sees them), the zero Addr otherwise.
 type Networked interface {
 	NetAddr() netip.Addr
+}
+
+// Pauser is a Sandbox that can be paused: every process of a paused
+// sandbox stays where it is, its memory kept, and gets no CPU until
+// Resume. Paused reads the state from the host (so a restarted server
+// finds a paused sandbox paused). Stop and Remove work on a paused
+// sandbox. Pause and Resume of a stopped sandbox fail.
+type Pauser interface {
+	Pause(ctx context.Context) error
+	Resume(ctx context.Context) error
+	Paused() (bool, error)
 }
 
 // Stats is a sandbox's resource usage.

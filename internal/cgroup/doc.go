@@ -8,12 +8,19 @@
 // own cgroup, the Manager runs in "v2" mode. Otherwise, if cgroup v1
 // hierarchies are mounted (pure v1, or hybrid with an empty or near-empty
 // cgroup2 mount at /sys/fs/cgroup/unified), it runs in "v1" mode and uses the
-// v1 hierarchies of the memory, cpu, cpuacct and pids controllers
+// v1 hierarchies of the memory, cpu, cpuacct, pids and freezer controllers
 // (co-mounted hierarchies such as cpu,cpuacct count once). Other v1
-// controllers (freezer, cpuset, blkio, devices, ...) are not touched:
-// sandboxes inherit the daemon's cgroup there, and Kill signals without
-// freezing. In hybrid mode the cgroup2 hierarchy is not used. Probe reports
-// the freezer and a hybrid host's cgroup2 mount all the same.
+// controllers (cpuset, blkio, devices, ...) are not touched: sandboxes
+// inherit the daemon's cgroup there. In hybrid mode the cgroup2 hierarchy is
+// not used. Probe reports a hybrid host's cgroup2 mount all the same.
+//
+// # Freezing
+//
+// Cgroup.Freeze stops every process of a cgroup where it is (v1
+// freezer.state, v2 cgroup.freeze) and waits, bounded, until the kernel says
+// all are frozen; Thaw lets them go on; Frozen reads the state back from the
+// kernel, so a later process sees what an earlier one froze. Kill thaws
+// after it signals: a frozen process dies only once it runs.
 //
 // Every sandbox cgroup lives at <own>/<prefix>/<name> in each hierarchy, where
 // <own> is this process's own cgroup in that hierarchy (never the hierarchy

@@ -45,7 +45,7 @@ const (
 // the two agree.
 var serverKeys = map[string]kind{
 	"listen": kString, "dev": kBool, "prewarm": kInt,
-	"idle_timeout": kDuration, "max_lifetime": kDuration, "stopped_retention": kDuration,
+	"idle_timeout": kDuration, "idle_action": kString, "max_lifetime": kDuration, "stopped_retention": kDuration,
 	"max_sandboxes": kInt, "max_running": kInt,
 	"python_image": kString, "node_image": kString, "log_text": kBool,
 	"volume_root": kList, "max_tar_download": kSize, "disk": kSize,

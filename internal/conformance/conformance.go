@@ -130,6 +130,7 @@ func Run(t *testing.T, h *Harness) {
 	t.Run("AgentUnreachable", h.agentUnreachable)
 	t.Run("StopKillsWholeTree", h.stopKillsTree)
 	t.Run("AgentIgnoresSignalsFromSandbox", h.agentIgnoresSignals)
+	t.Run("PauseKeepsMemoryUsesNoCPU", h.pause)
 	t.Run("NoInheritedDescriptors", h.noInheritedDescriptors)
 	t.Run("NoLeftoversAfterCycles", h.noLeftovers)
 }
@@ -737,8 +738,9 @@ func (h *Harness) noLeftovers(t *testing.T) {
 }
 
 // cycle creates, uses and removes one sandbox. Every third cycle leaves a
-// busy workload running when the sandbox is removed; every third stops it
-// mid-command from another goroutine.
+// busy workload running when the sandbox is removed (half of them paused,
+// where the backend can pause); every third stops it mid-command from
+// another goroutine.
 func (h *Harness) cycle(ctx context.Context, i int) error {
 	sb, err := h.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("cycle-%d-%d", os.Getpid(), i), Image: h.Image, MemoryBytes: 128 << 20, PidsMax: 64})
 	if err != nil {
@@ -758,6 +760,13 @@ func (h *Harness) cycle(ctx context.Context, i int) error {
 		if _, err := sb.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: []string{"/bin/sh", "-c", "sleep 1000 & while :; do :; done"}}); err != nil {
 			_ = sb.Remove(ctx)
 			return err
+		}
+		// Every other such sandbox is removed paused.
+		if p, ok := sb.(backend.Pauser); ok && i%2 == 0 {
+			if err := p.Pause(ctx); err != nil {
+				_ = sb.Remove(ctx)
+				return err
+			}
 		}
 	case 2:
 		c := sb.Agent()

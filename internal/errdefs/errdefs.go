@@ -23,13 +23,16 @@ var (
 	ErrTimeout      = errors.New("timeout")
 	ErrExecFailed   = errors.New("exec_failed")
 	ErrUnavailable  = errors.New("unavailable")
+	// ErrUnsupported: what was asked for is valid, but this server or
+	// backend cannot do it (pausing on a backend without a freezer).
+	ErrUnsupported = errors.New("unsupported")
 )
 
 // Internal is the kind of everything not wrapped with a sentinel.
 const Internal = "internal"
 
 var all = []error{ErrInvalid, ErrUnauthorized, ErrForbidden, ErrNotFound, ErrConflict,
-	ErrTooLarge, ErrLimit, ErrTimeout, ErrExecFailed, ErrUnavailable}
+	ErrTooLarge, ErrLimit, ErrTimeout, ErrExecFailed, ErrUnavailable, ErrUnsupported}
 
 // Kind names err's kind: the outermost kind given with Errorf, else a kind
 // err wraps (an error type may unwrap to one), timeout for a deadline, or

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
@@ -47,6 +48,9 @@ func decoded[P any](f func(context.Context, *call, *P) (any, error), strict bool
 		if err := c.decode(&p, strict); err != nil {
 			return nil, err
 		}
+		if r, ok := any(&p).(resumer); ok && r.resumes() {
+			ctx = context.WithValue(ctx, resumeKey{}, true)
+		}
 		return f(ctx, c, &p)
 	}
 }
@@ -66,6 +70,8 @@ func (s *Server) methodTable() map[string]method {
 		"sandbox.remove":         strict(s.sandboxRemove),
 		"sandbox.logs":           strict(s.sandboxLogs),
 		"sandbox.egress.get":     strict(s.egressGet),
+		"sandbox.pause":          strict(s.sandboxPause),
+		"sandbox.resume":         strict(s.sandboxResume),
 		"workspace.create":       strict(s.workspaceCreate),
 		"workspace.list":         strict(s.workspaceList),
 		"workspace.get":          strict(s.workspaceGet),
@@ -223,6 +229,40 @@ type sandboxRef struct {
 	Namespace string `json:"namespace"`
 }
 
+// agentRef names a sandbox for a method that needs its agent running. A
+// paused sandbox makes such a method a conflict naming sandbox.resume,
+// unless Resume asks to resume it first.
+type agentRef struct {
+	sandboxRef
+	Resume bool `json:"resume,omitempty"`
+}
+
+// resumer is params that may ask to resume a paused sandbox.
+type resumer interface{ resumes() bool }
+
+func (r *agentRef) resumes() bool { return r.Resume }
+
+// resumeKey marks a request's context when its params say "resume": true
+// (or its URL resume=true, for the HTTP routes).
+type resumeKey struct{}
+
+// withResumeQuery is ctx marked when r's query says resume=true (or 1).
+func withResumeQuery(ctx context.Context, r *http.Request) context.Context {
+	if v, err := strconv.ParseBool(r.URL.Query().Get("resume")); err == nil && v {
+		return context.WithValue(ctx, resumeKey{}, true)
+	}
+	return ctx
+}
+
+// lease leases the running sandbox ns/name, resuming it first if it is
+// paused and ctx says so.
+func (s *Server) lease(ctx context.Context, ns, name string) (*sandbox.Lease, error) {
+	if v, _ := ctx.Value(resumeKey{}).(bool); v {
+		return s.mgr.LeaseResume(ctx, ns, name)
+	}
+	return s.mgr.Lease(ns, name)
+}
+
 // resolveRef checks ref and the caller's right to its namespace.
 func (c *call) resolveRef(ref sandboxRef) (ns, name string, err error) {
 	return c.resolve(ref.Namespace, ref.Sandbox)
@@ -301,7 +341,7 @@ func sandboxName(name string) error {
 // agentCall runs f with a lease on the running sandbox ns/name; an error
 // that a stop caused says so.
 func (s *Server) agentCall(ctx context.Context, ns, name string, f func(l *sandbox.Lease) (any, error)) (any, error) {
-	l, err := s.mgr.Lease(ns, name)
+	l, err := s.lease(ctx, ns, name)
 	if err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ var kindWire = map[string]struct {
 	"timeout":          {http.StatusGatewayTimeout, -32007},
 	"exec_failed":      {http.StatusUnprocessableEntity, -32008},
 	"unavailable":      {http.StatusServiceUnavailable, -32009},
+	"unsupported":      {http.StatusNotImplemented, -32010},
 	errdefs.Internal:   {http.StatusInternalServerError, -32603},
 }
 

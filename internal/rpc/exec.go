@@ -40,7 +40,7 @@ func maxOutput(n int64) (int64, error) {
 }
 
 type commandParams struct {
-	sandboxRef
+	agentRef
 	Command string       `json:"command"`
 	Args    []string     `json:"args"`
 	Timeout limitSeconds `json:"timeout"`
@@ -110,7 +110,7 @@ func (s *Server) outputCut(ctx context.Context, ns, name, method string, limit i
 
 // exec runs one command in a running sandbox, timed for the metrics.
 func (s *Server) exec(ctx context.Context, ns, name, kind string, req *wire.ExecRequest, onOutput func(string, []byte)) (backend.ExecResult, error) {
-	l, err := s.mgr.Lease(ns, name)
+	l, err := s.lease(ctx, ns, name)
 	if err != nil {
 		return backend.ExecResult{}, err
 	}
@@ -144,7 +144,7 @@ func text(b []byte) string {
 
 // execOptions are the params sandbox.exec and sandbox.shell share.
 type execOptions struct {
-	sandboxRef
+	agentRef
 	Stdin       string   `json:"stdin"`
 	Env         []string `json:"env"`
 	Cwd         string   `json:"cwd"`

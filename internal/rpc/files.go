@@ -18,7 +18,7 @@ import (
 
 // filePath names a path in a sandbox.
 type filePath struct {
-	sandboxRef
+	agentRef
 	Path string `json:"path"`
 }
 
@@ -150,7 +150,7 @@ func (s *Server) fileRemove(ctx context.Context, c *call, p *fileRemoveParams) (
 }
 
 type fileMoveParams struct {
-	sandboxRef
+	agentRef
 	From string `json:"from"`
 	To   string `json:"to"`
 }
@@ -194,7 +194,7 @@ func (s *Server) transfer(w http.ResponseWriter, r *http.Request) (*sandbox.Leas
 		s.writeError(w, ctx, nil, errdefs.Errorf(errInvalidParams, "query parameter \"path\" is missing"), 0)
 		return nil, "", false
 	}
-	l, err := s.mgr.Lease(ns, name)
+	l, err := s.lease(withResumeQuery(ctx, r), ns, name)
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
 		return nil, "", false

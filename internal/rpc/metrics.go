@@ -103,9 +103,11 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 type metricsParams = sandboxRef
 
 type sandboxMetrics struct {
-	Namespace   string   `json:"namespace"`
-	Name        string   `json:"name"`
-	Running     bool     `json:"running"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Running   bool   `json:"running"`
+	// Paused: running, paused (Warren's; absent when not).
+	Paused      bool     `json:"paused,omitempty"`
 	CPUUsage    *float64 `json:"cpu_usage"`
 	MemoryUsage *int64   `json:"memory_usage"`
 	DiskUsage   *int64   `json:"disk_usage"`
@@ -142,7 +144,7 @@ func (s *Server) sandboxMetrics(_ context.Context, c *call, p *metricsParams) (a
 		if err != nil {
 			continue // removed meanwhile
 		}
-		out = append(out, sandboxMetrics{Namespace: u.Namespace, Name: u.Name, Running: u.Running,
+		out = append(out, sandboxMetrics{Namespace: u.Namespace, Name: u.Name, Running: u.Running, Paused: u.Paused,
 			CPUUsage: u.CPUPercent, MemoryUsage: u.MemoryMiB, DiskUsage: u.DiskBytes, DiskLimit: u.DiskLimitBytes})
 	}
 	return metricsList{Sandboxes: out}, nil

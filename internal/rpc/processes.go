@@ -11,7 +11,7 @@ import (
 
 // processRef names one background process of a sandbox.
 type processRef struct {
-	sandboxRef
+	agentRef
 	ID string `json:"id"`
 }
 
@@ -28,7 +28,7 @@ func (s *Server) onProcess(ctx context.Context, c *call, ref processRef, f func(
 }
 
 type processStartParams struct {
-	sandboxRef
+	agentRef
 	Argv  []string `json:"argv"`
 	Env   []string `json:"env"`
 	Cwd   string   `json:"cwd"`
@@ -63,8 +63,8 @@ type processList struct {
 	Processes []processInfo `json:"processes"`
 }
 
-func (s *Server) processList(ctx context.Context, c *call, p *sandboxRef) (any, error) {
-	return s.onSandbox(ctx, c, *p, func(l *sandbox.Lease) (any, error) {
+func (s *Server) processList(ctx context.Context, c *call, p *agentRef) (any, error) {
+	return s.onSandbox(ctx, c, p.sandboxRef, func(l *sandbox.Lease) (any, error) {
 		ps, err := l.Agent().Processes(ctx)
 		if err != nil {
 			return nil, err

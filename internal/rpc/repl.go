@@ -12,7 +12,7 @@ import (
 )
 
 type replParams struct {
-	sandboxRef
+	agentRef
 	Language string       `json:"language"`
 	Code     *string      `json:"code"`
 	Timeout  limitSeconds `json:"timeout"`
@@ -67,7 +67,7 @@ func (s *Server) sandboxRepl(ctx context.Context, c *call, p *replParams) (any, 
 	if err != nil {
 		return nil, err
 	}
-	l, err := s.mgr.Lease(ns, name)
+	l, err := s.lease(ctx, ns, name)
 	if err != nil {
 		return nil, err
 	}

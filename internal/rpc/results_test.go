@@ -22,6 +22,8 @@ var results = map[string]any{
 	"sandbox.metrics.get":    metricsList{},
 	"sandbox.create":         sandboxInfo{},
 	"sandbox.get":            sandboxInfo{},
+	"sandbox.pause":          sandboxInfo{},
+	"sandbox.resume":         sandboxInfo{},
 	"sandbox.list":           sandboxList{},
 	"sandbox.remove":         removedResult{},
 	"sandbox.logs":           logLines{},

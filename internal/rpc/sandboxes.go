@@ -215,6 +215,7 @@ type sandboxInfo struct {
 	StoppedAt   *time.Time        `json:"stopped_at,omitempty"`
 	IdleTimeout float64           `json:"idle_timeout"`
 	MaxLifetime float64           `json:"max_lifetime"`
+	IdleAction  string            `json:"idle_action,omitempty"`
 	// DiskMiB is the disk limit asked for (absent: the server's default);
 	// DiskUsage and DiskLimit (bytes) what the sandbox keeps on disk and
 	// the cap in force, in sandbox.get.
@@ -239,7 +240,8 @@ func toInfo(in sandbox.Info) sandboxInfo {
 	return sandboxInfo{Namespace: in.Namespace, Name: in.Name, State: string(in.State), Error: in.Error,
 		Image: in.Spec.Image, MemoryMiB: in.Spec.MemoryMiB, CPUs: in.Spec.CPUs, Labels: labels,
 		CreatedAt: timePtr(in.Created), StartedAt: timePtr(in.Started), StoppedAt: timePtr(in.Stopped),
-		IdleTimeout: in.Spec.IdleTimeout.Seconds(), MaxLifetime: in.Spec.MaxLifetime.Seconds(), DiskMiB: in.Spec.DiskMiB}
+		IdleTimeout: in.Spec.IdleTimeout.Seconds(), MaxLifetime: in.Spec.MaxLifetime.Seconds(), DiskMiB: in.Spec.DiskMiB,
+		IdleAction: in.Spec.IdleAction}
 }
 
 type createParams struct {
@@ -259,6 +261,7 @@ type createParams struct {
 	Egress      []string          `json:"egress"`
 	Volumes     []string          `json:"volumes"`
 	Ports       []string          `json:"ports"`
+	IdleAction  string            `json:"idle_action"`
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (any, error) {
@@ -294,7 +297,8 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 		return nil, err
 	}
 	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
-		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress, Secrets: p.Secrets, DiskMiB: p.DiskMiB, Workspace: p.Workspace}
+		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress, Secrets: p.Secrets, DiskMiB: p.DiskMiB, Workspace: p.Workspace,
+		IdleAction: p.IdleAction}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, name, spec, true)
 	if err != nil {
@@ -336,7 +340,7 @@ func (s *Server) sandboxList(_ context.Context, c *call, p *listParams) (any, er
 		return nil, err
 	}
 	if p.State != "" && !sandbox.ValidState(p.State) {
-		return nil, errdefs.Errorf(errInvalidParams, "state %.40q: want starting, running, stopping, stopped or error", p.State)
+		return nil, errdefs.Errorf(errInvalidParams, "state %.40q: want starting, running, paused, stopping, stopped or error", p.State)
 	}
 	infos := s.mgr.List(sandbox.Filter{Namespaces: nss, State: sandbox.State(p.State), Labels: p.Labels})
 	out := make([]sandboxInfo, len(infos))

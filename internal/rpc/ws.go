@@ -63,7 +63,7 @@ func (s *Server) serveWS(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, ctx, nil, err, 0)
 		return
 	}
-	l, err := s.mgr.Lease(ns, name)
+	l, err := s.lease(withResumeQuery(ctx, r), ns, name)
 	if err != nil {
 		s.writeError(w, ctx, nil, err, 0)
 		return

@@ -26,6 +26,7 @@ func (m *Manager) janitor() {
 type action struct {
 	ns, name, why string
 	remove        bool
+	pause         bool // an idle pause (Options.IdleAction)
 }
 
 func (m *Manager) sweep(now time.Time) {
@@ -51,9 +52,11 @@ func (m *Manager) sweep(now time.Time) {
 			}
 			switch {
 			case life > 0 && now.Sub(e.started) > life:
-				todo = append(todo, action{k.ns, k.name, "maximum lifetime " + life.String() + " reached", false})
-			case idle > 0 && e.busy.Load() == 0 && now.Sub(time.Unix(0, e.lastActive.Load())) > idle:
-				todo = append(todo, action{k.ns, k.name, "idle for " + idle.String(), false})
+				todo = append(todo, action{k.ns, k.name, "maximum lifetime " + life.String() + " reached", false, false})
+			case idle > 0 && !e.paused && e.busy.Load() == 0 && now.Sub(time.Unix(0, e.lastActive.Load())) > idle:
+				_, canPause := e.sb.(backend.Pauser)
+				pause := m.idleAction(e.spec) == IdlePause && canPause
+				todo = append(todo, action{k.ns, k.name, "idle for " + idle.String(), false, pause})
 			}
 		case Stopped, Error:
 			ret := m.opts.StoppedRetention
@@ -62,7 +65,7 @@ func (m *Manager) sweep(now time.Time) {
 				end = e.created
 			}
 			if ret > 0 && now.Sub(end) > ret {
-				todo = append(todo, action{k.ns, k.name, "removed: stopped for longer than " + ret.String(), true})
+				todo = append(todo, action{k.ns, k.name, "removed: stopped for longer than " + ret.String(), true, false})
 			}
 		}
 	}
@@ -76,12 +79,15 @@ func (m *Manager) sweep(now time.Time) {
 	for _, a := range todo {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		var err error
-		if a.remove {
+		switch {
+		case a.remove:
 			_, err = m.Remove(ctx, a.ns, a.name)
-		} else {
+		case a.pause:
+			err = m.pause(ctx, a.ns, a.name, a.why, true)
+		default:
 			err = m.stopWhy(ctx, a.ns, a.name, a.why)
 		}
 		cancel()
-		m.log.Info("janitor", "namespace", a.ns, "name", a.name, "action", a.why, "err", err)
+		m.log.Info("janitor", "namespace", a.ns, "name", a.name, "action", a.why, "pause", a.pause, "err", err)
 	}
 }

@@ -38,6 +38,10 @@ func (m *Manager) Lease(ns, name string) (*Lease, error) {
 		m.mu.Unlock()
 		return nil, notFound(ns, name)
 	}
+	if e.state == Running && e.paused {
+		m.mu.Unlock()
+		return nil, errPaused(ns, name)
+	}
 	if e.state != Running {
 		st, why := e.state, e.err
 		m.mu.Unlock()

@@ -45,6 +45,8 @@ const (
 	Stopping State = "stopping"
 	Stopped  State = "stopped"
 	Error    State = "error"
+	// Paused is a running sandbox whose processes are paused (pause.go).
+	Paused State = "paused"
 )
 
 // removingState is what the database records while a remove is under way;
@@ -54,7 +56,7 @@ const removingState = "removing"
 // ValidState reports whether s names a state.
 func ValidState(s string) bool {
 	switch State(s) {
-	case Starting, Running, Stopping, Stopped, Error:
+	case Starting, Running, Stopping, Stopped, Error, Paused:
 		return true
 	}
 	return false
@@ -104,6 +106,9 @@ type Spec struct {
 	// MaxLifetime stops it this long after it started. 0 = server default.
 	IdleTimeout time.Duration `json:"idle_timeout"`
 	MaxLifetime time.Duration `json:"max_lifetime"`
+	// IdleAction is what its idle timeout does: IdleStop or IdlePause;
+	// "" = the server's (Options.IdleAction).
+	IdleAction string `json:"idle_action,omitempty"`
 }
 
 // The server's defaults, besides a sandbox's own (backend.Default*).
@@ -198,6 +203,9 @@ func (s *Spec) Validate() error {
 			break
 		}
 	}
+	if !ValidIdleAction(s.IdleAction) {
+		errs = append(errs, fmt.Errorf("idle_action %.40q: want %q or %q", s.IdleAction, IdleStop, IdlePause))
+	}
 	for what, d := range map[string]time.Duration{"idle_timeout": s.IdleTimeout, "max_lifetime": s.MaxLifetime} {
 		if d < 0 || d > MaxPeriod {
 			errs = append(errs, fmt.Errorf("%s %v: want 0 (server default) up to 30 days", what, d))
@@ -270,6 +278,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Defaults for sandboxes that ask for none.
 	IdleTimeout time.Duration // default DefaultIdleTimeout
+	// IdleAction is what an idle timeout does: IdleStop ("" too) or
+	// IdlePause (pause.go; a backend that cannot pause stops instead).
+	IdleAction  string
 	MaxLifetime time.Duration // default DefaultMaxLifetime
 	// StoppedRetention removes sandboxes this long after they stopped
 	// (default DefaultStoppedRetention; negative = keep until removed).
@@ -393,6 +404,9 @@ type entry struct {
 	net portState
 	// wsHeld: its workspace is attached (workspace.go). Holding life.
 	wsHeld bool
+	// paused: a Running sandbox is paused (pause.go); meaningless in
+	// other states.
+	paused bool
 
 	busy       atomic.Int32
 	lastActive atomic.Int64 // unix nanoseconds
@@ -405,6 +419,9 @@ type entry struct {
 func New(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.IdleTimeout == 0 {
 		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if !ValidIdleAction(opts.IdleAction) {
+		return nil, fmt.Errorf("idle action %q: want %q or %q", opts.IdleAction, IdleStop, IdlePause)
 	}
 	if opts.MaxLifetime == 0 {
 		opts.MaxLifetime = DefaultMaxLifetime
@@ -469,7 +486,7 @@ func (m *Manager) info(e *entry) Info {
 	spec.Ports = slices.Clone(e.spec.Ports)
 	spec.Exposed = slices.Clone(e.spec.Exposed)
 	spec.Secrets = slices.Clone(e.spec.Secrets)
-	return Info{ID: e.id, Namespace: e.ns, Name: e.name, State: e.state, Error: e.err, Spec: spec,
+	return Info{ID: e.id, Namespace: e.ns, Name: e.name, State: e.shown(), Error: e.err, Spec: spec,
 		Created: e.created, Started: e.started, Stopped: e.stopped}
 }
 
@@ -516,7 +533,7 @@ func (m *Manager) List(f Filter) []Info {
 		if f.Namespaces != nil && !slices.Contains(f.Namespaces, k.ns) {
 			continue
 		}
-		if f.State != "" && e.state != f.State {
+		if f.State != "" && e.shown() != f.State {
 			continue
 		}
 		match := true
@@ -554,7 +571,7 @@ func (m *Manager) CountByState() map[[2]string]int {
 	defer m.mu.Unlock()
 	out := map[[2]string]int{}
 	for k, e := range m.entries {
-		out[[2]string{k.ns, string(e.state)}]++
+		out[[2]string{k.ns, string(e.shown())}]++
 	}
 	return out
 }
@@ -624,6 +641,14 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	case create:
 		m.mu.Unlock()
 		return Info{}, errdefs.Errorf(errdefs.ErrConflict, "sandbox %q in namespace %q already exists", name, ns)
+	case e.state == Running && e.paused:
+		// A start makes it run: a client that knows nothing of pausing
+		// starts a sandbox before it uses it.
+		m.mu.Unlock()
+		if err := m.Resume(ctx, ns, name); err != nil {
+			return Info{}, err
+		}
+		return m.Get(ns, name)
 	case e.state == Running:
 		info := m.info(e)
 		m.mu.Unlock()
@@ -713,7 +738,7 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err != nil {
 		e.state, e.err = Error, err.Error()
 	} else {
-		e.state, e.started, e.stopped = Running, started, time.Time{}
+		e.state, e.started, e.stopped, e.paused = Running, started, time.Time{}, false
 		e.touch()
 	}
 	info := m.info(e)

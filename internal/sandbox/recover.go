@@ -77,6 +77,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			e.err = "the sandbox's agent was not running when the daemon restarted (was " + string(was) + ")"
 		case was == Running:
 			e.sb = sb
+			m.restorePaused(e, sb)
 			e.wsHeld = e.spec.Workspace != "" // its mount lives on with it
 			e.usage.reset(sb, time.Now())
 			if err := m.restoreSecrets(ctx, e); err != nil {
@@ -85,7 +86,7 @@ func (m *Manager) recover(ctx context.Context) error {
 			if err := m.netUp(e, sb); err != nil {
 				e.logf("reattached after a daemon restart, without its network policy: %v", err)
 			} else {
-				e.logf("reattached after a daemon restart")
+				e.logf("reattached after a daemon restart (paused: %v)", e.paused)
 				m.republish(e)
 			}
 			m.watch(e, sb)

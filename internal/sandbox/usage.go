@@ -87,6 +87,8 @@ type Usage struct {
 	Namespace string
 	Name      string
 	Running   bool
+	// Paused: it runs, paused (pause.go).
+	Paused bool
 	// CPUPercent is CPU use over the last sampling interval (up to one
 	// second), 100 = one core.
 	CPUPercent *float64
@@ -111,9 +113,10 @@ func (m *Manager) Usage(ns, name string) (Usage, error) {
 		return Usage{}, notFound(ns, name)
 	}
 	running, sb, cpus := e.state == Running, e.sb, e.spec.CPUs
+	paused := running && e.paused
 	labels := maps.Clone(e.spec.Labels)
 	m.mu.Unlock()
-	u := Usage{Namespace: ns, Name: name, Running: running, Labels: labels}
+	u := Usage{Namespace: ns, Name: name, Running: running, Paused: paused, Labels: labels}
 	now := time.Now()
 	if d, ok := sb.(backend.DiskUser); ok {
 		e.usage.mu.Lock()

@@ -543,8 +543,15 @@ func BenchmarkSpawn(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 10000); err != nil {
-			b.Fatal(err)
+		// The runtime's preemption signal may interrupt the wait.
+		for {
+			_, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 10000)
+			if err == nil {
+				break
+			}
+			if err != unix.EINTR {
+				b.Fatal(err)
+			}
 		}
 		unix.Close(pidfd)
 	}

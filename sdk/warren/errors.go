@@ -24,6 +24,7 @@ const (
 	KindTimeout        = "timeout"          // ran past its timeout (504)
 	KindExecFailed     = "exec_failed"      // the command could not be started (422)
 	KindUnavailable    = "unavailable"      // the server is shutting down (503)
+	KindUnsupported    = "unsupported"      // the server or its backend cannot do this, e.g. pause (501)
 	KindInternal       = "internal"         // a bug or a host failure (500)
 )
 
@@ -42,6 +43,7 @@ var codeKinds = map[int]string{
 	-32007: KindTimeout,
 	-32008: KindExecFailed,
 	-32009: KindUnavailable,
+	-32010: KindUnsupported,
 	-32603: KindInternal,
 }
 
@@ -56,6 +58,7 @@ var statusKinds = map[int]string{
 	http.StatusGatewayTimeout:        KindTimeout,
 	http.StatusUnprocessableEntity:   KindExecFailed,
 	http.StatusServiceUnavailable:    KindUnavailable,
+	http.StatusNotImplemented:        KindUnsupported,
 	http.StatusInternalServerError:   KindInternal,
 }
 
@@ -111,6 +114,9 @@ func IsExecFailed(err error) bool { return KindOf(err) == KindExecFailed }
 
 // IsUnavailable reports whether err is a server error of kind unavailable.
 func IsUnavailable(err error) bool { return KindOf(err) == KindUnavailable }
+
+// IsUnsupported reports whether err is a server error of kind unsupported.
+func IsUnsupported(err error) bool { return KindOf(err) == KindUnsupported }
 
 // IsInternal reports whether err is a server error of kind internal.
 func IsInternal(err error) bool { return KindOf(err) == KindInternal }

@@ -263,6 +263,19 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	return s.c.Call(ctx, "sandbox.stop", s.params(), nil)
 }
 
+// Pause pauses the sandbox (sandbox.pause): its processes stop where they
+// are, keeping their memory, and use no CPU until [Sandbox.Resume]. Calls
+// that need it running fail meanwhile with KindConflict; a server whose
+// backend cannot pause answers KindUnsupported.
+func (s *Sandbox) Pause(ctx context.Context) error {
+	return s.c.Call(ctx, "sandbox.pause", s.params(), nil)
+}
+
+// Resume lets a paused sandbox run again (sandbox.resume).
+func (s *Sandbox) Resume(ctx context.Context) error {
+	return s.c.Call(ctx, "sandbox.resume", s.params(), nil)
+}
+
 // Kill stops the sandbox at once. Warren's stop is already immediate, so
 // Kill sends sandbox.stop, exactly like [Sandbox.Stop]; it exists for code
 // written against clients that distinguish the two.

@@ -32,11 +32,12 @@ var (
 	_ backend.Sandbox      = (*Sandbox)(nil)
 	_ backend.Reconfigurer = (*Sandbox)(nil)
 	_ backend.DiskUser     = (*Sandbox)(nil)
+	_ backend.Pauser       = (*Sandbox)(nil)
 )
 
 // Call is one call made to the backend or one of its sandboxes.
 type Call struct {
-	Op string // "create", "open", "start", "stop", "remove", "reap"
+	Op string // "create", "open", "start", "stop", "remove", "reap", "pause", "resume"
 	ID string
 }
 
@@ -185,6 +186,7 @@ type Sandbox struct {
 	disk    int64
 	fs      *fsys      // kept across stops, as a writable layer is
 	addr    netip.Addr // its link's, while it runs with NetworkEgress
+	paused  bool       // while it runs; its agent serves on regardless
 }
 
 func closed() chan struct{} {
@@ -275,7 +277,7 @@ func (s *Sandbox) Die() { s.kill() }
 func (s *Sandbox) kill() {
 	s.mu.Lock()
 	a, client := s.agent, s.client
-	s.agent, s.client, s.addr = nil, nil, netip.Addr{}
+	s.agent, s.client, s.addr, s.paused = nil, nil, netip.Addr{}, false
 	s.mu.Unlock()
 	if a == nil {
 		return
@@ -302,6 +304,32 @@ func (b *Backend) takeAddr() netip.Addr {
 	a := b.nextAddr
 	b.nextAddr = a.Next()
 	return a
+}
+
+// Pause implements backend.Pauser: the sandbox is marked paused (its
+// in-process agent goes on serving: what is above the contract must not
+// send it requests meanwhile).
+func (s *Sandbox) Pause(context.Context) error { return s.setPaused("pause", true) }
+
+// Resume implements backend.Pauser.
+func (s *Sandbox) Resume(context.Context) error { return s.setPaused("resume", false) }
+
+func (s *Sandbox) setPaused(op string, p bool) error {
+	s.b.record(op, s.ID())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.agent == nil {
+		return fmt.Errorf("%s sandbox %s: not running", op, s.cfg.ID)
+	}
+	s.paused = p
+	return nil
+}
+
+// Paused implements backend.Pauser.
+func (s *Sandbox) Paused() (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.paused, nil
 }
 
 // Stop implements backend.Sandbox.

@@ -1068,6 +1068,7 @@ func (s *Sandbox) Stop(ctx context.Context) error {
 	}
 	t0 := time.Now()
 	s.proc.kill()
+	s.thawLocked() // after the kill: a paused sandbox's code runs no more
 	select {
 	case <-s.proc.done:
 	case <-ctx.Done():
