@@ -132,6 +132,38 @@ func Run(t *testing.T, h *Harness) {
 	t.Run("AgentIgnoresSignalsFromSandbox", h.agentIgnoresSignals)
 	t.Run("NoInheritedDescriptors", h.noInheritedDescriptors)
 	t.Run("NoLeftoversAfterCycles", h.noLeftovers)
+	t.Run("KernelAsDeclared", h.kernelAsDeclared)
+}
+
+// kernelAsDeclared checks the backend's SecondKernel: the kernel sandbox
+// code talks to is the host's (its /proc/version and uname are the
+// host's), or, declared, one of the backend's own, which the sandbox
+// sees in place of the host's.
+func (h *Harness) kernelAsDeclared(t *testing.T) {
+	host, err := os.ReadFile("/proc/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uts syscall.Utsname
+	if err := syscall.Uname(&uts); err != nil {
+		t.Fatal(err)
+	}
+	var rel strings.Builder
+	for _, c := range uts.Release {
+		if c == 0 {
+			break
+		}
+		rel.WriteByte(byte(c))
+	}
+	sb := h.Sandbox(t, backend.Config{})
+	r := Exec(t, sb, 10*time.Second, "/bin/sh", "-c", "cat /proc/version; uname -r")
+	if r.Code != 0 {
+		t.Fatalf("cat /proc/version: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	same := r.Stdout == string(host)+rel.String()+"\n"
+	if second := h.Backend.Capabilities().SecondKernel; second == same {
+		t.Errorf("declared SecondKernel=%v, but the sandbox sees %q (the host: %q, release %q)", second, r.Stdout, host, rel.String())
+	}
 }
 
 func (h *Harness) hostProcessesInvisible(t *testing.T) {
