@@ -292,6 +292,10 @@ type Capabilities struct {
 	// over it with SIGKILL, counted by OOMKills, and the sandbox lives
 	// on (false: going over it ends the whole sandbox).
 	OOMKillsProcess bool
+	// PidsLimitFailsFork: a fork past Config.PidsMax fails with EAGAIN
+	// and the sandbox lives on (false: the limit holds the whole
+	// sandbox, and going past it ends it).
+	PidsLimitFailsFork bool
 	// Reattach: a running sandbox outlives the process that started it,
 	// and Backend.Open attaches to its agent (false: Open finds it
 	// stopped, its files kept).

@@ -150,6 +150,10 @@ func New(opts Options) (*Backend, error) {
 	return &Backend{opts: opts, cgroups: cg, seccomp: seccomp.Encode(prog), log: opts.Logger}, nil
 }
 
+// runtimePids is what the host's pids limit allows runsc's own
+// processes and threads beside the sandbox's (buildSpec).
+const runtimePids = 256
+
 // runscState is runsc's state directory under RunDir (--root).
 const runscState = ".runsc"
 
@@ -169,6 +173,10 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		// memory cgroup: past the limit the host's OOM killer ends the
 		// sentry, so the whole sandbox, not one process.
 		OOMKillsProcess: false,
+		// The host's pids limit counts the sentry's threads and stubs:
+		// a sandbox going past it ends with its sentry (gVisor has no
+		// per-sandbox task limit of its own to fail one fork).
+		PidsLimitFailsFork: false,
 		// The agent's control socket is this process's: a restarted
 		// server finds the sandbox stopped (files kept).
 		Reattach: false,
@@ -700,6 +708,13 @@ func buildSpec(b *Backend, cfg backend.Config, rootfs string) (*specs.Spec, erro
 	}
 	spec.Linux.Seccomp = nil
 	spec.Linux.CgroupsPath = b.opts.CgroupPrefix + "/" + cfg.ID
+	// The host's pids limit counts the sentry's and gofer's threads and
+	// the stub processes that run the sandbox's code, not the sandbox's
+	// processes one for one: the sandbox's limit plus the runtime's own.
+	if l := spec.Linux.Resources.Pids; l != nil && l.Limit != nil {
+		n := *l.Limit + runtimePids
+		l.Limit = &n
+	}
 	spec.Process.Args = []string{"/warren-agent"}
 	return spec, nil
 }
@@ -736,7 +751,15 @@ func (s *Sandbox) release(ctx context.Context) error {
 		client.Close()
 	}
 	var errs []error
-	// --force kills a running container first.
+	// SIGKILL to everything in the sandbox's cgroup first (the sentry,
+	// its gofer and stubs): runsc delete would first ask the sentry to
+	// end its processes, which waits for as long as the sentry does not
+	// answer (stopped, or busy). Then runsc removes its state.
+	if cg, err := s.b.cgroups.Open(s.id); err == nil {
+		if err := cg.Kill(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if out, err := s.b.runsc(ctx, "delete", "--force", s.id).CombinedOutput(); err != nil && !notExist(out) {
 		errs = append(errs, fmt.Errorf("runsc delete: %w: %s", err, strings.TrimSpace(string(out))))
 	}

@@ -503,8 +503,9 @@ func (b *Backend) Name() string { return "native" }
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
-		UserNS:          b.userNS != nil,
-		OOMKillsProcess: true,
+		UserNS:             b.userNS != nil,
+		OOMKillsProcess:    true,
+		PidsLimitFailsFork: true,
 		// With ExitWithHost every agent ends with this process.
 		Reattach: !b.opts.ExitWithHost,
 	}
