@@ -323,6 +323,11 @@ func (b *Backend) runsc(ctx context.Context, args ...string) *exec.Cmd {
 		// Writes go to the host's overlay (the sandbox's writable
 		// layer, kept across stop/start), not to the sentry's memory.
 		"--overlay2=none",
+		// The sentry opens no host file itself: its gofer does. With
+		// direct file access (runsc's default) the sentry keeps host
+		// root (capabilities dropped, chrooted); without, it runs as
+		// nobody in a user namespace of its own.
+		"--directfs=false",
 	}
 	return exec.CommandContext(ctx, b.opts.RunscPath, append(global, args...)...) //nolint:gosec // runsc is the operator's binary; args are ours
 }
@@ -508,7 +513,7 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 		return fmt.Errorf("agent binary: %w", err)
 	}
 	defer func() { _ = exe.Close() }()
-	logf, err := os.OpenFile(filepath.Join(rd, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	logf, err := os.OpenFile(filepath.Join(rd, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // under our own RunDir
 	if err != nil {
 		return err
 	}
