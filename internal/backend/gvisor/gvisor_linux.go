@@ -276,17 +276,23 @@ func (b *Backend) IDs() ([]string, error) {
 // and root mounts of sandboxes keep does not claim are removed.
 func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 	seen := map[string]bool{}
-	for _, dir := range []string{filepath.Join(b.opts.RunDir, runscState), b.opts.RunDir} {
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, err
+	// runsc's state files are "<sandbox>_sandbox:<container>.state".
+	ents, err := os.ReadDir(filepath.Join(b.opts.RunDir, runscState))
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if _, c, ok := strings.Cut(e.Name(), "_sandbox:"); ok && strings.HasSuffix(c, ".state") {
+			seen[strings.TrimSuffix(c, ".state")] = true
 		}
-		for _, e := range ents {
-			id := strings.TrimSuffix(strings.TrimSuffix(e.Name(), ".state"), ".lock")
-			if strings.HasPrefix(id, ".") || strings.HasPrefix(id, "runsc-") {
-				continue
-			}
-			seen[id] = true
+	}
+	// Bundles.
+	if ents, err = os.ReadDir(b.opts.RunDir); err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			seen[e.Name()] = true
 		}
 	}
 	ids, err := b.IDs()
@@ -873,6 +879,32 @@ func unescape(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// Close releases what the backend holds beside its sandboxes (which it
+// leaves as they are): the network namespace runsc bind-mounts into its
+// state directory once, for its gofers (stacked, when runsc made it more
+// than once concurrently).
+func (b *Backend) Close() error {
+	p := filepath.Join(b.opts.RunDir, runscState, "null-netns")
+	for unix.Unmount(p, unix.MNT_DETACH) == nil {
+	}
+	// runsc makes the prefix in every hierarchy, beyond those Warren's
+	// manager knows, and removes only each sandbox's own below it.
+	if own, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for _, l := range strings.Split(string(own), "\n") {
+			f := strings.SplitN(l, ":", 3)
+			if len(f) != 3 {
+				continue
+			}
+			ctrl := strings.TrimPrefix(f[1], "name=")
+			if ctrl == "" {
+				ctrl = "unified"
+			}
+			_ = unix.Rmdir(filepath.Join("/sys/fs/cgroup", ctrl, f[2], b.opts.CgroupPrefix)) // empty ones only
+		}
+	}
+	return b.cgroups.Close()
 }
 
 // Cgroups lists the sandbox cgroups under the backend's prefix (for leak

@@ -51,7 +51,11 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
 		_, _ = shared.ReapOrphans(nil)
-		_ = os.RemoveAll(sharedBase)
+		_ = shared.Close()
+		if err := os.RemoveAll(sharedBase); err != nil {
+			fmt.Fprintf(os.Stderr, "leftovers: %v\n", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }

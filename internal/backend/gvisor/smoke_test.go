@@ -2,11 +2,14 @@ package gvisor_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/gvisor"
 	"github.com/warren-sandbox/warren/internal/conformance"
 )
 
@@ -27,5 +30,29 @@ func TestStartExecStop(t *testing.T) {
 	case <-sb.Done():
 	default:
 		t.Fatal("Done open after Stop")
+	}
+}
+
+// TestReapOrphans: a sandbox whose server is gone (here: one the reaper
+// is not told to keep) has its sentry killed, its runsc state deleted
+// and its root unmounted; one it keeps is left running.
+func TestReapOrphans(t *testing.T) {
+	h := harness(t)
+	b := h.Backend.(*gvisor.Backend)
+	orphan := h.Sandbox(t, backend.Config{})
+	kept := h.Sandbox(t, backend.Config{})
+	pid := orphan.(*gvisor.Sandbox).Pid()
+	removed, err := b.ReapOrphans(func(id string) bool { return id != orphan.ID() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != orphan.ID() {
+		t.Fatalf("reaped %v, want [%s]", removed, orphan.ID())
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(b), ") Z ") {
+		t.Errorf("the orphan's sentry %d still runs", pid)
+	}
+	if r := conformance.Exec(t, kept, 10*time.Second, "/bin/true"); r.Code != 0 {
+		t.Errorf("the kept sandbox: %+v", r.ExitStatus)
 	}
 }
