@@ -64,8 +64,7 @@ func run(status *os.File) error {
 		_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
 	}
 	cfgFile := inherited(boot.FDConfig, "config")
-	lf := passed(boot.FDListener, "listener")
-	if cfgFile == nil || lf == nil || status == nil {
+	if cfgFile == nil || status == nil {
 		return fmt.Errorf("started without the host's descriptors; warren-agent is run by warren, not by hand")
 	}
 	// A pooled agent mounts what every sandbox has while it waits for
@@ -93,11 +92,19 @@ func run(status *os.File) error {
 			os.Exit(0)
 		}()
 	}
-	l, err := net.FileListener(lf)
+	var l net.Listener
+	if cfg.ConnsByFD {
+		// A connected socket the host sends connections on; the
+		// listener owns it, and the host's end closing ends it.
+		l, err = boot.ConnListener(inherited(boot.FDListener, "listener"))
+	} else {
+		lf := passed(boot.FDListener, "listener")
+		l, err = net.FileListener(lf)
+		_ = lf.Close()
+	}
 	if err != nil {
 		return fmt.Errorf("listener: %w", err)
 	}
-	_ = lf.Close()
 	cf := passed(boot.FDConn, "conn")
 	first, err := net.FileConn(cf)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/agent"
+	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
 )
 
@@ -260,7 +261,41 @@ type Backend interface {
 	// ReapOrphans removes runtime leftovers of sandboxes whose agent died
 	// and for which keep (nil: none) is false; it returns their ids.
 	ReapOrphans(keep func(id string) bool) ([]string, error)
+	// Capabilities declares what this backend's sandboxes do where
+	// backends may differ. It is fixed for the backend's life.
+	Capabilities() Capabilities
 }
+
+// Capabilities are the behaviours that may differ between backends,
+// declared rather than discovered: the conformance suite reads them and
+// tests each declared behaviour, so a difference is a stated property of
+// a backend, never a check that silently does not apply.
+type Capabilities struct {
+	// SecondKernel: sandbox code's system calls are answered by a kernel
+	// of the backend's own (gVisor's sentry), not the host's.
+	SecondKernel bool
+	// UserNS: sandbox root is an unprivileged host uid, through a user
+	// namespace the backend maps (false: root inside is host root where
+	// the host kernel is concerned, kept in by capabilities and seccomp,
+	// or by a second kernel).
+	UserNS bool
+	// OOMKillsProcess: the memory limit kills the one process that went
+	// over it with SIGKILL, counted by OOMKills, and the sandbox lives
+	// on (false: going over it ends the whole sandbox).
+	OOMKillsProcess bool
+	// PidsLimitFailsFork: a fork past Config.PidsMax fails with EAGAIN
+	// and the sandbox lives on (false: the limit holds the whole
+	// sandbox, and going past it ends it).
+	PidsLimitFailsFork bool
+	// Reattach: a running sandbox outlives the process that started it,
+	// and Backend.Open attaches to its agent (false: Open finds it
+	// stopped, its files kept).
+	Reattach bool
+}
+
+// ErrUnsupported marks a setting the backend cannot honour (a sandbox
+// with it is refused, never started without it).
+var ErrUnsupported = errdefs.Errorf(errdefs.ErrInvalid, "not supported by this isolation backend")
 
 // Sandbox is one sandbox's lifecycle and agent connection.
 type Sandbox interface {

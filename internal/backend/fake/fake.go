@@ -120,6 +120,10 @@ func (b *Backend) Close() {
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "fake" }
 
+// Capabilities implements backend.Backend: the fake runs nothing, so it
+// declares none of the behaviours a real kernel gives.
+func (b *Backend) Capabilities() backend.Capabilities { return backend.Capabilities{} }
+
 // Create implements backend.Backend.
 func (b *Backend) Create(_ context.Context, cfg backend.Config) (backend.Sandbox, error) {
 	if err := cfg.Validate(); err != nil {

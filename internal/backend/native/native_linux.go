@@ -502,6 +502,17 @@ func (b *Backend) Close() error {
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "native" }
 
+// Capabilities implements backend.Backend.
+func (b *Backend) Capabilities() backend.Capabilities {
+	return backend.Capabilities{
+		UserNS:             b.userNS != nil,
+		OOMKillsProcess:    true,
+		PidsLimitFailsFork: true,
+		// With ExitWithHost every agent ends with this process.
+		Reattach: !b.opts.ExitWithHost,
+	}
+}
+
 // UserNS reports the storage range, which files on disk (upper layers,
 // image layers) are owned by, or nil when sandboxes run without a user
 // namespace. Without per-sandbox ranges (UIDRanges) sandboxes run as it.

@@ -40,6 +40,10 @@ func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launch
 		staged.Discard()
 		return nil, errors.New("setup: no seccomp filter or no_new_privs in the config")
 	}
+	if cfg.Prepared {
+		staged.Discard()
+		return applyPrepared(cfg, mark)
+	}
 	stdAt := -1
 	if staged != nil {
 		if at, ok := staged.fits(s); ok {
@@ -575,4 +579,49 @@ func writeResolvConf(ns string) error {
 		return fmt.Errorf("resolv.conf: %w", err)
 	}
 	return f.Close()
+}
+
+// applyPrepared is Apply for an agent an OCI runtime started
+// (boot.Config.Prepared): the runtime made the root, its mounts and masks,
+// the hostname and the network, so what is left is what concerns the
+// processes the agent starts. The runtime's sandbox has no cgroup
+// namespace of its own to enter and no workload cgroup to join: its
+// limits hold the whole sandbox, the agent included.
+func applyPrepared(cfg *boot.Config, mark func(string)) (*Launcher, error) {
+	s := cfg.Spec
+	for _, rl := range s.Process.Rlimits {
+		if err := setRlimit(rl); err != nil {
+			return nil, err
+		}
+	}
+	cwd := s.Process.Cwd
+	if cwd == "" {
+		cwd = "/"
+	}
+	if err := os.MkdirAll(cwd, 0o755); err != nil { //nolint:gosec // as in Apply
+		return nil, fmt.Errorf("create working directory: %w", err)
+	}
+	if err := unix.Chdir(cwd); err != nil {
+		return nil, fmt.Errorf("enter working directory: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("set non-dumpable: %w", err)
+	}
+	mark("mask_and_misc")
+	launcher, err := NewLauncher(s.Process.Capabilities, false, cfg.TimerSlack, 0)
+	if err != nil {
+		return nil, err
+	}
+	mark("launcher")
+	prog, err := seccomp.Decode(cfg.SeccompFilter)
+	if err != nil {
+		launcher.Close()
+		return nil, fmt.Errorf("seccomp filter: %w", err)
+	}
+	if err := seccomp.Install(prog); err != nil {
+		launcher.Close()
+		return nil, fmt.Errorf("install seccomp filter: %w", err)
+	}
+	mark("seccomp")
+	return launcher, nil
 }

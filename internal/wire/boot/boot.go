@@ -58,6 +58,16 @@ type Config struct {
 	// agent's own threads stay in a cgroup whose pids the workload cannot
 	// take.
 	Workload int `json:"-"`
+	// Prepared says an OCI runtime started the agent (the gvisor
+	// backend's runsc): the root, its mounts, masks, hostname and
+	// network exist already, and the agent applies only what concerns
+	// processes (rlimits, working directory, capabilities, seccomp).
+	Prepared bool `json:"prepared,omitempty"`
+	// ConnsByFD says FDListener is not a listening socket but a connected
+	// one on which the host sends each new connection as a descriptor
+	// (SendConn; ConnListener serves them): a runtime that passes only
+	// connected sockets into the sandbox cannot pass a listener.
+	ConnsByFD bool `json:"conns_by_fd,omitempty"`
 }
 
 // Spec is the part of an OCI runtime spec the agent applies, under the OCI

@@ -42,6 +42,8 @@ func encodeConfig(c *Config) []byte {
 	e.str(c.Nameserver)
 	e.uint(uint64(c.Procs))
 	e.uint(c.TimerSlack)
+	e.bool(c.Prepared)
+	e.bool(c.ConnsByFD)
 	return e.b
 }
 
@@ -66,6 +68,8 @@ func decodeConfig(b []byte) (*Config, error) {
 	c.Nameserver = d.str()
 	c.Procs = d.uint32()
 	c.TimerSlack = d.uint()
+	c.Prepared = d.bool()
+	c.ConnsByFD = d.bool()
 	if d.err == nil && len(d.b) > 0 {
 		d.fail(fmt.Sprintf("%d bytes after the end", len(d.b)))
 	}
