@@ -111,10 +111,10 @@ func (p *scrubber) value(m mode, depth int) bool {
 		return false
 	}
 	switch lit := p.in[start:p.i]; {
-	case m == keep:
-		p.emit(lit)
 	case m == env && lit[0] != 'n': // null stays null
 		p.emit(redactedJSON)
+	case m != skip:
+		p.emit(lit)
 	}
 	return true
 }

@@ -99,6 +99,7 @@ func TestParamsAsParsed(t *testing.T) {
 		`{"n":[-0,0.5,1e10,-1.5E-7,123456789012345678901234567890]}`,
 		` [ 1 , "x" , { "env" : [ "K=V" ] } , true , false , null ] `,
 		`"a string"`, `12`, `null`, `{}`, `[]`, `{"a":{}}`,
+		`{"env":null,"x":1}`, `{"env":true}`, `{"env":-1.5}`, `{"env":"K=V"}`, `{"env":[]}`, `{"env":{}}`, `{"token":null}`,
 		`{"long":"` + strings.Repeat("é", 400) + `","env":["` + strings.Repeat("N", 300) + `=v"]}`,
 		// Not JSON: the marker.
 		`{`, `{"a":}`, `{"a":1,}`, `[1,]`, `{"a" 1}`, `{'a':1}`, `{"a":01}`, `{"a":1.}`, `{"a":.5}`, `{"a":-}`,
