@@ -54,8 +54,10 @@ func (h *Harness) pause(t *testing.T) {
 	if after.CPUUsage != before.CPUUsage {
 		t.Errorf("paused sandbox used %v of CPU in 300 ms", after.CPUUsage-before.CPUUsage)
 	}
-	if after.MemoryBytes != before.MemoryBytes || after.MemoryBytes < 48<<20 {
-		t.Errorf("paused sandbox's memory went from %d to %d bytes (want it kept, >= 48 MiB)", before.MemoryBytes, after.MemoryBytes)
+	// Kept, to the kernel's own bookkeeping: its per-CPU charge caches
+	// and freed kernel objects move the count by some pages meanwhile.
+	if d := after.MemoryBytes - before.MemoryBytes; d > 1<<20 || d < -1<<20 || after.MemoryBytes < 48<<20 {
+		t.Errorf("paused sandbox's memory went from %d to %d bytes (want it kept within 1 MiB, >= 48 MiB)", before.MemoryBytes, after.MemoryBytes)
 	}
 	if err := p.Resume(ctx); err != nil {
 		t.Fatal(err)
