@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -81,12 +80,13 @@ env = "DB_PASSWORD"
 	s := startServer(t, "--dns-upstream", in.DNS.String(), "--config", cfgPath, "--egress-upstream-ca", in.CAFile)
 	t.Logf("fake internet and server up in %v", time.Since(start))
 
-	// Every answer of the server but the output of what the sandbox ran
-	// (the echo server's answers and env mode's values are the sandbox's
-	// to print), scanned at the end.
-	var responses bytes.Buffer
+	// Every answer of the server, by who said it (scanned at the end),
+	// and the methods called.
+	ans := newAnswers()
+	reflected := false // the next answers carry what a grant's host echoed
 	rpc := func(key, method string, params any) (json.RawMessage, *rpcError) {
 		t.Helper()
+		ans.called[method] = true
 		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 		req, _ := http.NewRequest("POST", s.url+"/api/v1/rpc", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -97,8 +97,13 @@ env = "DB_PASSWORD"
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		if method != "sandbox.exec" {
-			responses.Write(raw)
+		switch {
+		case reflected:
+			ans.add(byGrantHost, raw)
+		case sandboxOutput[method]:
+			ans.add(bySandbox, raw)
+		default:
+			ans.add(byServer, raw)
 		}
 		var ans struct {
 			Result json.RawMessage `json:"result"`
@@ -171,6 +176,8 @@ env = "DB_PASSWORD"
 	}
 	echo := func(url string, extra string) map[string]any {
 		t.Helper()
+		reflected = true
+		defer func() { reflected = false }()
 		out := sh(`curl -sS --max-time 20 ` + extra + ` -H "Authorization: Bearer $OPENAI_API_KEY" --data "k=$OPENAI_API_KEY" "` + url + `?key=$OPENAI_API_KEY"`)
 		var m map[string]any
 		if err := json.Unmarshal([]byte(out), &m); err != nil {
@@ -263,16 +270,23 @@ EOF`)
 		t.Errorf("a 0644 secret file: %v", err)
 	}
 
-	// Everything the server said or wrote.
-	for _, m := range []string{"sandbox.get", "sandbox.logs", "sandbox.egress.log", "sandbox.metrics.get"} {
-		must(m, map[string]any{"sandbox": "sec", "namespace": ns})
-	}
-	must("sandbox.list", map[string]any{"namespace": ns})
+	// Every method of the server's, the WebSocket and the HTTP routes,
+	// on the running sandbox with its secrets (secrets_scan_test.go).
+	t.Run("every-method", func(t *testing.T) {
+		everyMethod(t, s, ans, func(key, method string, params any) (json.RawMessage, error) {
+			r, err := rpc(key, method, params)
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		}, envValue, "warren-secret-openai-", envValue+" "+rotated)
+	})
 	req, _ := http.NewRequest("GET", s.url+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+s.admin)
 	if resp, err := s.client.Do(req); err == nil {
-		_, _ = io.Copy(&responses, resp.Body)
+		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
+		ans.add(byServer, b)
 	} else {
 		t.Error(err)
 	}
@@ -283,42 +297,10 @@ EOF`)
 	if left, _ := os.ReadDir(filepath.Join(s.run, "secrets")); len(left) > 0 {
 		t.Errorf("the stopped sandbox's secrets state is left: %v", left)
 	}
-	scanned := map[string][]byte{"responses": responses.Bytes(), "server log": []byte(s.log.String())}
-	for _, root := range []string{s.data, s.run} {
-		dev := devOf(root)
-		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil //nolint:nilerr // a file gone meanwhile holds nothing to scan
-			}
-			if d.IsDir() && devOf(p) != dev {
-				return filepath.SkipDir // a mount: a sandbox's root
-			}
-			if info, err := d.Info(); err == nil && info.Mode().IsRegular() && info.Size() < 256<<20 {
-				if b, err := os.ReadFile(p); err == nil {
-					scanned[p] = b
-				}
-			}
-			return nil
-		})
-	}
-	dbs := 0
-	for name, b := range scanned {
-		if strings.Contains(name, ".db") {
-			dbs++
-		}
-		for _, v := range values {
-			if bytes.Contains(b, []byte(v)) {
-				t.Errorf("a secret value (%.7s...) is in %s", v, name)
-			}
-		}
-	}
-	if dbs == 0 || len(responses.Bytes()) == 0 {
-		t.Errorf("scanned %d database files and %d bytes of responses", dbs, responses.Len())
-	}
+	scanEverything(t, s, ans, values, []string{envValue})
 	if now, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); !bytes.Equal(now, hostBundle) {
 		t.Error("the host's trust store changed")
 	}
-	t.Logf("scanned %d files and %d bytes of responses", len(scanned), responses.Len())
 }
 
 func devOf(p string) uint64 {

@@ -151,6 +151,9 @@ func (m *Manager) dropSecrets(e *entry) {
 // proxy-mode secrets again: the former server's CA and placeholders, the
 // values read again.
 func (m *Manager) restoreSecrets(ctx context.Context, e *entry) error {
+	if len(e.spec.Secrets) > 0 {
+		m.opts.Secrets.Remember(ctx, e.ns, e.spec.Secrets)
+	}
 	if m.opts.SecretsDir == "" || len(e.spec.Secrets) == 0 {
 		return nil
 	}

@@ -78,6 +78,15 @@ func ValidName(s string) bool { return nameRE.MatchString(s) }
 type Store struct {
 	providers map[string]Provider
 	grants    map[string]map[string]Grant // namespace → name → grant
+	scrub     *Scrubber                   // told every value read (nil: none)
+}
+
+// ScrubWith makes sc know every value the store reads from now on. A nil
+// store reads none.
+func (s *Store) ScrubWith(sc *Scrubber) {
+	if s != nil {
+		s.scrub = sc
+	}
 }
 
 // Open builds the store of cfg, reporting every problem at once.
@@ -266,6 +275,7 @@ func (s *Store) Resolve(ctx context.Context, ns, label string, names []string) (
 			// value; the operator fixes it, the caller is told which.
 			return nil, errdefs.Errorf(errdefs.ErrUnavailable, "secret %q (provider %q): %w", n, g.Provider, err)
 		}
+		s.scrub.Add(v)
 		switch g.Mode {
 		case ModeEnv:
 			if bytes.IndexByte(v.Reveal(), 0) >= 0 {
