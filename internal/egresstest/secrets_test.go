@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,7 +72,16 @@ provider = "env"
 key = "DB"
 mode = "env"
 env = "DB_PASSWORD"
-`, secretsDir, ns, ns, ns)
+
+[namespaces.%s-ro]
+read_only_root = true
+[[namespaces.%s-ro.secrets]]
+name = "openai"
+provider = "files"
+key = "openai_key"
+env = "OPENAI_API_KEY"
+hosts = ["allowed.test"]
+`, secretsDir, ns, ns, ns, ns, ns)
 	cfgPath := filepath.Join(dir, "warren.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -212,6 +222,41 @@ env = "DB_PASSWORD"
 		// The CA vouches for the grant's host alone.
 		if out := sh(`curl -sS --max-time 20 https://a.wild.test/echo 2>&1 || echo FAILED`); !strings.Contains(out, "FAILED") {
 			t.Errorf("a.wild.test was trusted without the fake internet's CA: %s", out)
+		}
+	})
+	t.Run("read-only-root", func(t *testing.T) {
+		// A namespace whose sandboxes' root is read-only: the CA is in
+		// the trust store all the same, and the root stays read-only.
+		roNS := ns + "-ro"
+		if _, err := rpc(s.admin, "sandbox.create", map[string]any{"name": "ro", "namespace": roNS, "egress": []string{"allowed.test"}, "secrets": []string{"openai"}}); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		defer func() { _, _ = rpc(s.admin, "sandbox.remove", map[string]any{"sandbox": "ro", "namespace": roNS}) }()
+		reflected = true
+		defer func() { reflected = false }()
+		raw, rerr := rpc(s.admin, "sandbox.exec", map[string]any{"sandbox": "ro", "namespace": roNS, "timeout": 60, "argv": []string{"sh", "-c", `
+curl -sS --max-time 20 -H "Authorization: Bearer $OPENAI_API_KEY" https://allowed.test/echo
+echo
+python3 -c 'import os, urllib.request, json; r = urllib.request.Request("https://allowed.test/echo", headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}); print(json.load(urllib.request.urlopen(r, timeout=20))["authorization"] == "Bearer " + os.environ["OPENAI_API_KEY"])'
+touch /etc/ssl/certs/x /usr/x /x 2>&1 | wc -l`}})
+		if rerr != nil {
+			t.Fatalf("exec: %v", rerr)
+		}
+		var r execResult
+		_ = json.Unmarshal(raw, &r)
+		lines := slices.DeleteFunc(strings.Split(r.Stdout, "\n"), func(l string) bool { return l == "" })
+		if len(lines) != 3 {
+			t.Fatalf("exit %d: %s %s", r.ExitCode, r.Stdout, r.Stderr)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(lines[0]), &m); err != nil || m["authorization"] != "Bearer "+fileValue || m["tls"] != true {
+			t.Errorf("curl over HTTPS from a read-only root: %s %s", lines[0], r.Stderr)
+		}
+		if lines[1] != "False" {
+			t.Errorf("python over HTTPS from a read-only root: the server got the placeholder (%s) %s", lines[1], r.Stderr)
+		}
+		if lines[2] != "3" {
+			t.Errorf("the root (its trust store included) is not read-only: %s of 3 writes refused", lines[2])
 		}
 	})
 	t.Run("keep-alive-host", func(t *testing.T) {

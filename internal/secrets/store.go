@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/warren-sandbox/warren/internal/cabundle"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
@@ -255,7 +256,7 @@ type Delivery struct {
 // BundlePath is where a sandbox with proxy-mode secrets finds a trust
 // store holding the image's CAs and its own (SSL_CERT_FILE and the like
 // name it).
-const BundlePath = "/etc/ssl/certs/ca-certificates.crt"
+const BundlePath = cabundle.Path
 
 // Resolve reads the values of names, granted to ns (Check first), from
 // their providers, and makes the delivery of a start: a new placeholder

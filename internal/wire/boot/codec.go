@@ -40,6 +40,7 @@ func encodeConfig(c *Config) []byte {
 	e.str(c.User)
 	e.bool(c.Lifeline)
 	e.str(c.Nameserver)
+	e.bytes(c.TrustCA)
 	e.uint(uint64(c.Procs))
 	e.uint(c.TimerSlack)
 	return e.b
@@ -64,6 +65,7 @@ func decodeConfig(b []byte) (*Config, error) {
 	c.User = d.str()
 	c.Lifeline = d.bool()
 	c.Nameserver = d.str()
+	c.TrustCA = d.bytes()
 	c.Procs = d.uint32()
 	c.TimerSlack = d.uint()
 	if d.err == nil && len(d.b) > 0 {
