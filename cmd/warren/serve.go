@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/rpc"
 	"github.com/warren-sandbox/warren/internal/sandbox"
+	"github.com/warren-sandbox/warren/internal/secrets"
 	"github.com/warren-sandbox/warren/internal/workspace"
 )
 
@@ -171,20 +173,24 @@ func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
 	return fs, nil
 }
 
-func (c *serveConfig) logger() *slog.Logger {
+// logger writes to w (stderr behind the secrets scrubber).
+func (c *serveConfig) logger(w io.Writer) *slog.Logger {
 	level := slog.LevelInfo
 	if c.hf.verbose {
 		level = slog.LevelDebug
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	if c.logText {
-		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+		return slog.New(slog.NewTextHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	return slog.New(slog.NewJSONHandler(w, opts))
 }
 
 func serve(ctx context.Context, c *serveConfig) error {
-	log := c.logger()
+	// Knows every secret value read at a start, and replaces any in the
+	// log and the audit log (defence in depth: none is put there).
+	scrub := secrets.NewScrubber()
+	log := c.logger(scrub.Writer(os.Stderr))
 	if c.policy != nil {
 		// SIGHUP reloads the file; without one, SIGHUP keeps its default
 		// (it ends the server, as before).
@@ -242,7 +248,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
-	auditLog, err := c.openAudit()
+	auditLog, err := c.openAudit(scrub)
 	if err != nil {
 		return err
 	}
@@ -339,6 +345,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err != nil {
 		return err
 	}
+	secretStore.ScrubWith(scrub)
 	wss, err := c.workspaces(ctx, be, log)
 	if err != nil {
 		return err
@@ -504,7 +511,7 @@ func routes(api *rpc.Server, mcpHandler http.Handler) http.Handler {
 }
 
 // openAudit opens the audit log, unless --audit=false.
-func (c *serveConfig) openAudit() (*audit.Log, error) {
+func (c *serveConfig) openAudit(scrub *secrets.Scrubber) (*audit.Log, error) {
 	if !c.audit {
 		return nil, nil
 	}
@@ -515,7 +522,7 @@ func (c *serveConfig) openAudit() (*audit.Log, error) {
 	if c.auditCheckpointing <= 0 {
 		return nil, fmt.Errorf("--audit-checkpoint-interval %s: want a positive duration", c.auditCheckpointing)
 	}
-	return audit.Open(audit.Options{Dir: dir, CheckpointInterval: c.auditCheckpointing})
+	return audit.Open(audit.Options{Dir: dir, CheckpointInterval: c.auditCheckpointing, Redact: scrub.ScrubJSON})
 }
 
 // auditor is l as the manager's Auditor: nil stays an untyped nil.

@@ -59,6 +59,12 @@ type Config struct {
 	// WritablePaths are the extra writable paths of a ReadOnlyRoot
 	// sandbox (ValidateWritablePaths).
 	WritablePaths []string
+	// TrustCA, when set, is a CA certificate (PEM) the backend puts in
+	// the sandbox's system trust store (cabundle.Append, at cabundle.Path
+	// and where the image keeps its bundle) at each start, before any of
+	// its processes runs and before a ReadOnlyRoot turns read-only. It
+	// lands in the sandbox's writable layer, never the image's.
+	TrustCA []byte
 }
 
 // AlwaysWritable are the paths a ReadOnlyRoot sandbox can write to

@@ -7,11 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,7 +72,16 @@ provider = "env"
 key = "DB"
 mode = "env"
 env = "DB_PASSWORD"
-`, secretsDir, ns, ns, ns)
+
+[namespaces.%s-ro]
+read_only_root = true
+[[namespaces.%s-ro.secrets]]
+name = "openai"
+provider = "files"
+key = "openai_key"
+env = "OPENAI_API_KEY"
+hosts = ["allowed.test"]
+`, secretsDir, ns, ns, ns, ns, ns)
 	cfgPath := filepath.Join(dir, "warren.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
@@ -81,12 +90,13 @@ env = "DB_PASSWORD"
 	s := startServer(t, "--dns-upstream", in.DNS.String(), "--config", cfgPath, "--egress-upstream-ca", in.CAFile)
 	t.Logf("fake internet and server up in %v", time.Since(start))
 
-	// Every answer of the server but the output of what the sandbox ran
-	// (the echo server's answers and env mode's values are the sandbox's
-	// to print), scanned at the end.
-	var responses bytes.Buffer
+	// Every answer of the server, by who said it (scanned at the end),
+	// and the methods called.
+	ans := newAnswers()
+	reflected := false // the next answers carry what a grant's host echoed
 	rpc := func(key, method string, params any) (json.RawMessage, *rpcError) {
 		t.Helper()
+		ans.called[method] = true
 		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
 		req, _ := http.NewRequest("POST", s.url+"/api/v1/rpc", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -97,8 +107,13 @@ env = "DB_PASSWORD"
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		if method != "sandbox.exec" {
-			responses.Write(raw)
+		switch {
+		case reflected:
+			ans.add(byGrantHost, raw)
+		case sandboxOutput[method]:
+			ans.add(bySandbox, raw)
+		default:
+			ans.add(byServer, raw)
 		}
 		var ans struct {
 			Result json.RawMessage `json:"result"`
@@ -171,6 +186,8 @@ env = "DB_PASSWORD"
 	}
 	echo := func(url string, extra string) map[string]any {
 		t.Helper()
+		reflected = true
+		defer func() { reflected = false }()
 		out := sh(`curl -sS --max-time 20 ` + extra + ` -H "Authorization: Bearer $OPENAI_API_KEY" --data "k=$OPENAI_API_KEY" "` + url + `?key=$OPENAI_API_KEY"`)
 		var m map[string]any
 		if err := json.Unmarshal([]byte(out), &m); err != nil {
@@ -205,6 +222,41 @@ env = "DB_PASSWORD"
 		// The CA vouches for the grant's host alone.
 		if out := sh(`curl -sS --max-time 20 https://a.wild.test/echo 2>&1 || echo FAILED`); !strings.Contains(out, "FAILED") {
 			t.Errorf("a.wild.test was trusted without the fake internet's CA: %s", out)
+		}
+	})
+	t.Run("read-only-root", func(t *testing.T) {
+		// A namespace whose sandboxes' root is read-only: the CA is in
+		// the trust store all the same, and the root stays read-only.
+		roNS := ns + "-ro"
+		if _, err := rpc(s.admin, "sandbox.create", map[string]any{"name": "ro", "namespace": roNS, "egress": []string{"allowed.test"}, "secrets": []string{"openai"}}); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		defer func() { _, _ = rpc(s.admin, "sandbox.remove", map[string]any{"sandbox": "ro", "namespace": roNS}) }()
+		reflected = true
+		defer func() { reflected = false }()
+		raw, rerr := rpc(s.admin, "sandbox.exec", map[string]any{"sandbox": "ro", "namespace": roNS, "timeout": 60, "argv": []string{"sh", "-c", `
+curl -sS --max-time 20 -H "Authorization: Bearer $OPENAI_API_KEY" https://allowed.test/echo
+echo
+python3 -c 'import os, urllib.request, json; r = urllib.request.Request("https://allowed.test/echo", headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]}); print(json.load(urllib.request.urlopen(r, timeout=20))["authorization"] == "Bearer " + os.environ["OPENAI_API_KEY"])'
+touch /etc/ssl/certs/x /usr/x /x 2>&1 | wc -l`}})
+		if rerr != nil {
+			t.Fatalf("exec: %v", rerr)
+		}
+		var r execResult
+		_ = json.Unmarshal(raw, &r)
+		lines := slices.DeleteFunc(strings.Split(r.Stdout, "\n"), func(l string) bool { return l == "" })
+		if len(lines) != 3 {
+			t.Fatalf("exit %d: %s %s", r.ExitCode, r.Stdout, r.Stderr)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(lines[0]), &m); err != nil || m["authorization"] != "Bearer "+fileValue || m["tls"] != true {
+			t.Errorf("curl over HTTPS from a read-only root: %s %s", lines[0], r.Stderr)
+		}
+		if lines[1] != "False" {
+			t.Errorf("python over HTTPS from a read-only root: the server got the placeholder (%s) %s", lines[1], r.Stderr)
+		}
+		if lines[2] != "3" {
+			t.Errorf("the root (its trust store included) is not read-only: %s of 3 writes refused", lines[2])
 		}
 	})
 	t.Run("keep-alive-host", func(t *testing.T) {
@@ -263,16 +315,23 @@ EOF`)
 		t.Errorf("a 0644 secret file: %v", err)
 	}
 
-	// Everything the server said or wrote.
-	for _, m := range []string{"sandbox.get", "sandbox.logs", "sandbox.egress.log", "sandbox.metrics.get"} {
-		must(m, map[string]any{"sandbox": "sec", "namespace": ns})
-	}
-	must("sandbox.list", map[string]any{"namespace": ns})
+	// Every method of the server's, the WebSocket and the HTTP routes,
+	// on the running sandbox with its secrets (secrets_scan_test.go).
+	t.Run("every-method", func(t *testing.T) {
+		everyMethod(t, s, ans, func(key, method string, params any) (json.RawMessage, error) {
+			r, err := rpc(key, method, params)
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		}, envValue, "warren-secret-openai-", envValue+" "+rotated)
+	})
 	req, _ := http.NewRequest("GET", s.url+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+s.admin)
 	if resp, err := s.client.Do(req); err == nil {
-		_, _ = io.Copy(&responses, resp.Body)
+		b, _ := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
+		ans.add(byServer, b)
 	} else {
 		t.Error(err)
 	}
@@ -283,42 +342,10 @@ EOF`)
 	if left, _ := os.ReadDir(filepath.Join(s.run, "secrets")); len(left) > 0 {
 		t.Errorf("the stopped sandbox's secrets state is left: %v", left)
 	}
-	scanned := map[string][]byte{"responses": responses.Bytes(), "server log": []byte(s.log.String())}
-	for _, root := range []string{s.data, s.run} {
-		dev := devOf(root)
-		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil //nolint:nilerr // a file gone meanwhile holds nothing to scan
-			}
-			if d.IsDir() && devOf(p) != dev {
-				return filepath.SkipDir // a mount: a sandbox's root
-			}
-			if info, err := d.Info(); err == nil && info.Mode().IsRegular() && info.Size() < 256<<20 {
-				if b, err := os.ReadFile(p); err == nil {
-					scanned[p] = b
-				}
-			}
-			return nil
-		})
-	}
-	dbs := 0
-	for name, b := range scanned {
-		if strings.Contains(name, ".db") {
-			dbs++
-		}
-		for _, v := range values {
-			if bytes.Contains(b, []byte(v)) {
-				t.Errorf("a secret value (%.7s...) is in %s", v, name)
-			}
-		}
-	}
-	if dbs == 0 || len(responses.Bytes()) == 0 {
-		t.Errorf("scanned %d database files and %d bytes of responses", dbs, responses.Len())
-	}
+	scanEverything(t, s, ans, values, []string{envValue})
 	if now, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt"); !bytes.Equal(now, hostBundle) {
 		t.Error("the host's trust store changed")
 	}
-	t.Logf("scanned %d files and %d bytes of responses", len(scanned), responses.Len())
 }
 
 func devOf(p string) uint64 {

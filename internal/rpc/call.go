@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/http"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -107,6 +108,19 @@ func (s *Server) methodTable() map[string]method {
 		"key.list":               strict(s.keyList),
 		"key.revoke":             strict(s.keyRevoke),
 	}
+}
+
+// MethodNames lists the JSON-RPC methods a server serves, sorted: the
+// table itself, so a test that must exercise every method (the secrets
+// scan, the params fuzz target) learns of a new one.
+func MethodNames() []string {
+	t := (&Server{}).methodTable() // method values only: nothing runs
+	names := make([]string, 0, len(t))
+	for n := range t {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // call is one method invocation.

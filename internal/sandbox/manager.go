@@ -856,13 +856,6 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 		m.workspaceDown(ctx, e)
 		return err
 	}
-	if sec.Proxy != nil {
-		if err := installCA(context.WithoutCancel(ctx), e.sb, sec.Proxy.CA().PEM()); err != nil {
-			closePorts(ports)
-			_ = e.sb.Stop(context.WithoutCancel(ctx))
-			return err
-		}
-	}
 	if err := m.keepSecrets(e, sec.Proxy); err != nil {
 		closePorts(ports)
 		_ = e.sb.Stop(context.WithoutCancel(ctx))

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/secrets"
-	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // A sandbox's secrets, seen from the manager. Invariants:
@@ -25,7 +23,8 @@ import (
 //   - a name the namespace has no grant for is refused (ErrForbidden)
 //     before anything is made;
 //   - with proxy-mode secrets, the sandbox's trust store holds the CA of
-//     the current start before Start returns, and the proxy has its
+//     the current start before its first process runs (the backend puts
+//     it there: backend.Config.TrustCA), and the proxy has its
 //     secrets from then until the stop (netDown clears them);
 //   - while it runs, a 0600 file of the run directory holds what a next
 //     server needs to go on with them (its CA, its placeholders, no
@@ -63,52 +62,18 @@ type secretsError struct{ error }
 func (e secretsError) Unwrap() error { return e.error }
 
 // withSecrets is cfg with d's environment added last (so it wins over
-// the spec's and the image's variables of the same names).
+// the spec's and the image's variables of the same names) and, with
+// proxy-mode secrets, the sandbox's CA for its trust store: the backend
+// installs it as the sandbox boots, before a read-only root turns
+// read-only.
 func withSecrets(cfg backend.Config, d *secrets.Delivery) backend.Config {
 	if len(d.Env) > 0 {
 		cfg.Env = append(slices.Clone(cfg.Env), d.Env...)
 	}
+	if d.Proxy != nil {
+		cfg.TrustCA = d.Proxy.CA().PEM()
+	}
 	return cfg
-}
-
-// bundleSources are where images keep their system trust store, in the
-// order looked for (Debian, Ubuntu, Alpine; Fedora, RHEL; others).
-var bundleSources = []string{secrets.BundlePath, "/etc/pki/tls/certs/ca-bundle.crt", "/etc/ssl/cert.pem"}
-
-// installCA puts the sandbox's CA in its trust store, through its agent:
-// the image's system bundle with the CA appended (a former start's CA
-// replaced), written where the image keeps it and at secrets.BundlePath,
-// which SSL_CERT_FILE and the like name. The writes land in the sandbox's
-// own upper layer; the image's layers are not touched.
-func installCA(ctx context.Context, sb backend.Sandbox, caPEM []byte) error {
-	cl := sb.Agent()
-	if cl == nil {
-		return fmt.Errorf("secrets: the sandbox's agent is not running")
-	}
-	var base []byte
-	src := ""
-	for _, p := range bundleSources {
-		if b, err := cl.ReadFile(ctx, p); err == nil {
-			base, src = b, p
-			break
-		}
-	}
-	bundle := secrets.AppendToBundle(base, caPEM)
-	targets := []string{secrets.BundlePath}
-	if src != "" && src != secrets.BundlePath {
-		targets = append(targets, src)
-	}
-	if src == "" {
-		if err := cl.Mkdir(ctx, wire.MkdirRequest{Path: "/etc/ssl/certs", Parents: true}); err != nil {
-			return fmt.Errorf("secrets: install the sandbox's CA: %w", err)
-		}
-	}
-	for _, p := range targets {
-		if err := cl.WriteFile(ctx, p, bytes.NewReader(bundle), 0o644); err != nil {
-			return fmt.Errorf("secrets: install the sandbox's CA in %s: %w", p, err)
-		}
-	}
-	return nil
 }
 
 // keepSecrets makes p e's proxy-mode secrets for this run, and keeps
@@ -151,6 +116,9 @@ func (m *Manager) dropSecrets(e *entry) {
 // proxy-mode secrets again: the former server's CA and placeholders, the
 // values read again.
 func (m *Manager) restoreSecrets(ctx context.Context, e *entry) error {
+	if len(e.spec.Secrets) > 0 {
+		m.opts.Secrets.Remember(ctx, e.ns, e.spec.Secrets)
+	}
 	if m.opts.SecretsDir == "" || len(e.spec.Secrets) == 0 {
 		return nil
 	}

@@ -122,29 +122,3 @@ func (c *CA) Leaf(name string) (*tls.Certificate, error) {
 	c.leaves[name] = leaf
 	return leaf, nil
 }
-
-// Bundle markers: the CA's block in a sandbox's system bundle, so the
-// next start replaces it rather than adding another.
-const (
-	bundleBegin = "# BEGIN warren sandbox CA (replaced at every start)\n"
-	bundleEnd   = "# END warren sandbox CA\n"
-)
-
-// AppendToBundle returns bundle (a PEM trust store, the image's) with
-// the CA's certificate at its end, in place of a block a former start
-// added. The bundle's own certificates are kept byte for byte.
-func AppendToBundle(bundle, caPEM []byte) []byte {
-	s := string(bundle)
-	if i := strings.Index(s, bundleBegin); i >= 0 {
-		rest := s[i:]
-		if j := strings.Index(rest, bundleEnd); j >= 0 {
-			s = s[:i] + rest[j+len(bundleEnd):]
-		} else {
-			s = s[:i]
-		}
-	}
-	if s != "" && !strings.HasSuffix(s, "\n") {
-		s += "\n"
-	}
-	return []byte(s + bundleBegin + string(caPEM) + bundleEnd)
-}

@@ -297,19 +297,6 @@ func TestCA(t *testing.T) {
 	if l1, _ := ca.Leaf("api.openai.test"); l1 != mustLeaf(t, ca, "api.openai.test") {
 		t.Error("leaf not cached")
 	}
-	bundle := []byte("-----BEGIN CERTIFICATE-----\nAAA\n-----END CERTIFICATE-----")
-	once := AppendToBundle(bundle, ca.PEM())
-	if !bytes.HasPrefix(once, append(bundle, '\n')) || !bytes.Contains(once, ca.PEM()) {
-		t.Fatalf("bundle: %s", once)
-	}
-	ca2, _ := NewCA("t", []string{"x.test"})
-	twice := AppendToBundle(once, ca2.PEM())
-	if bytes.Contains(twice, ca.PEM()) || !bytes.Contains(twice, ca2.PEM()) || bytes.Count(twice, []byte(bundleBegin)) != 1 {
-		t.Fatalf("second start's bundle: %s", twice)
-	}
-	if got := AppendToBundle(nil, ca.PEM()); !bytes.HasPrefix(got, []byte(bundleBegin)) {
-		t.Fatalf("empty bundle: %s", got)
-	}
 }
 
 func mustLeaf(t *testing.T, ca *CA, name string) *tls.Certificate {

@@ -74,10 +74,30 @@ func (s *Store) Restore(ctx context.Context, ns string, names []string, b []byte
 		if err != nil {
 			return nil, errdefs.Errorf(errdefs.ErrUnavailable, "secret %q (provider %q): %w", n, g.Provider, err)
 		}
+		s.scrub.Add(v)
 		if err := checkProxyValue(n, g, v); err != nil {
 			return nil, err
 		}
 		p.subs = append(p.subs, Substitution{Name: n, Placeholder: []byte(ph), Value: v, Hosts: g.Hosts})
 	}
 	return p, nil
+}
+
+// Remember tells the scrubber (ScrubWith) the values of names granted to
+// ns, as they are now: for a sandbox a server reattaches, whose
+// environment got them at its start under the former server. Best effort:
+// a value that cannot be read is not known.
+func (s *Store) Remember(ctx context.Context, ns string, names []string) {
+	if s == nil || s.scrub == nil {
+		return
+	}
+	for _, n := range names {
+		g, ok := s.grants[ns][n]
+		if !ok {
+			continue
+		}
+		if v, err := s.providers[g.Provider].Get(ctx, g.Key); err == nil {
+			s.scrub.Add(v)
+		}
+	}
 }

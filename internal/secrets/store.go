@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/warren-sandbox/warren/internal/cabundle"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
@@ -78,6 +79,15 @@ func ValidName(s string) bool { return nameRE.MatchString(s) }
 type Store struct {
 	providers map[string]Provider
 	grants    map[string]map[string]Grant // namespace → name → grant
+	scrub     *Scrubber                   // told every value read (nil: none)
+}
+
+// ScrubWith makes sc know every value the store reads from now on. A nil
+// store reads none.
+func (s *Store) ScrubWith(sc *Scrubber) {
+	if s != nil {
+		s.scrub = sc
+	}
 }
 
 // Open builds the store of cfg, reporting every problem at once.
@@ -246,7 +256,7 @@ type Delivery struct {
 // BundlePath is where a sandbox with proxy-mode secrets finds a trust
 // store holding the image's CAs and its own (SSL_CERT_FILE and the like
 // name it).
-const BundlePath = "/etc/ssl/certs/ca-certificates.crt"
+const BundlePath = cabundle.Path
 
 // Resolve reads the values of names, granted to ns (Check first), from
 // their providers, and makes the delivery of a start: a new placeholder
@@ -266,6 +276,7 @@ func (s *Store) Resolve(ctx context.Context, ns, label string, names []string) (
 			// value; the operator fixes it, the caller is told which.
 			return nil, errdefs.Errorf(errdefs.ErrUnavailable, "secret %q (provider %q): %w", n, g.Provider, err)
 		}
+		s.scrub.Add(v)
 		switch g.Mode {
 		case ModeEnv:
 			if bytes.IndexByte(v.Reveal(), 0) >= 0 {

@@ -893,6 +893,7 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 		undo = append(undo, func() { _ = s.b.opts.Net.Detach(s.cfg.ID) })
 		gcfg.Nameserver = link.Gateway.String()
 	}
+	gcfg.TrustCA = s.cfg.TrustCA
 	tPrepare := time.Since(t0)
 	if err := sendWorkload(a, cg); err != nil {
 		return err

@@ -121,6 +121,11 @@ func Apply(cfg *boot.Config, staged *Staged, phases map[string]float64) (*Launch
 			return nil, err
 		}
 	}
+	if len(cfg.TrustCA) > 0 {
+		if err := installTrust(cfg.TrustCA); err != nil {
+			return nil, err
+		}
+	}
 	if s.Root.Readonly {
 		// The root mount's own flag: what is mounted below it (the
 		// writable paths' binds, /proc, /dev, volumes) keeps its own.

@@ -34,6 +34,10 @@ type Config struct {
 	// resolver answers for it): the agent writes /etc/resolv.conf
 	// naming it, replacing whatever the image had there.
 	Nameserver string `json:"nameserver,omitempty"`
+	// TrustCA, when set, is a CA certificate (PEM) the agent adds to the
+	// sandbox's system trust store (package cabundle) before the root
+	// turns read-only: the sandbox's own CA for proxy-mode secrets.
+	TrustCA []byte `json:"trust_ca,omitempty"`
 	// Procs is how many threads may run the agent's Go code at once
 	// (GOMAXPROCS) once the sandbox is set up: its CPU limit rounded up, 0
 	// for none (every CPU). Agents start with one, which a start's burst of
