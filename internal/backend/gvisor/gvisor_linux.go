@@ -206,11 +206,14 @@ func checkSupported(cfg backend.Config) error {
 	if len(cfg.Volumes) > 0 {
 		missing = append(missing, "volumes")
 	}
-	if cfg.DiskBytes > 0 || cfg.DiskInodes > 0 {
+	if cfg.DiskBytes > 0 {
 		missing = append(missing, "disk limits")
 	}
 	if cfg.ReadOnlyRoot {
 		missing = append(missing, "a read-only root")
+	}
+	if len(cfg.TrustCA) > 0 {
+		missing = append(missing, "a trusted CA (proxy-mode secrets)")
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("the gvisor backend does not support %s yet: %w", strings.Join(missing, ", "), backend.ErrUnsupported)
