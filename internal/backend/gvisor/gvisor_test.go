@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/gvisor"
@@ -113,16 +114,28 @@ func snapshot(b *gvisor.Backend) (string, error) {
 		}
 		out = append(out, fmt.Sprintf("%s: %v", d, names))
 	}
-	procs := 0
+	// A removed sandbox's gofer exits on its own once its sentry is
+	// gone, a moment after the stop returns: wait for that (a while).
+	procs := runscProcesses()
+	for deadline := time.Now().Add(5 * time.Second); procs > 0 && time.Now().Before(deadline); procs = runscProcesses() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	out = append(out, fmt.Sprintf("runsc processes: %d", procs))
+	return strings.Join(out, "\n"), nil
+}
+
+// runscProcesses counts the host processes started with the backend's
+// directories in their command line (runsc, its sentries and gofers).
+func runscProcesses() int {
+	n := 0
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err == nil && strings.Contains(string(cmd), sharedBase) {
-			procs++
+			n++
 		}
 	}
-	out = append(out, fmt.Sprintf("runsc processes: %d", procs))
-	return strings.Join(out, "\n"), nil
+	return n
 }
 
 // TestConformance runs the isolation suite against gVisor sandboxes.
