@@ -1,6 +1,7 @@
 package hostile
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -401,63 +402,122 @@ func (w *rssWatch) max() int64 {
 }
 
 // victims run a steady exec loop in three sandboxes of the victim
-// namespace and record every exec's latency, by phase.
+// namespace and record every exec's latency, by phase. The loops run in a
+// process of their own (this test binary again, victimsMain), as another
+// tenant's client would: in the suite's process they shared its CPU time
+// and its collector with the attackers' clients, which build and read
+// bodies of tens of MiB, and a victim's exec waited on them (~850 ms once
+// while the server had answered in 26 ms).
 type victims struct {
-	s     *server
-	mu    sync.Mutex
-	phase int // 0 = baseline, 1 = under attack
-	lat   [2][]time.Duration
-	at    []time.Time // when each exec under attack ended, by lat[1]'s index
-	errs  []string
-	stopc chan struct{}
-	wg    sync.WaitGroup
+	s       *server
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	phase   int // 0 = baseline, 1 = under attack
+	lat     [2][]time.Duration
+	at      []time.Time // when each exec under attack ended, by lat[1]'s index
+	errs    []string
+	stdin   io.Closer
+	drained chan struct{}
 }
 
 var victimNames = []string{"v1", "v2", "v3"}
 
+// victimsEnv names the server and key a victims process serves execs on.
+const victimsEnv = "WARREN_HOSTILE_VICTIMS"
+
 func startVictims(t *testing.T, s *server) *victims {
 	t.Helper()
-	v := &victims{s: s, stopc: make(chan struct{})}
+	v := &victims{s: s, drained: make(chan struct{})}
 	for _, n := range victimNames {
 		if err := s.create(s.victim, nsVictim, n, nil); err != nil {
 			t.Fatalf("victim %s: %v", n, err)
 		}
 	}
-	for _, n := range victimNames {
-		v.wg.Add(1)
-		go v.loop(n)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
+	v.cmd = exec.Command(self)
+	v.cmd.Env = append(os.Environ(), victimsEnv+"="+s.url+" "+s.victim)
+	v.cmd.Stderr = os.Stderr
+	in, err := v.cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := v.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	v.stdin = in
+	go v.read(out)
+	t.Cleanup(func() { _ = v.cmd.Process.Kill(); _ = v.cmd.Wait() })
 	return v
 }
 
-func (v *victims) loop(name string) {
-	defer v.wg.Done()
-	for i := 0; ; i++ {
-		select {
-		case <-v.stopc:
-			return
-		case <-time.After(50 * time.Millisecond):
-		}
-		want := "ok " + strconv.Itoa(i) + "\n"
-		var r execResult
-		start := time.Now()
-		err := v.s.call(v.s.victim, "sandbox.exec", map[string]any{"sandbox": name, "namespace": nsVictim,
-			"argv": []string{"echo", "ok", strconv.Itoa(i)}, "timeout": 60}, &r)
-		d := time.Since(start)
+// read records what the victims process reports: a line per exec, "ok
+// <nanoseconds>" or "err <what went wrong>".
+func (v *victims) read(r io.Reader) {
+	defer close(v.drained)
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		kind, rest, _ := strings.Cut(sc.Text(), " ")
 		v.mu.Lock()
-		switch {
-		case err != nil:
-			v.errs = append(v.errs, fmt.Sprintf("%s exec %d: %v", name, i, err))
-		case r.ExitCode != 0 || r.Stdout != want:
-			v.errs = append(v.errs, fmt.Sprintf("%s exec %d: exit %d, stdout %q", name, i, r.ExitCode, r.Stdout))
-		default:
-			v.lat[v.phase] = append(v.lat[v.phase], d)
+		if ns, err := strconv.ParseInt(rest, 10, 64); kind == "ok" && err == nil {
+			v.lat[v.phase] = append(v.lat[v.phase], time.Duration(ns))
 			if v.phase == 1 {
 				v.at = append(v.at, time.Now())
 			}
+		} else {
+			v.errs = append(v.errs, rest)
 		}
 		v.mu.Unlock()
 	}
+}
+
+// victimsMain is the victims process: an exec loop per victim until its
+// stdin closes.
+func victimsMain(spec string) {
+	url, key, _ := strings.Cut(spec, " ")
+	s := &server{url: url, victim: key, client: &http.Client{Timeout: 3 * time.Minute}}
+	stop := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); close(stop) }()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range victimNames {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				want := "ok " + strconv.Itoa(i) + "\n"
+				var r execResult
+				start := time.Now()
+				err := s.call(s.victim, "sandbox.exec", map[string]any{"sandbox": name, "namespace": nsVictim,
+					"argv": []string{"echo", "ok", strconv.Itoa(i)}, "timeout": 60}, &r)
+				d := time.Since(start)
+				var line string
+				switch {
+				case err != nil:
+					line = fmt.Sprintf("err %s exec %d: %v", name, i, err)
+				case r.ExitCode != 0 || r.Stdout != want:
+					line = fmt.Sprintf("err %s exec %d: exit %d, stdout %q", name, i, r.ExitCode, r.Stdout)
+				default:
+					line = fmt.Sprintf("ok %d", d.Nanoseconds())
+				}
+				mu.Lock()
+				fmt.Println(strings.ReplaceAll(line, "\n", " "))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func (v *victims) setPhase(p int) {
@@ -466,9 +526,11 @@ func (v *victims) setPhase(p int) {
 	v.mu.Unlock()
 }
 
+// stop ends the loops and waits for their last reports.
 func (v *victims) stop() {
-	close(v.stopc)
-	v.wg.Wait()
+	_ = v.stdin.Close()
+	<-v.drained
+	_ = v.cmd.Wait()
 }
 
 // percentile of a phase's latencies (nearest rank).

@@ -49,14 +49,12 @@ const baselineFor = 10 * time.Second
 
 // latencyFactor and latencyFloor: the victims' p99 under attack may reach
 // latencyFactor × the baseline's p99, or latencyFloor, whichever is larger
-// (so a 2 ms baseline does not make 7 ms a failure). The factor is what
-// fair-share contention costs on this 2-CPU host: attackers may use every
-// CPU and pid their admitted sandboxes hold, which took the victims' p99
-// to 60-70 ms against a 25 ms baseline while the flood of
-// limits/pids-admission ran (and a CI run over 3×); the harms the bound is
-// there to catch, work done outside any sandbox's quota, cost 4-20× (246
-// and 470 ms; docs/security.md).
-const latencyFactor = 4
+// (so a 2 ms baseline does not make 7 ms a failure). 3× is issue 18's
+// bound. The harms it is there to catch, CPU spent outside every
+// sandbox's quota on one tenant's requests, cost 4-20× before bulk
+// requests took turns (rpc's fair.go). The baseline and the attack are measured in the same run, but on a
+// machine shared with other jobs their load moves both (docs/security.md).
+const latencyFactor = 3
 
 const latencyFloor = 50 * time.Millisecond
 
@@ -107,7 +105,7 @@ func TestHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = os.Remove(canary) }()
-	a := &arena{s: s, box: "m1", canary: canary, secret: secret, t: t}
+	a := &arena{s: s, v: v, box: "m1", canary: canary, secret: secret, t: t}
 	if err := s.create(s.attacker, nsAttacker, a.box, nil); err != nil {
 		t.Fatalf("attacker sandbox: %v", err)
 	}
@@ -216,8 +214,13 @@ func clip(s string, n int) string {
 	return s
 }
 
-// TestMain removes the warren binary the tests built.
+// TestMain removes the warren binary the tests built; run as the victims'
+// process (startVictims), it is that.
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(victimsEnv); spec != "" {
+		victimsMain(spec)
+		return
+	}
 	code := m.Run()
 	testenv.RemoveWarrenBinary()
 	if len(verdicts) > 0 {

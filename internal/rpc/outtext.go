@@ -49,9 +49,33 @@ func (t *outText) MarshalJSON() ([]byte, error) {
 // size is the length of the string's JSON, quotes included.
 func (t *outText) size() int64 {
 	if t.n == 0 {
-		t.n = 2 + escapedLen(t.b)
+		_ = t.count(bulk{})
 	}
 	return t.n
+}
+
+// count measures the string's JSON a piece at a time, in b's turns when
+// it is bulk: counting 64 MiB is bulk work as much as escaping it.
+func (t *outText) count(bk bulk) error {
+	if t.n != 0 {
+		return nil
+	}
+	n := int64(2)
+	for s := t.b; len(s) > 0; {
+		k := min(len(s), textChunk)
+		for k < len(s) && k > 0 && !utf8.RuneStart(s[k]) {
+			k--
+		}
+		piece := func() error { n += escapedLen(s[:k]); return nil }
+		if len(t.b) < bulkBytes {
+			_ = piece()
+		} else if err := bk.do(piece); err != nil {
+			return err
+		}
+		s = s[k:]
+	}
+	t.n = n
+	return nil
 }
 
 // writeTo writes the string's JSON, escaping it a piece at a time in b's

@@ -258,6 +258,11 @@ func writeStreamed(w http.ResponseWriter, status int, bk bulk, v any, parts []st
 	}
 	var cuts []at
 	length := int64(len(b))
+	for _, p := range parts {
+		if t, ok := p.(*outText); ok && t.count(bk) != nil {
+			return // the client went away
+		}
+	}
 	for k, m := range markers {
 		i := bytes.Index(b, m)
 		if err != nil || i < 0 {
