@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test s3-server test-sdk test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci
+.PHONY: all setup build run demo test s3-server runsc test-sdk test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci
 
 all: build
 
@@ -66,7 +66,7 @@ lint: setup
 # timeout, and the hostile suite compares its victims' exec latency under
 # attack with their baseline, both of which other packages' tests running
 # beside them would make noise of.
-test: build vet fmt-check lint test-sdk test-v2 fuzz-ci s3-server
+test: build vet fmt-check lint test-sdk test-v2 fuzz-ci s3-server runsc
 	go test -race -count=1 -timeout 30m -skip '^TestSoak$$' $$(go list $(GO_PACKAGES) | grep -v '/internal/hostile$$')
 	$(MAKE) soak-ci
 	$(MAKE) test-hostile-ci
@@ -75,6 +75,13 @@ test: build vet fmt-check lint test-sdk test-v2 fuzz-ci s3-server
 # module proxy at a pinned version), built once into ~/.cache/warren-test.
 s3-server:
 	@./scripts/s3-server.sh >/dev/null
+
+# gVisor's runsc (the gvisor tier's runtime; Debian's is too old), from the
+# module proxy at a pinned version, built once into ~/.cache/warren-test:
+# ~20 minutes the first time on 2 busy cores, so `make run` does not wait
+# for it; the gvisor backend's tests need it.
+runsc:
+	@./scripts/runsc.sh >/dev/null
 
 # The cgroup v2 lanes: the cgroup, spawner and native backend tests run inside
 # a QEMU (TCG) virtual machine whose kernel has a pure cgroup v2 hierarchy,

@@ -68,8 +68,4 @@ export PATH=$GO_ROOT/bin:$PATH
 
 cd "$(dirname "$0")/.."
 go mod download
-# gVisor's runsc, the gvisor isolation tier's runtime, at a pinned version
-# (Debian's is too old): built once into a cache, a few minutes the first
-# time, nothing after.
-./scripts/runsc.sh >/dev/null
 log "ready: $(go version)"
