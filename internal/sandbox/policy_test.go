@@ -273,3 +273,21 @@ func TestLabelsCarried(t *testing.T) {
 		t.Errorf("Labels of a sandbox that does not exist: %v", l)
 	}
 }
+
+// TestNamespaceIsolation: a namespace whose isolation levels leave out
+// the server's backend has every start refused, naming both; one that
+// lists it, or lists none, starts.
+func TestNamespaceIsolation(t *testing.T) {
+	_, m, _ := policyEnv(t, sandbox.Options{}, map[string]sandbox.NamespacePolicy{
+		"strict": {Isolation: []string{"gvisor"}},
+		"either": {Isolation: []string{"gvisor", "fake"}},
+	})
+	wantLimit(t, "strict", startIn(m, "strict", "x", sandbox.Spec{Image: "base"}),
+		`isolation "fake" is not among namespace "strict"'s isolation levels (gvisor)`)
+	if err := startIn(m, "either", "x", sandbox.Spec{Image: "base"}); err != nil {
+		t.Errorf("either: %v", err)
+	}
+	if err := startIn(m, "open", "x", sandbox.Spec{Image: "base"}); err != nil {
+		t.Errorf("no policy: %v", err)
+	}
+}
