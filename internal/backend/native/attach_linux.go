@@ -35,7 +35,14 @@ func (b *Backend) Open(ctx context.Context, cfg backend.Config) (backend.Sandbox
 	// Its cap as stored may be another than cfg's (the policy changed
 	// while the server was down): the next start applies cfg's.
 	s := &Sandbox{b: b, cfg: cfg, dir: dir, run: filepath.Join(b.opts.RunDir, cfg.ID), diskCap: -1}
-	if err := s.attach(); err != nil {
+	if err := s.attach(); err == nil {
+		// A crash during a start may have left a running sandbox's cap
+		// lifted (liftFullCap): it is not started again, so it is put
+		// back now.
+		if _, limit, ok := s.quotaUsage(); ok && limit == 0 && cfg.DiskBytes > 0 {
+			s.setDiskLimit(cfg.DiskBytes)
+		}
+	} else {
 		b.log.Warn("sandbox agent not reattached", "id", cfg.ID, "err", err)
 		// What the dead agent left (cgroup, runtime dir) goes now, so a
 		// later Start begins clean.

@@ -122,6 +122,39 @@ func (s *Sandbox) setDiskLimit(maxBytes int64) {
 	s.diskCap = maxBytes
 }
 
+// mountHeadroom is how close to its cap a sandbox's files may be before
+// its start lifts the cap while its root is mounted (liftFullCap):
+// overlay's work directory, made again at every mount, takes a few of
+// btrfs's metadata reservations (16 KiB nodes), far less than this.
+const mountHeadroom = 4 << 20
+
+// liftFullCap lifts the cap of a sandbox whose files are within
+// mountHeadroom of it, until the returned function puts it back. Why:
+// overlay makes its work directory again at every mount, and refused the
+// space (EDQUOT) it mounts the root read-only, where the sandbox cannot
+// delete a file to free any: a sandbox that filled its disk would never be
+// writable again. Start lifts it while the agent mounts the root, before
+// any of the sandbox's code runs, and puts it back before it returns (or
+// fails); a crash in between is mended by the next Open, which applies
+// the configured cap again.
+func (s *Sandbox) liftFullCap() (restore func()) {
+	used, limit, ok := s.quotaUsage()
+	if !ok || limit == 0 || used+mountHeadroom < limit {
+		return func() {}
+	}
+	if err := diskquota.SetLimit(s.dir, 0); err != nil {
+		s.b.log.Warn("lift a full sandbox's disk limit for its mount", "id", s.cfg.ID, "err", err.Error())
+		return func() {}
+	}
+	return func() {
+		if err := diskquota.SetLimit(s.dir, limit); err != nil {
+			// Not left without a cap: the next start or Open applies it.
+			s.diskCap = -1
+			s.b.log.Warn("put a sandbox's disk limit back", "id", s.cfg.ID, "err", err.Error())
+		}
+	}
+}
+
 // quotaUsage is what the sandbox's directory holds and its cap (0: none),
 // as the file system accounts them; ok is false without a limited
 // directory (the caller measures the files instead).

@@ -167,6 +167,57 @@ func TestDiskLimit(t *testing.T) {
 	}
 }
 
+// TestDiskFullRestart: a sandbox that filled its disk starts again with a
+// writable root after the server's restart (a new backend, which mounts
+// its root afresh): overlay makes its work directory again at every mount
+// and, refused the space, would mount the root read-only, where nothing
+// could be deleted to free any. The cap holds again once it runs.
+func TestDiskFullRestart(t *testing.T) {
+	t.Parallel() // a backend of its own
+	b, h, data := diskBackend(t)
+	const limit = 32 << 20
+	ctx := context.Background()
+	cfg := backend.Config{ID: fmt.Sprintf("disk-full-%d", os.Getpid()), Image: h.Image, DiskBytes: limit}
+	sb, err := b.Create(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantQuotaExceeded(t, sb, "fill the root", "dd if=/dev/zero of=/root/big bs=1M count=64")
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil { // releases the roots it held, as a server's exit does
+		t.Fatal(err)
+	}
+	run := filepath.Join(filepath.Dir(data), "run")
+	b2, err := native.New(native.Options{
+		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
+		CgroupPrefix: fmt.Sprintf("warren-test-disk-%d-%d", os.Getpid(), diskSeq.Add(1)), DiskPool: 1 << 30,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b2.Close() })
+	sb2, err := b2.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb2.Remove(context.Background()) })
+	if err := sb2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := conformance.Exec(t, sb2, 60*time.Second, "/bin/sh", "-c", "rm /root/big && echo ok > /root/after && sync"); r.Code != 0 {
+		t.Fatalf("a full sandbox after a restart: %+v %s", r.ExitStatus, r.Stderr)
+	}
+	if got := sb2.(*native.Sandbox).DiskLimit(); got != limit {
+		t.Errorf("DiskLimit after the restart = %d, want %d", got, limit)
+	}
+	wantQuotaExceeded(t, sb2, "fill the root again", "dd if=/dev/zero of=/root/big bs=1M count=64")
+}
+
 // TestDiskLimitInodes: a sandbox making empty files until it is stopped
 // stops with EDQUOT (each file's metadata counts in the bytes: btrfs has
 // no file count to limit apart from them), while another sandbox and the

@@ -803,6 +803,8 @@ func (s *Sandbox) Start(ctx context.Context) (err error) {
 	if s.cfg.DiskBytes != s.diskCap {
 		s.setDiskLimit(s.cfg.DiskBytes) // a new cap (SetConfig) takes effect now
 	}
+	restoreCap := s.liftFullCap()
+	defer restoreCap() // after the agent has mounted the root, or on failure
 	// The cgroup's limits are the spec's resources, as an OCI runtime
 	// would read them.
 	res := oci.ResourceLimits(sp.Linux.Resources)
