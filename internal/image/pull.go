@@ -19,6 +19,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
 // PullOptions tunes Pull.
@@ -48,6 +50,21 @@ type Progress struct {
 
 // ErrPull marks registry failures (authentication, not found, platform).
 var ErrPull = errors.New("pull failed")
+
+// PullFailed gives a failed pull of ref its kind for a caller: what the
+// registry refused (ErrPull: authentication, not found, platform) is the
+// request's (invalid_params); a registry unreachable or misbehaving is
+// unavailable, not the server's own failure; a kind err already has
+// (a full disk, a size limit) stays.
+func PullFailed(ref string, err error) error {
+	switch {
+	case errors.Is(err, ErrPull):
+		return errdefs.Errorf(errdefs.ErrInvalid, "image %s could not be pulled: %w", ref, err)
+	case errdefs.Kind(err) == errdefs.Internal:
+		return errdefs.Errorf(errdefs.ErrUnavailable, "image %s could not be pulled: %w", ref, err)
+	}
+	return err
+}
 
 // pullCall is one pull in flight, shared by concurrent callers.
 type pullCall struct {

@@ -234,11 +234,8 @@ func (o *OnDemand) run(ctx context.Context, st *Store, ns, ref string, logf func
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			err = errdefs.Errorf(errdefs.ErrTimeout, "pull of image %s took longer than %s (warren serve --pull-timeout): %w", ref, timeout, err)
-		} else if errors.Is(err, ErrPull) {
-			err = errdefs.Errorf(errdefs.ErrInvalid, "image %s could not be pulled: %w", ref, err)
-		} else if errdefs.Kind(err) == errdefs.Internal {
-			// The registry unreachable or misbehaving, mostly.
-			err = errdefs.Errorf(errdefs.ErrUnavailable, "image %s could not be pulled: %w", ref, err)
+		} else {
+			err = PullFailed(ref, err)
 		}
 		log.Warn("on-demand pull failed", "err", err)
 		return err

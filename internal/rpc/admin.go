@@ -69,7 +69,7 @@ func (s *Server) imagePull(ctx context.Context, c *call, p *imagePullParams) (an
 	// A pull outlives a client that gave up: others may be waiting on it.
 	rec, err := st.Pull(context.WithoutCancel(ctx), p.Ref, p.Name, image.PullOptions{Platform: p.Platform, Insecure: p.Insecure})
 	if err != nil {
-		return nil, err
+		return nil, image.PullFailed(p.Ref, err)
 	}
 	return toImageInfo(rec), nil
 }

@@ -35,8 +35,13 @@ func TestImagePullOverRPC(t *testing.T) {
 	if len(list.Images) != 1 || list.Images[0].Name != "greeting" {
 		t.Fatalf("list: %+v", list)
 	}
-	if r := e.call("image.pull", map[string]any{"ref": strings.TrimSuffix(ref, "/test/greeting:1") + "/test/missing:1"}); r.Status == 200 || r.Error == nil {
-		t.Fatalf("pull of a missing image: %s", r.Raw)
+	if r := e.call("image.pull", map[string]any{"ref": strings.TrimSuffix(ref, "/test/greeting:1") + "/test/missing:1"}); r.Status != 400 || r.Error == nil {
+		t.Fatalf("pull of a missing image: %s; want 400 (the request's: not found)", r.Raw)
+	}
+	// A registry that cannot be reached is unavailable, not the server's
+	// own failure (internal).
+	if r := e.call("image.pull", map[string]any{"ref": "127.0.0.1:1/x:latest"}); r.Status != 503 || r.Error == nil {
+		t.Fatalf("pull from an unreachable registry: %s; want 503 (unavailable)", r.Raw)
 	}
 	e.must("sandbox.create", map[string]any{"name": "fromimg", "image": "greeting"}, nil)
 	var rd struct {
