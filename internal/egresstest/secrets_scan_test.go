@@ -228,6 +228,11 @@ http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()
 		t.Error(err)
 	}
 
+	// Paused and resumed: the answers (its info, paused) scanned too.
+	must("sandbox.pause", sb(nil))
+	must("sandbox.get", sb(nil))
+	must("sandbox.resume", sb(nil))
+
 	// What the server says about the sandbox.
 	for _, m := range []string{"sandbox.get", "sandbox.logs", "sandbox.egress.get", "sandbox.egress.log", "sandbox.metrics.get"} {
 		must(m, sb(nil))
