@@ -68,12 +68,12 @@ var ciAttempts = []string{
 	"slow/websocket-never-reads",
 	"huge/long-path",
 	// Within the victims' bound since bulk requests take turns (rpc's
-	// fair.go); the last two since the victims' client has a process of
-	// its own (it shared the attackers' CPU time and collector before).
+	// fair.go). Not here: huge/param-strings and output/control-bytes-x4,
+	// contained but, with them, the victims' p99 over the whole subset
+	// came to 2.7x and 3.7x their baseline in two quiet runs of
+	// 2026-11-26: too near the bound for CI; make test-hostile runs them.
 	"huge/body-over-limit",
 	"huge/deep-json",
-	"huge/param-strings",
-	"output/control-bytes-x4",
 	"limits/fork-bomb",
 	// Contained since the fixes of findings 2, 5, 7, 8, 10, 11 and 12 merged.
 	"leak/inherited-fds",
