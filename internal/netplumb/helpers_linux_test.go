@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -83,22 +84,23 @@ type services struct {
 func newServices(t testing.TB) *services {
 	t.Helper()
 	s := &services{}
-	l, err := net.ListenTCP("tcp4", &net.TCPAddr{})
+	l, err := netplumb.ListenTCP("0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.proxy = l
+	s.proxy = l.(*net.TCPListener)
 	for range 20 {
-		u, err := net.ListenUDP("udp4", &net.UDPAddr{})
+		pc, err := netplumb.ListenUDP("0.0.0.0:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		tl, err := net.ListenTCP("tcp4", &net.TCPAddr{Port: u.LocalAddr().(*net.UDPAddr).Port})
+		u := pc.(*net.UDPConn)
+		tl, err := netplumb.ListenTCP(fmt.Sprintf("0.0.0.0:%d", u.LocalAddr().(*net.UDPAddr).Port))
 		if err != nil {
 			_ = u.Close()
 			continue
 		}
-		s.resolverUDP, s.resolverTCP = u, tl
+		s.resolverUDP, s.resolverTCP = u, tl.(*net.TCPListener)
 		break
 	}
 	if s.resolverUDP == nil {

@@ -474,6 +474,33 @@ func TestReopenPorts(t *testing.T) {
 	}
 }
 
+// TestLeftTableSparesThePortsNextOwner: a table outlives its listeners (a
+// server stopped while its sandboxes run, or killed); the ephemeral ports
+// they had go to whoever binds next, whose connections from the host must
+// not be dropped by a table that is not about them.
+func TestLeftTableSparesThePortsNextOwner(t *testing.T) {
+	requireNet(t)
+	s := newServices(t)
+	cfg := s.config("")
+	openHost(t, cfg)
+	_ = s.proxy.Close()
+	_ = s.resolverTCP.Close()
+	for _, port := range []uint16{cfg.ProxyPort, cfg.ResolverPort} {
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		l, err := net.Listen("tcp4", addr)
+		if err != nil {
+			t.Fatalf("bind %s again: %v", addr, err)
+		}
+		c, err := dialTCP(addr)
+		if err != nil {
+			t.Errorf("a plain listener on %s, the port of a closed listener of the table: %v", addr, err)
+		} else {
+			_ = c.Close()
+		}
+		_ = l.Close()
+	}
+}
+
 // TestPortsOnlyFromSandboxes: the resolver and the proxy listen on every
 // address; from anywhere but a sandbox's link (here: the host's own
 // loopback) their ports take nothing, while a sandbox still reaches them.

@@ -30,7 +30,9 @@ import (
 //	                           dport ResolverPort accept; reject the rest
 //	input (filter, 0):         from ours: ct established,related accept; tcp dport
 //	                           ProxyPort accept; udp/tcp dport ResolverPort accept;
-//	                           tcp reject with reset; the rest reject admin-prohibited
+//	                           tcp reject with reset; the rest reject admin-prohibited;
+//	                           from elsewhere: to ProxyPort or ResolverPort of a
+//	                           transparent socket (Listen's) drop
 //	forward (filter, 0):       from or to ours: reject (nothing is routed)
 const (
 	spoofSet = "spoof"
@@ -147,14 +149,18 @@ func (h *Host) writeTable(c *nftables.Conn) error {
 	rejectAll(c, in, from)
 	// The resolver and the proxy listen on every address (a REDIRECT
 	// delivers to the gateway's); from anywhere but a sandbox they are
-	// not there.
+	// not there. The drop names the port AND a transparent socket (what
+	// Listen makes): the table outlives its listeners (a server stopped
+	// while sandboxes run, or killed), and their ports go back to the
+	// kernel's ephemeral range; whoever binds one next must not find its
+	// connections dropped by a table that is not about it.
 	notFrom := []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: reg1},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg1, Data: []byte(h.vethPrefix)},
 	}
-	rule(c, in, notFrom, l4(unix.IPPROTO_TCP), dport(h.cfg.ProxyPort), drop)
-	rule(c, in, notFrom, l4(unix.IPPROTO_TCP), dport(h.cfg.ResolverPort), drop)
-	rule(c, in, notFrom, l4(unix.IPPROTO_UDP), dport(h.cfg.ResolverPort), drop)
+	rule(c, in, notFrom, l4(unix.IPPROTO_TCP), dport(h.cfg.ProxyPort), ours(), drop)
+	rule(c, in, notFrom, l4(unix.IPPROTO_TCP), dport(h.cfg.ResolverPort), ours(), drop)
+	rule(c, in, notFrom, l4(unix.IPPROTO_UDP), dport(h.cfg.ResolverPort), ours(), drop)
 
 	fwd := c.AddChain(&nftables.Chain{Name: "fwd", Table: t, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter})
@@ -225,6 +231,15 @@ func ifMatch(key expr.MetaKey, prefix string) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: reg1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte(prefix)},
+	}
+}
+
+// ours matches a packet whose receiving socket is transparent
+// (IP_TRANSPARENT, set by Listen); a packet no socket takes does not match.
+func ours() []expr.Any {
+	return []expr.Any{
+		&expr.Socket{Key: expr.SocketKeyTransparent, Register: reg1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg1, Data: []byte{1}},
 	}
 }
 

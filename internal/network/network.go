@@ -87,7 +87,7 @@ func Start(opts Options) (_ *Network, err error) {
 	if n.udp, n.tcp, err = listenPair(); err != nil {
 		return nil, fmt.Errorf("network: resolver: %w", err)
 	}
-	if n.pln, err = net.Listen("tcp4", "0.0.0.0:0"); err != nil { //nolint:gosec // G102: the plumbing's table drops what does not come from a sandbox
+	if n.pln, err = netplumb.ListenTCP("0.0.0.0:0"); err != nil {
 
 		return nil, fmt.Errorf("network: proxy: %w", err)
 	}
@@ -150,11 +150,11 @@ func (n *Network) serve(log *slog.Logger, what string, f func() error) {
 func listenPair() (net.PacketConn, net.Listener, error) {
 	var last error
 	for range 16 {
-		ln, err := net.Listen("tcp4", "0.0.0.0:0") //nolint:gosec // G102: as the proxy's
+		ln, err := netplumb.ListenTCP("0.0.0.0:0")
 		if err != nil {
 			return nil, nil, err
 		}
-		pc, err := net.ListenPacket("udp4", "0.0.0.0:"+strconv.Itoa(int(port(ln.Addr()))))
+		pc, err := netplumb.ListenUDP("0.0.0.0:" + strconv.Itoa(int(port(ln.Addr()))))
 		if err == nil {
 			return pc, ln, nil
 		}
