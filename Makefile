@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test s3-server runsc test-sdk test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci
+.PHONY: all setup build run demo test s3-server runsc test-sdk test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci leak-snapshot
 
 all: build
 
@@ -66,10 +66,18 @@ lint: setup
 # timeout, and the hostile suite compares its victims' exec latency under
 # attack with their baseline, both of which other packages' tests running
 # beside them would make noise of.
-test: build vet fmt-check lint test-sdk test-v2 fuzz-ci s3-server runsc
+test: build leak-snapshot vet fmt-check lint test-sdk test-v2 fuzz-ci s3-server runsc
 	go test -race -count=1 -timeout 30m -skip '^TestSoak$$' $$(go list $(GO_PACKAGES) | grep -v '/internal/hostile$$')
 	$(MAKE) soak-ci
 	$(MAKE) test-hostile-ci
+	go run ./scripts/leakcheck check bin/leak-snapshot
+
+# What the tests leave on the host that nobody can use any more (Warren's
+# nftables tables whose services are gone, mounts on deleted directories):
+# recorded before the tests, checked after them (scripts/leakcheck).
+leak-snapshot:
+	@mkdir -p bin
+	go run ./scripts/leakcheck snapshot bin/leak-snapshot
 
 # The S3 server the workspace tests run against (SeaweedFS, from the
 # module proxy at a pinned version), built once into ~/.cache/warren-test.

@@ -1,0 +1,151 @@
+// Command leakcheck lists what Warren made on the host and nobody can use
+// any more: nftables tables of Warren's whose services are gone, and
+// mounts of Warren's on deleted directories. `make test` takes a snapshot
+// before the tests and checks after them: anything new is a leak (the
+// project's rule: what is made for a sandbox is removed when it ends).
+// Both are judged by what is there, not by who runs, so that another
+// server on the host (a developer's own) is not mistaken for a leak; the
+// suites check their own cgroups, links and processes as they end.
+//
+//	leakcheck snapshot FILE   record what is there now
+//	leakcheck check FILE      fail listing what is there now and not in FILE
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+func main() {
+	if len(os.Args) != 3 || (os.Args[1] != "snapshot" && os.Args[1] != "check") {
+		fmt.Fprintln(os.Stderr, "usage: leakcheck snapshot|check FILE")
+		os.Exit(2)
+	}
+	now, err := inventory()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leakcheck:", err)
+		os.Exit(1)
+	}
+	if os.Args[1] == "snapshot" {
+		if err := os.WriteFile(os.Args[2], []byte(strings.Join(now, "\n")+"\n"), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, "leakcheck:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	before, err := os.ReadFile(os.Args[2])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "leakcheck:", err)
+		os.Exit(1)
+	}
+	old := strings.Split(string(before), "\n")
+	var leaks []string
+	for _, x := range now {
+		if !slices.Contains(old, x) {
+			leaks = append(leaks, x)
+		}
+	}
+	if len(leaks) > 0 {
+		fmt.Fprintf(os.Stderr, "leakcheck: %d left behind by the tests:\n  %s\n", len(leaks), strings.Join(leaks, "\n  "))
+		os.Exit(1)
+	}
+	fmt.Println("leakcheck: nothing left behind")
+}
+
+func inventory() ([]string, error) {
+	var out []string
+	tables, err := staleTables()
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, tables...)
+	out = append(out, orphanMounts()...)
+	sort.Strings(out)
+	return out, nil
+}
+
+// staleTables: Warren's tables none of whose ports has a listener.
+func staleTables() ([]string, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, err
+	}
+	ts, err := c.ListTables()
+	if err != nil {
+		return nil, err
+	}
+	live := listening()
+	var out []string
+	for _, t := range ts {
+		if !strings.HasPrefix(t.Name, "warren") {
+			continue
+		}
+		rules, err := c.GetRules(t, &nftables.Chain{Name: "in", Table: t})
+		if err != nil {
+			out = append(out, "nft table "+t.Name+" (no chain in)")
+			continue
+		}
+		used := false
+		for _, r := range rules {
+			for _, e := range r.Exprs {
+				if cm, ok := e.(*expr.Cmp); ok && len(cm.Data) == 2 && live[binary.BigEndian.Uint16(cm.Data)] {
+					used = true
+				}
+			}
+		}
+		if !used {
+			out = append(out, "nft table "+t.Name)
+		}
+	}
+	return out, nil
+}
+
+func listening() map[uint16]bool {
+	m := map[uint16]bool{}
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		fh, err := os.Open(f) //nolint:gosec // one of two fixed /proc paths
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			fs := strings.Fields(sc.Text())
+			if len(fs) < 4 || fs[3] != "0A" {
+				continue
+			}
+			i := strings.LastIndex(fs[1], ":")
+			if p, err := strconv.ParseUint(fs[1][i+1:], 16, 16); err == nil {
+				m[uint16(p)] = true
+			}
+		}
+		_ = fh.Close()
+	}
+	return m
+}
+
+// orphanMounts: mounts of Warren's whose mount point was deleted under
+// them (a test's temporary directory removed while something was still
+// mounted in it): nobody can reach them to unmount them any more.
+func orphanMounts() []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		fs := strings.Fields(l)
+		if len(fs) > 4 && strings.Contains(fs[4], "warren") && strings.HasSuffix(fs[4], `\040(deleted)`) {
+			out = append(out, "mount "+fs[4])
+		}
+	}
+	return out
+}
