@@ -196,3 +196,35 @@ func TestIdleActionValidate(t *testing.T) {
 		t.Error("a manager with idle action hibernate was made")
 	}
 }
+
+// TestPausedHoldsItsGrant: a paused sandbox keeps its memory and its
+// processes, so it counts as running against the server's --max-running,
+// its namespace's quotas and the host's capacity: pausing is no way round
+// them.
+func TestPausedHoldsItsGrant(t *testing.T) {
+	e, m, _ := policyEnv(t, sandbox.Options{MaxRunning: 2}, map[string]sandbox.NamespacePolicy{
+		"team-a": {TotalMemoryMiB: 1024},
+	})
+	ctx := t.Context()
+	big := sandbox.Spec{Image: "base", MemoryMiB: 1024, CPUs: 0.5}
+	if err := startIn(m, "team-a", "a", big); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Pause(ctx, "team-a", "a"); err != nil {
+		t.Fatal(err)
+	}
+	wantLimit(t, "namespace total memory with a paused sandbox", startIn(m, "team-a", "b", sandbox.Spec{Image: "base", MemoryMiB: 256, CPUs: 0.5}),
+		`total_memory of 1024 MiB`)
+	if err := startIn(m, "team-b", "c", big); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.Running(); n != 2 {
+		t.Errorf("Running() = %d with one running and one paused, want 2", n)
+	}
+	if err := startIn(m, "team-b", "d", big); !errors.Is(err, errdefs.ErrLimit) {
+		t.Errorf("a start beyond --max-running with one paused: %v", err)
+	}
+	if len(e.be.Running()) != 2 {
+		t.Errorf("backend runs %d sandboxes, want 2", len(e.be.Running()))
+	}
+}
