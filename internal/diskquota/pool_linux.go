@@ -231,8 +231,17 @@ func mountImage(image, dir string) error {
 }
 
 // Unmount unmounts the image mounted on dir (tests; a server keeps it
-// mounted across restarts). The loop device goes with it.
+// mounted across restarts). The loop device goes with it: autoclear
+// detaches it once the file system lets go of it, which the kernel may do
+// after the unmount returns, so Unmount waits (up to two seconds) until
+// the device no longer names the image: a caller that removes or reuses
+// the image next finds it free.
 func Unmount(dir string) error {
+	dev := mountSource(dir)
+	img := ""
+	if strings.HasPrefix(dev, "/dev/loop") {
+		img = loopBacking(dev)
+	}
 	var err error
 	for range 50 {
 		if err = unix.Unmount(dir, 0); !errors.Is(err, unix.EBUSY) {
@@ -242,6 +251,9 @@ func Unmount(dir string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	for i := 0; img != "" && i < 200 && loopBacking(dev) == img; i++ {
+		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
 }
