@@ -374,7 +374,8 @@ class Sandbox:
         self.upload_tar(buf.getvalue(), dest)
 
     def download_dir(self, path: str, local_dir: str, *, limit: int = MAX_TAR) -> None:
-        """Copies ``path`` of the sandbox into ``local_dir``. The archive is
+        """Copies what is in directory ``path`` of the sandbox into ``local_dir``
+        (as upload_dir, the other way). The archive is
         hostile input: members that would leave ``local_dir`` (absolute
         paths, ``..``, links out, devices) are refused."""
         data = self.download_tar(path, limit=limit)
