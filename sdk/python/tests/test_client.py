@@ -68,6 +68,13 @@ class ClientTest(unittest.IsolatedAsyncioTestCase):
         with self.assertRaises(warren.ExecFailed):
             await self.sb.exec("/no/such/binary")
 
+    async def test_concurrent_calls(self) -> None:
+        # Many long calls at once do not queue behind each other.
+        t0 = time.monotonic()
+        rs = await asyncio.gather(*(self.sb.exec("sleep", ["1"]) for _ in range(12)))
+        self.assertTrue(all(r.ok for r in rs))
+        self.assertLess(time.monotonic() - t0, 6)
+
     async def test_sync_facade(self) -> None:
         def body() -> None:
             with sync.SandboxClient() as c:

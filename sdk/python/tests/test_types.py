@@ -1,7 +1,9 @@
 """The platform's types exactly as it defines them, and the package's shape."""
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import io
 import os
 import subprocess
@@ -9,6 +11,7 @@ import sys
 import tarfile
 import tempfile
 import unittest
+import zipfile
 from typing import Callable
 
 import warren
@@ -122,3 +125,34 @@ class SafeExtractTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class InstallTest(unittest.TestCase):
+    def test_wheel(self) -> None:
+        # What `pip install ./sdk/python` installs: the in-tree backend's
+        # wheel (pip itself is left out: it takes ~10 s here).
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        sys.path.insert(0, os.path.join(root, "_build"))
+        try:
+            import backend
+        finally:
+            sys.path.pop(0)
+        with tempfile.TemporaryDirectory() as out:
+            name = backend.build_wheel(out)
+            self.assertEqual(name, f"warren-{warren.__version__}-py3-none-any.whl")
+            with zipfile.ZipFile(os.path.join(out, name)) as z:
+                names = set(z.namelist())
+                self.assertTrue({"warren/__init__.py", "warren/py.typed", "warren/msb.py",
+                                 "warren-0.1.0.dist-info/METADATA", "warren-0.1.0.dist-info/RECORD"} <= names)
+                record = z.read("warren-0.1.0.dist-info/RECORD").decode().splitlines()
+                for line in record:
+                    path, digest, size = line.rsplit(",", 2)
+                    if path.endswith("RECORD"):
+                        continue
+                    data = z.read(path)
+                    want = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                    self.assertEqual((digest, int(size)), (f"sha256={want}", len(data)), path)
+                z.extractall(out)
+            res = subprocess.run([sys.executable, "-c", "import warren, warren.msb, warren.sync; print(warren.__file__)"],
+                                 capture_output=True, text=True, check=True, cwd=out, env=dict(os.environ, PYTHONPATH=out))
+            self.assertTrue(res.stdout.startswith(out))

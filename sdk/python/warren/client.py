@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
+import functools
 import json
 import threading
 import uuid
@@ -24,8 +26,24 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+# Calls wait in threads of their own pool: asyncio's default executor has
+# only CPUs + 4 threads, so a few long commands would hold up every other
+# call. Threads are made as calls need them, up to MAX_CONCURRENT_CALLS.
+MAX_CONCURRENT_CALLS = 256
+_executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+_executor_lock = threading.Lock()
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(MAX_CONCURRENT_CALLS, thread_name_prefix="warren")
+        return _executor
+
+
 async def _thread(f: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    return await asyncio.to_thread(f, *args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_pool(), functools.partial(f, *args, **kwargs))
 
 
 class SandboxClient(base.SandboxClient):

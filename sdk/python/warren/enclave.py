@@ -23,6 +23,7 @@ from ms_enclave.sandbox.boxes.base import Sandbox, register_sandbox
 from ms_enclave.sandbox.model import SandboxConfig, SandboxStatus, SandboxType
 
 from . import sync
+from .client import _thread
 from .base import SandboxSpec
 from .errors import Conflict, NotFound, ServerUnreachable
 
@@ -83,9 +84,9 @@ class WarrenSandbox(Sandbox):
                                        memory_mib=int(_opt(self.config, "memory_mib", 512)),
                                        cpus=int(_opt(self.config, "cpus", 1)),
                                        labels=dict(_opt(self.config, "labels", {})))
-                    self._sandbox = await asyncio.to_thread(self._client.create, spec)
+                    self._sandbox = await _thread(self._client.create, spec)
                 else:  # stopped earlier: start it again, files kept
-                    await asyncio.to_thread(self._sandbox.start)
+                    await _thread(self._sandbox.start)
                 self.metadata.update(sandbox=self._name, server=self._client.transport.server_url)
                 self.metadata.pop("error", None)
                 self.update_status(SandboxStatus.RUNNING)
@@ -99,7 +100,7 @@ class WarrenSandbox(Sandbox):
             if self._sandbox is None or self.status == SandboxStatus.STOPPED:
                 return
             try:
-                await asyncio.to_thread(self._sandbox.stop)
+                await _thread(self._sandbox.stop)
                 self.update_status(SandboxStatus.STOPPED)
             except Exception as e:
                 self._fail("stop", e)
@@ -114,7 +115,7 @@ class WarrenSandbox(Sandbox):
                 return
             try:
                 if sb is not None:
-                    await asyncio.to_thread(client.remove, sb.name)
+                    await _thread(client.remove, sb.name)
                 if self.status != SandboxStatus.ERROR:
                     self.update_status(SandboxStatus.STOPPED)
             except Exception as e:
@@ -138,11 +139,11 @@ class WarrenSandbox(Sandbox):
             raise RuntimeError(f"sandbox {self._name} is {getattr(self.status, 'value', self.status)}, not running")
         try:
             if isinstance(command, str):
-                d = await asyncio.to_thread(sb.exec_details, "", script=command, timeout=timeout)
+                d = await _thread(sb.exec_details, "", script=command, timeout=timeout)
             else:
                 if not command:
                     raise ValueError("empty command")
-                d = await asyncio.to_thread(sb.exec_details, command[0], command[1:], timeout=timeout)
+                d = await _thread(sb.exec_details, command[0], command[1:], timeout=timeout)
         except (Conflict, NotFound, ServerUnreachable) as e:
             # The sandbox stopped, vanished, or its server did.
             self._fail("execute_command", e)

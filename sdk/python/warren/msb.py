@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Dict, List, Optional, Type, TypeVar
 
 from ._transport import Transport
+from .client import _thread
 from .types import OutputLine, parse_lines
 
 S = TypeVar("S", bound="BaseSandbox")
@@ -85,7 +86,7 @@ class BaseSandbox(ABC):
                     idempotent: bool = False) -> Any:
         p = {"sandbox": self._name, "namespace": self._namespace}
         p.update(params)
-        return await asyncio.to_thread(self._transport.call, method, p, timeout=timeout, idempotent=idempotent)
+        return await _thread(self._transport.call, method, p, timeout=timeout, idempotent=idempotent)
 
     async def start(self, image: Optional[str] = None, memory: int = 512, cpus: float = 1.0,
                     timeout: float = 180.0) -> None:
