@@ -4,10 +4,14 @@ is a failure the real one does not produce on demand (a dropped connection
 mid-call, an idle connection closed under the pool)."""
 from __future__ import annotations
 
+import asyncio
+import base64
+import hashlib
 import http.server
 import json
 import os
 import socket
+import struct
 import threading
 import time
 import unittest
@@ -161,3 +165,71 @@ class RealServerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HostileWebSocketTest(unittest.IsolatedAsyncioTestCase):
+    """The WebSocket client bounds what a server sends."""
+
+    async def serve(self, answer: bytes) -> str:
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            await r.readuntil(b"\r\n\r\n")
+            w.write(answer)
+            await w.drain()
+            await asyncio.sleep(1)
+            w.close()
+        srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+        self.addAsyncCleanup(self.stop, srv)
+        return f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+
+    async def stop(self, srv: asyncio.base_events.Server) -> None:
+        srv.close()
+        await srv.wait_closed()
+
+    def accept(self) -> bytes:
+        return (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Sec-WebSocket-Accept: %s\r\n\r\n")
+
+    async def test_huge_frame_refused(self) -> None:
+        from warren import _ws
+        # A frame that claims 1 TiB: refused from its header, nothing allocated.
+        orig = _ws.WebSocket.connect
+
+        async def handshake_then(frame: bytes) -> _ws.WebSocket:
+            async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+                head = (await r.readuntil(b"\r\n\r\n")).decode()
+                key = [ln.split(":", 1)[1].strip() for ln in head.split("\r\n") if ln.lower().startswith("sec-websocket-key")][0]
+                acc = base64.b64encode(hashlib.sha1(key.encode() + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+                w.write(self.accept() % acc + frame)
+                await w.drain()
+                await asyncio.sleep(1)
+                w.close()
+            srv = await asyncio.start_server(handle, "127.0.0.1", 0)
+            self.addAsyncCleanup(self.stop, srv)
+            t = Transport(f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}")
+            return await orig(t, "/api/v1/ws", timeout=5)
+
+        ws = await handshake_then(b"\x81\x7f" + struct.pack("!Q", 1 << 40))
+        with self.assertRaises(warren.TooLarge):
+            await ws.recv()
+        await ws.close()
+        # Fragments that add up past the bound are refused too.
+        frag = b"\x01\x7f" + struct.pack("!Q", 10 << 20) + b"x" * (10 << 20)
+        ws = await handshake_then(frag + b"\x80\x7f" + struct.pack("!Q", 10 << 20))
+        with self.assertRaises(warren.TooLarge):
+            await ws.recv()
+        await ws.close()
+
+    async def test_refused_handshake(self) -> None:
+        body = b'{"jsonrpc":"2.0","error":{"code":-32001,"message":"bad key","data":{"kind":"unauthorized"}}}'
+        url = await self.serve(b"HTTP/1.1 401 Unauthorized\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        from warren import _ws
+        with self.assertRaises(warren.Unauthorized):
+            await _ws.WebSocket.connect(Transport(url), "/api/v1/ws", timeout=5)
+
+    async def test_silent_handshake(self) -> None:
+        url = await self.serve(b"")
+        from warren import _ws
+        t0 = time.monotonic()
+        with self.assertRaises(warren.ServerUnreachable):
+            await _ws.WebSocket.connect(Transport(url), "/api/v1/ws", timeout=0.3)
+        self.assertLess(time.monotonic() - t0, 3)

@@ -18,7 +18,7 @@ import struct
 from typing import Any, Dict, Optional, Tuple
 
 from ._transport import Transport, decode_answer
-from .errors import ProtocolError, ServerUnreachable, TooLarge
+from .errors import ProtocolError, ServerUnreachable, TooLarge, WarrenError
 
 MAX_MESSAGE = 16 << 20
 _GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
@@ -80,6 +80,9 @@ class WebSocket:
                 writer.close()
                 decode_answer("WebSocket", status, body)
                 raise ProtocolError(f"WebSocket handshake answered HTTP {status}")
+        except WarrenError:  # before OSError: some are OSErrors too (PermissionError, ...)
+            writer.close()
+            raise
         except (OSError, ValueError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
             writer.close()
             raise ServerUnreachable(f"warren server at {t.server_url}: WebSocket handshake failed: {e!r}") from e

@@ -107,14 +107,14 @@ class SandboxClient(base.SandboxClient):
         """Creates a sandbox, runs ``python -c code``, stops and removes it,
         even when cancelled: cancellation removes the sandbox at once (ending
         the run), and the call returns only after that."""
-        return await self._one_shot("py-", image, kwargs, lambda sb: sb.exec("python", ["-c", code], timeout=timeout))
+        return await self._one_shot_threaded("py-", image, kwargs, lambda sb: sb.exec("python", ["-c", code], timeout=timeout))
 
     async def run_shell(self, script: str, *, image: str = "python:3.11-slim", timeout: Optional[float] = None,
                         **kwargs: Any) -> ExecResult:
         """As run_python, for a /bin/sh script."""
-        return await self._one_shot("sh-", image, kwargs, lambda sb: sb.shell(script, timeout=timeout))
+        return await self._one_shot_threaded("sh-", image, kwargs, lambda sb: sb.shell(script, timeout=timeout))
 
-    async def _one_shot(  # type: ignore[override]
+    async def _one_shot_threaded(
         self, prefix: str, image: str, kwargs: Dict[str, Any], run: Callable[[sync.Sandbox], ExecResult],
     ) -> ExecResult:
         name = f"{prefix}{uuid.uuid4().hex[:8]}"

@@ -6,15 +6,17 @@ from __future__ import annotations
 import base64
 import io
 import os
-import tarfile
 import threading
 import uuid
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from .base import ExecResult, SandboxSpec
 from .errors import Conflict, InvalidParams, WarrenError
 from ._transport import DEFAULT_TIMEOUT, Transport, decode_answer
 from .types import ExecDetails, FileInfo, Metrics, OutputChunk, ProcessInfo, ReplResult, SandboxInfo
+
+if TYPE_CHECKING:  # tarfile is imported where used: it costs import time
+    import tarfile
 
 # The longest a command may run (the server's maximum timeout), so the
 # longest a call that waits for one may wait, plus slack for the answer.
@@ -367,6 +369,8 @@ class Sandbox:
         """Copies the local directory's contents under ``dest`` in the sandbox."""
         if not os.path.isdir(local_dir):
             raise InvalidParams(f"{local_dir} is not a directory", kind="invalid_params")
+        import tarfile
+
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tf:
             for entry in sorted(os.listdir(local_dir)):
@@ -378,6 +382,8 @@ class Sandbox:
         (as upload_dir, the other way). The archive is
         hostile input: members that would leave ``local_dir`` (absolute
         paths, ``..``, links out, devices) are refused."""
+        import tarfile
+
         data = self.download_tar(path, limit=limit)
         os.makedirs(local_dir, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
@@ -479,6 +485,8 @@ def _result(d: ExecDetails) -> ExecResult:
 
 
 def _safe_extract(tf: tarfile.TarFile, dest: str) -> None:
+    import tarfile
+
     root = os.path.realpath(dest)
     members: Iterable[tarfile.TarInfo] = tf.getmembers()
     for m in members:
