@@ -167,6 +167,17 @@ if __name__ == "__main__":
     unittest.main()
 
 
+async def hold(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+    """Keeps a fake server's connection open until the client goes (or the test ends)."""
+    try:
+        await w.drain()
+        await r.read()
+    except (asyncio.CancelledError, ConnectionError):
+        pass  # the test is over: the connection goes with its loop
+    finally:
+        w.close()
+
+
 class HostileWebSocketTest(unittest.IsolatedAsyncioTestCase):
     """The WebSocket client bounds what a server sends."""
 
@@ -174,9 +185,7 @@ class HostileWebSocketTest(unittest.IsolatedAsyncioTestCase):
         async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
             await r.readuntil(b"\r\n\r\n")
             w.write(answer)
-            await w.drain()
-            await asyncio.sleep(1)
-            w.close()
+            await hold(r, w)
         srv = await asyncio.start_server(handle, "127.0.0.1", 0)
         self.addAsyncCleanup(self.stop, srv)
         return f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
@@ -200,9 +209,7 @@ class HostileWebSocketTest(unittest.IsolatedAsyncioTestCase):
                 key = [ln.split(":", 1)[1].strip() for ln in head.split("\r\n") if ln.lower().startswith("sec-websocket-key")][0]
                 acc = base64.b64encode(hashlib.sha1(key.encode() + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
                 w.write(self.accept() % acc + frame)
-                await w.drain()
-                await asyncio.sleep(1)
-                w.close()
+                await hold(r, w)
             srv = await asyncio.start_server(handle, "127.0.0.1", 0)
             self.addAsyncCleanup(self.stop, srv)
             t = Transport(f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}")
