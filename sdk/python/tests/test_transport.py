@@ -149,6 +149,23 @@ class RealServerTest(unittest.TestCase):
         self.assertEqual(len(c.transport._idle), 1)
         c.close()
 
+    def test_answer_bounded(self) -> None:
+        # An answer over the client's bound is refused, not read whole: a
+        # JSON-RPC answer (Content-Length) and a tar download (chunked).
+        t = Transport(max_answer=16)
+        with self.assertRaises(warren.TooLarge):
+            t.call("sandbox.list", {"namespace": "*"})
+        c = sync.SandboxClient()
+        sb = c.create(warren.SandboxSpec(name="bounded", image="python"))
+        try:
+            sb.write_file("/tmp/big", b"x" * 100000)
+            self.assertGreater(len(sb.download_tar("/tmp")), 100000)
+            with self.assertRaises(warren.TooLarge):
+                sb.download_tar("/tmp", limit=50000)
+            self.assertEqual(sb.exec("true").exit_code, 0)  # the client goes on
+        finally:
+            c.remove(sb.name)
+
     def test_unknown_method(self) -> None:
         with self.assertRaises(warren.ProtocolError) as cm:
             sync.SandboxClient().call("sandbox.nope", {})
