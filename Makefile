@@ -79,7 +79,7 @@ PYTHON ?= python3
 DEBIAN_PYTHON ?= /usr/bin/python3
 test-python: build
 	WARREN_BIN=$(CURDIR)/$(BIN)/warren $(PYTHON) sdk/python/tests/run.py
-	cd sdk/python && MYPYPATH=tests/mirror:_build $(DEBIAN_PYTHON) -m mypy --strict --no-incremental warren tests examples _build bench
+	cd sdk/python && MYPYPATH=tests/mirror:_build $(DEBIAN_PYTHON) -m mypy --strict --cache-dir=/dev/null warren tests examples _build bench
 	$(DEBIAN_PYTHON) -m pyflakes sdk/python
 
 # The S3 server the workspace tests run against (SeaweedFS, from the

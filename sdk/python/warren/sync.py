@@ -8,7 +8,7 @@ import io
 import os
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .base import ExecResult, SandboxSpec
 from .errors import Conflict, InvalidParams, WarrenError
@@ -488,8 +488,7 @@ def _safe_extract(tf: tarfile.TarFile, dest: str) -> None:
     import tarfile
 
     root = os.path.realpath(dest)
-    members: Iterable[tarfile.TarInfo] = tf.getmembers()
-    for m in members:
+    for m in tf.getmembers():
         target = os.path.realpath(os.path.join(root, m.name))
         if os.path.isabs(m.name) or not (target == root or target.startswith(root + os.sep)):
             raise InvalidParams(f"tar member {m.name!r} would leave {dest}", kind="invalid_params")

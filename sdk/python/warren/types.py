@@ -3,7 +3,7 @@ information, REPL runs, metrics, streamed output."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 
 def _s(d: Mapping[str, Any], k: str) -> str:
@@ -206,7 +206,3 @@ class StreamEvent:
     signal: str = ""
     pid: int = 0
     id: str = ""
-
-
-def lines_of(x: List[str]) -> str:
-    return "".join(s + "\n" for s in x)
