@@ -67,6 +67,8 @@ class ClientTest(unittest.IsolatedAsyncioTestCase):
         self.assertFalse(r.ok)
         with self.assertRaises(warren.ExecFailed):
             await self.sb.exec("/no/such/binary")
+        d = await self.sb.exec_details("printf", ["\\377\\000a"], binary=True)
+        self.assertEqual((d.stdout_bytes, d.stdout), (b"\xff\x00a", "\ufffd\x00a"))
 
     async def test_concurrent_calls(self) -> None:
         # Many long calls at once do not queue behind each other.

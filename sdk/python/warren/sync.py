@@ -262,10 +262,12 @@ class Sandbox:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         output_limit: Optional[int] = None,
+        binary: bool = False,
     ) -> ExecDetails:
         """``sandbox.exec`` of ``[cmd, *args]`` (no shell), or ``sandbox.shell``
         of ``script`` when given (``cmd`` is then ignored). A command past its
-        timeout is a result (``timed_out``), not an error."""
+        timeout is a result (``timed_out``), not an error. ``binary`` returns
+        the output's bytes too (``stdout_bytes``, ``stderr_bytes``)."""
         p: Dict[str, Any] = {}
         if script is not None:
             method = "sandbox.shell"
@@ -285,12 +287,19 @@ class Sandbox:
             p["user"] = user
         if output_limit:
             p["output_limit"] = output_limit
+        if binary:
+            p["binary"] = True
         r = self._call(method, p, timeout=_run_wait(timeout))
         r = r if isinstance(r, dict) else {}
         code = r.get("exit_code")
         dur = r.get("duration_ms")
+        out, err = str(r.get("stdout") or ""), str(r.get("stderr") or "")
+        raw_out = raw_err = b""
+        if binary:
+            raw_out, raw_err = base64.b64decode(out), base64.b64decode(err)
+            out, err = raw_out.decode("utf-8", "replace"), raw_err.decode("utf-8", "replace")
         return ExecDetails(
-            stdout=str(r.get("stdout") or ""), stderr=str(r.get("stderr") or ""),
+            stdout=out, stderr=err, stdout_bytes=raw_out, stderr_bytes=raw_err,
             exit_code=code if isinstance(code, int) else -1, signal=str(r.get("signal") or ""),
             timed_out=bool(r.get("timed_out")), oom_killed=bool(r.get("oom_killed")),
             truncated=bool(r.get("truncated")), duration_ms=float(dur) if isinstance(dur, (int, float)) else 0.0,

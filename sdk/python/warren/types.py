@@ -60,6 +60,10 @@ class ExecDetails:
     oom_killed: bool = False
     truncated: bool = False
     duration_ms: float = 0.0
+    # The output's bytes as written, with ``binary=True`` (stdout and stderr
+    # are then these decoded as UTF-8, invalid bytes replaced).
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
 
 
 @dataclass(frozen=True)
