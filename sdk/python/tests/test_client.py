@@ -84,6 +84,13 @@ class ClientTest(unittest.IsolatedAsyncioTestCase):
                 self.assertEqual(s.exec("echo", ["sync"]).stdout, "sync\n")
                 self.assertEqual(s.shell("exit 4").exit_code, 4)
                 self.assertIn(self.sb.name, c.list())
+                events = list(s.stream("sh", ["-c", "echo a; exit 3"]))
+                self.assertEqual([e.kind for e in events], ["started", "stdout", "exit"])
+                self.assertEqual((events[1].data, events[2].exit_code), (b"a\n", 3))
+                for ev in s.stream("sleep", ["60"]):
+                    break  # the generator's close kills the process
+                time.sleep(0.5)
+                self.assertEqual([p for p in s.processes() if p.running], [])
         await asyncio.to_thread(body)
 
     async def test_files(self) -> None:

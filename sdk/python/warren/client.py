@@ -244,20 +244,26 @@ class Sandbox(base.SandboxHandle):
 
     async def _session(self, argv: List[str], *, env: Optional[Sequence[str]], cwd: str, user: str, tty: bool,
                        rows: int = 24, cols: int = 80) -> "Session":
-        t = self.client.sync.transport
-        q = {"sandbox": self.name}
-        if self.client.sync.namespace:
-            q["namespace"] = self.client.sync.namespace
-        ws = await WebSocket.connect(t, t.path("/api/v1/ws", q), timeout=t.timeout)
-        start: Dict[str, Any] = {"argv": argv, "env": list(env or []), "cwd": cwd, "user": user, "tty": tty}
-        if tty:
-            start["rows"], start["cols"] = rows, cols
-        try:
-            await ws.send_json(start)
-        except BaseException:
-            await ws.close()
-            raise
-        return Session(ws)
+        return await open_session(self.sync, argv, env=env, cwd=cwd, user=user, tty=tty, rows=rows, cols=cols)
+
+
+async def open_session(sb: sync.Sandbox, argv: List[str], *, env: Optional[Sequence[str]] = None, cwd: str = "",
+                       user: str = "", tty: bool = False, rows: int = 24, cols: int = 80) -> "Session":
+    """Starts ``argv`` in ``sb`` over the WebSocket."""
+    t = sb.client.transport
+    q = {"sandbox": sb.name}
+    if sb.client.namespace:
+        q["namespace"] = sb.client.namespace
+    ws = await WebSocket.connect(t, t.path("/api/v1/ws", q), timeout=t.timeout)
+    start: Dict[str, Any] = {"argv": argv, "env": list(env or []), "cwd": cwd, "user": user, "tty": tty}
+    if tty:
+        start["rows"], start["cols"] = rows, cols
+    try:
+        await ws.send_json(start)
+    except BaseException:
+        await ws.close()
+        raise
+    return Session(ws)
 
 
 class Session:

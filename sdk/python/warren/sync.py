@@ -8,12 +8,12 @@ import io
 import os
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from .base import ExecResult, SandboxSpec
 from .errors import Conflict, InvalidParams, WarrenError
 from ._transport import DEFAULT_TIMEOUT, Transport, decode_answer
-from .types import ExecDetails, FileInfo, Metrics, OutputChunk, ProcessInfo, ReplResult, SandboxInfo
+from .types import ExecDetails, FileInfo, Metrics, OutputChunk, ProcessInfo, ReplResult, SandboxInfo, StreamEvent
 
 if TYPE_CHECKING:  # tarfile is imported where used: it costs import time
     import tarfile
@@ -434,6 +434,29 @@ class Sandbox:
     def process(self, pid: str) -> "Process":
         """The handle of process ``pid`` (an id such as "p3"), without asking."""
         return Process(self, pid)
+
+    def stream(self, cmd: str, args: Optional[Sequence[str]] = None, *, env: Optional[Sequence[str]] = None,
+               cwd: str = "", user: str = "") -> Iterator[StreamEvent]:
+        """As the async Sandbox.stream, for a thread without a running event
+        loop: yields the run's events as they come, ending with "exit".
+        Leaving the loop early kills the process."""
+        import asyncio
+
+        from .client import open_session
+
+        loop = asyncio.new_event_loop()
+        try:
+            session = loop.run_until_complete(open_session(self, [cmd, *(args or [])], env=env, cwd=cwd, user=user))
+            try:
+                while True:
+                    try:
+                        yield loop.run_until_complete(session.__anext__())
+                    except StopAsyncIteration:
+                        return
+            finally:
+                loop.run_until_complete(session.close())
+        finally:
+            loop.close()
 
 
 class Process:
