@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test s3-server runsc test-sdk test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci leak-snapshot
+.PHONY: all setup build run demo test s3-server runsc test-sdk test-python test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci leak-snapshot
 
 all: build
 
@@ -66,7 +66,7 @@ lint: setup
 # timeout, and the hostile suite compares its victims' exec latency under
 # attack with their baseline, both of which other packages' tests running
 # beside them would make noise of.
-test: build leak-snapshot vet fmt-check lint test-sdk test-v2 fuzz-ci s3-server runsc
+test: build leak-snapshot vet fmt-check lint test-sdk test-python test-v2 fuzz-ci s3-server runsc
 	go test -race -count=1 -timeout 30m -skip '^TestSoak$$' $$(go list $(GO_PACKAGES) | grep -v '/internal/hostile$$')
 	$(MAKE) soak-ci
 	$(MAKE) test-hostile-ci
@@ -78,6 +78,17 @@ test: build leak-snapshot vet fmt-check lint test-sdk test-v2 fuzz-ci s3-server 
 leak-snapshot:
 	@mkdir -p bin
 	go run ./scripts/leakcheck snapshot bin/leak-snapshot
+
+# The Python SDK (sdk/python): its tests against a real `warren serve` with
+# API keys (bin/warren), then type checking (mypy --strict) and a linter
+# (pyflakes), both Debian's (setup installs them; they run on Debian's
+# python3). ms-enclave's interface is a mirror in the tests (tests/mirror).
+PYTHON ?= python3
+DEBIAN_PYTHON ?= /usr/bin/python3
+test-python: build
+	WARREN_BIN=$(CURDIR)/$(BIN)/warren $(PYTHON) sdk/python/tests/run.py
+	cd sdk/python && MYPYPATH=tests/mirror:_build $(DEBIAN_PYTHON) -m mypy --strict --cache-dir=/dev/null warren tests examples _build bench
+	$(DEBIAN_PYTHON) -m pyflakes sdk/python
 
 # The S3 server the workspace tests run against (SeaweedFS, from the
 # module proxy at a pinned version), built once into ~/.cache/warren-test.

@@ -12,7 +12,9 @@ GO_VERSION=1.26.8
 # language names run on by default, like microsandbox's python image).
 # slirp4netns: the user-space network stack the data path benchmark weighs
 # (docs/network.md).
-APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 python3-pip nodejs iproute2 procps util-linux bubblewrap crun mmdebstrap debian-archive-keyring slirp4netns btrfs-progs)
+APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 python3-pip nodejs iproute2 procps util-linux bubblewrap crun mmdebstrap debian-archive-keyring slirp4netns btrfs-progs python3-mypy python3-pyflakes)
+# python3-mypy, python3-pyflakes: the Python SDK's type checking and its
+# linter (it builds with its own backend: standard library only).
 # btrfs-progs: mkfs.btrfs makes the image disk limits live on (--disk-pool).
 # npm: in the node language view of the host image, and the MCP test drives
 # /mcp with the official npm client. NodeSource's nodejs ships npm (and
