@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -30,6 +31,9 @@ func (s *Server) onFile(ctx context.Context, c *call, ref filePath, f func(a *ag
 	}
 	if ref.Path == "" {
 		return nil, errdefs.Errorf(errInvalidParams, "\"path\" is missing")
+	}
+	if !strings.HasPrefix(ref.Path, "/") {
+		return nil, errdefs.Errorf(errInvalidParams, "path %q is not absolute (paths in a sandbox begin with /)", ref.Path)
 	}
 	return s.agentCall(ctx, ns, name, func(l *sandbox.Lease) (any, error) { return f(l.Agent()) })
 }
