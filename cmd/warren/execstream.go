@@ -323,6 +323,12 @@ func (c *apiClient) explain(ctx context.Context, u string, err error) error {
 		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
+	return c.explainResponse(resp, err)
+}
+
+// explainResponse returns the server's error message in resp's JSON
+// body, or err when it has none.
+func (c *apiClient) explainResponse(resp *http.Response, err error) error {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e struct {
 		Error *rpcError `json:"error"`
