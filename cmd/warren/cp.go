@@ -212,7 +212,6 @@ func renameTar(r io.Reader, name string) io.Reader {
 			// Not decompression: the entry's bytes as they come, bounded
 			// by the server's tar limit and the extraction's.
 			if _, err := io.Copy(tw, tr); err != nil { //nolint:gosec // G110: see above
-
 				return err
 			}
 			if _, err := tr.Next(); !errors.Is(err, io.EOF) {

@@ -36,6 +36,7 @@ func commands() []command {
 		{"stop", "stop running sandboxes of a server (files kept)", stopCmd},
 		{"rm", "remove sandboxes of a server (-f: running ones too)", rmCmd},
 		{"inspect", "print a server's sandboxes as JSON", inspectCmd},
+		{"shell", "open an interactive shell in a server's sandbox", shellCmd},
 		{"cp", "copy files and directories between the host and a server's sandbox", cpCmd},
 		{"pause", "pause a server's sandbox (memory kept, no CPU)", pauseCmd},
 		{"resume", "resume a paused sandbox of a server", resumeCmd},
