@@ -123,15 +123,19 @@ Prints a sandbox's log from a running server: its lifecycle and every
 command, code run and process with its outcome, oldest first.`
 
 func logsCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren logs", "warren logs [--tail N] NAME", logsAbout)
+	fs := newFlagSet("warren logs", "warren logs [-f] [--tail N] NAME", logsAbout)
 	c, ns := clientFlags(fs)
 	tail := fs.Int("tail", 0, "only the last N lines (0 = all kept)")
+	follow := fs.Bool("f", false, "follow: print new lines as they are written, until interrupted")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return exitError{2}
+	}
+	if *follow {
+		return followLogs(ctx, c, *ns, fs.Arg(0), *tail)
 	}
 	var out struct {
 		Lines []string `json:"lines"`

@@ -38,6 +38,8 @@ func commands() []command {
 		{"inspect", "print a server's sandboxes as JSON", inspectCmd},
 		{"shell", "open an interactive shell in a server's sandbox", shellCmd},
 		{"cp", "copy files and directories between the host and a server's sandbox", cpCmd},
+		{"top", "list the processes running in a server's sandbox", topCmd},
+		{"stats", "show the live CPU, memory and disk use of a server's sandboxes", statsCmd},
 		{"pause", "pause a server's sandbox (memory kept, no CPU)", pauseCmd},
 		{"resume", "resume a paused sandbox of a server", resumeCmd},
 		{"workspace", "create, list, inspect, remove, upload and download a server's workspaces", workspaceCmd},
