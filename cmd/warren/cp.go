@@ -58,14 +58,14 @@ func cpCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) != 2 {
-		return usageError(fs, "want SRC and DST, got %d arguments", len(pos))
+		return argsError(fs, "want SRC and DST, got %d arguments", len(pos))
 	}
 	src, dst := parseCpRef(pos[0]), parseCpRef(pos[1])
 	switch {
 	case (src.name == "") == (dst.name == ""):
-		return usageError(fs, "one of SRC and DST must be NAME:PATH, the other a host path or -")
+		return argsError(fs, "one of SRC and DST must be NAME:PATH, the other a host path or -")
 	case src.name != "" && !path.IsAbs(src.path), dst.name != "" && !path.IsAbs(dst.path):
-		return usageError(fs, "the sandbox's PATH must be absolute")
+		return argsError(fs, "the sandbox's PATH must be absolute")
 	}
 	if src.name != "" {
 		return c.copyOut(ctx, *ns, src, dst.path)

@@ -54,9 +54,9 @@ func execCmd(ctx context.Context, args []string) error {
 	}
 	switch len(argv) {
 	case 0:
-		return usageError(fs, "NAME and CMD are missing")
+		return argsError(fs, "NAME and CMD are missing")
 	case 1:
-		return usageError(fs, "CMD is missing")
+		return argsError(fs, "CMD is missing")
 	}
 	o.ns, o.name, o.argv, o.stdin = *ns, argv[0], argv[1:], *stdin || *it
 	o.tty = o.tty || *it

@@ -44,7 +44,7 @@ func createCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return usageError(fs, "want one NAME, got %d arguments", len(pos))
+		return argsError(fs, "want one NAME, got %d arguments", len(pos))
 	}
 	p := map[string]any{"name": pos[0], "namespace": *ns, "image": *image, "cpus": *cpus, "workdir": *workdir,
 		"workspace": *workspace, "idle_action": *idleAction, "idle_timeout": idle.Seconds(), "max_lifetime": life.Seconds(),
@@ -78,8 +78,8 @@ func createCmd(ctx context.Context, args []string) error {
 	return nil
 }
 
-// usageError prints fs's usage to stderr after what is wrong, and exits 2.
-func usageError(fs *flag.FlagSet, format string, args ...any) error {
+// argsError prints fs's usage to stderr after what is wrong, and exits 2.
+func argsError(fs *flag.FlagSet, format string, args ...any) error {
 	fmt.Fprintf(os.Stderr, "error: "+format+"\n\n", args...)
 	fs.Usage()
 	return exitError{2}
@@ -155,7 +155,7 @@ func inspectCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(names) == 0 {
-		return usageError(fs, "NAME is missing")
+		return argsError(fs, "NAME is missing")
 	}
 	all := make([]json.RawMessage, 0, len(names))
 	var failed error
@@ -200,7 +200,7 @@ func eachSandboxFlags(ctx context.Context, args []string, op, synopsisFlags, abo
 		return err
 	}
 	if len(names) == 0 {
-		return usageError(fs, "NAME is missing")
+		return argsError(fs, "NAME is missing")
 	}
 	var failed error
 	for _, n := range names {

@@ -28,7 +28,7 @@ func shellCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return usageError(fs, "want one NAME, got %d arguments", len(pos))
+		return argsError(fs, "want one NAME, got %d arguments", len(pos))
 	}
 	o.ns, o.name, o.argv = *ns, pos[0], []string{"/bin/sh", "-c", shellScript}
 	if *shell != "" {

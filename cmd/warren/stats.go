@@ -28,7 +28,7 @@ func topCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() < 1 {
-		return usageError(fs, "NAME is missing")
+		return argsError(fs, "NAME is missing")
 	}
 	psArgs := fs.Args()[1:]
 	if len(psArgs) == 0 {
