@@ -160,7 +160,7 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 		defer t.Stop()
 		timeout = t.C
 	}
-	started, timedOut, interrupts := false, false, 0
+	started, timedOut, lost, interrupts := false, false, false, 0
 	for {
 		select {
 		case m := <-msgs:
@@ -181,7 +181,8 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 					return err
 				}
 			case "dropped":
-				fmt.Fprintf(os.Stderr, "warren exec: %d bytes of %s lost: read slower than the command wrote\n", m.Dropped, m.Stream)
+				lost = true
+				fmt.Fprintf(os.Stderr, "warren exec: %d bytes of %s lost: the command wrote faster than they could be passed on (copy files with 'warren cp')\n", m.Dropped, m.Stream)
 			case "exit":
 				if m.Exit == nil {
 					return errors.New("the server's exit message has no exit status")
@@ -192,6 +193,11 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 				}
 				if m.Exit.Code != 0 {
 					return exitError{m.Exit.Code}
+				}
+				if lost {
+					// Success with output missing is no success for
+					// a script reading it.
+					return exitError{1}
 				}
 				return nil
 			case "error":

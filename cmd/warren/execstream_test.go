@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,15 +23,20 @@ func TestExecStreams(t *testing.T) {
 		t.Fatalf("create: %+v", r)
 	}
 	defer client("", "rm", "-f", "box")
+	big := strings.Repeat("0123456789", 300000)
 	for _, tc := range []struct {
 		name      string
 		args      []string
 		stdin     string
 		code      int
 		stdout    string
+		stdoutLen int
 		stderrHas string
 	}{
 		{name: "piped stdin", args: []string{"exec", "box", "--", "cat"}, stdin: "hi\n", stdout: "hi\n"},
+		// More than one stdin message, and more than the agent keeps of
+		// a stream: both ways whole.
+		{name: "large stdin", args: []string{"exec", "box", "--", "sh", "-c", "cat | wc -c"}, stdin: big, stdout: "3000000\n"},
 		{name: "streams apart", args: []string{"exec", "box", "--", "sh", "-c", "echo out; echo err >&2; exit 3"}, code: 3, stdout: "out\n", stderrHas: "err"},
 		{name: "not found", args: []string{"exec", "box", "--", "no-such-command"}, code: 127, stderrHas: "not found"},
 		{name: "not executable", args: []string{"exec", "box", "--", "/etc/passwd"}, code: 126, stderrHas: "not an executable"},
@@ -42,11 +49,26 @@ func TestExecStreams(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := client(tc.stdin, tc.args...)
-			if r.code != tc.code || (tc.stdout != "" && r.stdout != tc.stdout) || !strings.Contains(r.stderr, tc.stderrHas) {
-				t.Fatalf("%+v, want code %d stdout %q stderr with %q", r, tc.code, tc.stdout, tc.stderrHas)
+			if r.code != tc.code || (tc.stdout != "" && r.stdout != tc.stdout) || (tc.stdoutLen > 0 && len(r.stdout) != tc.stdoutLen) ||
+				!strings.Contains(r.stderr, tc.stderrHas) {
+				t.Fatalf("%.300v, want code %d stdout %q (%d bytes) stderr with %q", r, tc.code, tc.stdout, tc.stdoutLen, tc.stderrHas)
 			}
 		})
 	}
+
+	// Output faster than it can be passed on: the sandbox's agent keeps
+	// 1 MiB of it and does not hold the command back, so some may be
+	// lost; then exactly how much is said, and the exit code is 1.
+	r := client("", "exec", "box", "--", "head", "-c", "3000000", "/dev/zero")
+	lost := 0
+	for _, m := range regexp.MustCompile(`(\d+) bytes of stdout lost`).FindAllStringSubmatch(r.stderr, -1) {
+		n, _ := strconv.Atoi(m[1])
+		lost += n
+	}
+	if len(r.stdout)+lost != 3000000 || (lost > 0) != (r.code == 1) || (lost == 0 && r.code != 0) {
+		t.Fatalf("3000000 bytes of output: %d passed, %d said lost, exit %d: %s", len(r.stdout), lost, r.code, r.stderr)
+	}
+	t.Logf("3000000 bytes of output: %d lost", lost)
 
 	// Output arrives while the command runs: the first line is read
 	// before the command has written the second, which waits for a file

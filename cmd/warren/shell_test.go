@@ -153,4 +153,14 @@ func TestShellTerminal(t *testing.T) {
 	if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
 		t.Errorf("the terminal was not restored: %+v, was %+v", after, before)
 	}
+
+	// exec -it: the command's terminal has the local one's size.
+	off4 := len(scr.String())
+	c = cmd("exec", "-it", "box", "--", "sh", "-c", "stty size; exit 6")
+	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := c.Run(); exitCode(err) != 6 {
+		t.Fatalf("exec -it: %v, want 6\n%s", err, scr.String()[off4:])
+	}
+	scr.waitFor(t, off4, "40 120")
 }
