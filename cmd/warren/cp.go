@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/warren-sandbox/warren/internal/confined"
@@ -36,15 +35,27 @@ Examples:
   warren cp demo:/work/out.txt .
   warren cp demo:/work - | tar t`
 
-// sandboxName is the form of sandbox names (docs/api.md), which tells
-// NAME:PATH from a host path.
-var sandboxName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+// isSandboxName says whether s has the form of sandbox names (docs/api.md:
+// 1-63 of [A-Za-z0-9_-], starting with a letter or digit), which tells
+// NAME:PATH from a host path. Checked by hand: a regexp compiled at start
+// would cost every command.
+func isSandboxName(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '_' || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // cpRef is one side of a copy: a host path (name "") or a sandbox's path.
 type cpRef struct{ name, path string }
 
 func parseCpRef(s string) cpRef {
-	if name, p, ok := strings.Cut(s, ":"); ok && sandboxName.MatchString(name) {
+	if name, p, ok := strings.Cut(s, ":"); ok && isSandboxName(name) {
 		return cpRef{name, p}
 	}
 	return cpRef{path: s}

@@ -193,3 +193,22 @@ func TestCpHostileTar(t *testing.T) {
 		})
 	}
 }
+
+func TestParseCpRef(t *testing.T) {
+	for in, want := range map[string]cpRef{
+		"box:/tmp":                      {"box", "/tmp"},
+		"b_x-1:/a:b":                    {"b_x-1", "/a:b"},
+		"./box:/tmp":                    {path: "./box:/tmp"},
+		"/abs/path":                     {path: "/abs/path"},
+		"-":                             {path: "-"},
+		"-x:/a":                         {path: "-x:/a"},
+		"a b:/x":                        {path: "a b:/x"},
+		"é:/x":                          {path: "é:/x"},
+		strings.Repeat("a", 63) + ":/x": {strings.Repeat("a", 63), "/x"},
+		strings.Repeat("a", 64) + ":/x": {path: strings.Repeat("a", 64) + ":/x"},
+	} {
+		if got := parseCpRef(in); got != want {
+			t.Errorf("parseCpRef(%q) = %+v, want %+v", in, got, want)
+		}
+	}
+}
