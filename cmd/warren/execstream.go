@@ -134,12 +134,21 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 	if err := send(start); err != nil {
 		return fmt.Errorf("send the command: %w", err)
 	}
+	// warn prints warren's own messages, on a terminal put back first: raw
+	// mode would print them without carriage returns.
+	restore := func() {}
+	defer func() { restore() }()
+	warn := func(format string, args ...any) {
+		restore()
+		fmt.Fprintf(os.Stderr, "warren exec: "+format+"\n", args...)
+	}
+	eol := "\n"
 	if term && o.stdin {
-		restore, err := makeRaw(os.Stdin)
+		r, err := makeRaw(os.Stdin)
 		if err != nil {
 			return err
 		}
-		defer restore()
+		restore, eol = r, "\r\n"
 	}
 
 	msgs := make(chan wsMessage)
@@ -182,13 +191,15 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 				}
 			case "dropped":
 				lost = true
-				fmt.Fprintf(os.Stderr, "warren exec: %d bytes of %s lost: the command wrote faster than they could be passed on (copy files with 'warren cp')\n", m.Dropped, m.Stream)
+				// Said at once, before the output that follows the gap
+				// (with \r on a raw terminal).
+				fmt.Fprintf(os.Stderr, "warren exec: %d bytes of %s lost: the command wrote faster than they could be passed on (copy files with 'warren cp')%s", m.Dropped, m.Stream, eol)
 			case "exit":
 				if m.Exit == nil {
 					return errors.New("the server's exit message has no exit status")
 				}
 				if timedOut {
-					fmt.Fprintf(os.Stderr, "warren exec: killed after the %s timeout\n", o.timeout)
+					warn("killed after the %s timeout", o.timeout)
 					return exitError{124}
 				}
 				if m.Exit.Code != 0 {
@@ -203,7 +214,7 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 			case "error":
 				if !started && m.Kind == "not_found" {
 					// The agent found no CMD to run: the shell's codes.
-					fmt.Fprintf(os.Stderr, "warren exec: %s\n", m.Message)
+					warn("%s", m.Message)
 					if strings.Contains(m.Message, "permission denied") || strings.Contains(m.Message, "working directory") {
 						return exitError{126}
 					}
@@ -227,7 +238,7 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 				// A third Ctrl-C gives up on a command that ignores
 				// them: closing the session kills it.
 				if interrupts++; interrupts == 3 {
-					fmt.Fprintln(os.Stderr, "warren exec: interrupted")
+					warn("interrupted")
 					return exitError{130}
 				}
 			}
