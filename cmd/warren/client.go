@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -38,6 +36,8 @@ type rpcError struct {
 	Data    map[string]any `json:"data"`
 }
 
+func (e *rpcError) Error() string { return e.Message }
+
 func (c *apiClient) call(ctx context.Context, method string, params, out any) error {
 	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params, "id": 1})
 	if err != nil {
@@ -68,7 +68,7 @@ func (c *apiClient) call(ctx context.Context, method string, params, out any) er
 		return fmt.Errorf("server answered %s: %.200s", resp.Status, raw)
 	}
 	if r.Error != nil {
-		return errors.New(r.Error.Message)
+		return r.Error
 	}
 	if out != nil {
 		return json.Unmarshal(r.Result, out)
@@ -123,15 +123,19 @@ Prints a sandbox's log from a running server: its lifecycle and every
 command, code run and process with its outcome, oldest first.`
 
 func logsCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren logs", "warren logs [--tail N] NAME", logsAbout)
+	fs := newFlagSet("warren logs", "warren logs [-f] [--tail N] NAME", logsAbout)
 	c, ns := clientFlags(fs)
 	tail := fs.Int("tail", 0, "only the last N lines (0 = all kept)")
+	follow := fs.Bool("f", false, "follow: print new lines as they are written, until interrupted")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return exitError{2}
+	}
+	if *follow {
+		return followLogs(ctx, c, *ns, fs.Arg(0), *tail)
 	}
 	var out struct {
 		Lines []string `json:"lines"`
@@ -141,65 +145,6 @@ func logsCmd(ctx context.Context, args []string) error {
 	}
 	for _, l := range out.Lines {
 		fmt.Println(l)
-	}
-	return nil
-}
-
-const execAbout = `
-Runs CMD in a running sandbox of a running server and passes its output and
-exit code through (124 when --timeout killed it).
-
-Example:
-  warren exec mybox -- python3 -c 'print(1)'`
-
-func execCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren exec", "warren exec [flags] NAME -- CMD [ARGS...]", execAbout)
-	c, ns := clientFlags(fs)
-	timeout := fs.Duration("timeout", 0, "kill CMD after this long; 0 = no limit")
-	workdir := fs.String("workdir", "", "working directory in the sandbox")
-	user := fs.String("user", "", "user to run as (name, uid or uid:gid)")
-	resume := fs.Bool("resume", false, "resume the sandbox first if it is paused")
-	var envs stringList
-	fs.Var(&envs, "env", "set an environment variable K=V (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	argv := fs.Args()
-	if len(argv) > 1 && argv[1] == "--" {
-		argv = append(argv[:1:1], argv[2:]...)
-	}
-	if len(argv) < 2 {
-		fs.Usage()
-		return exitError{2}
-	}
-	var out struct {
-		ExitCode int    `json:"exit_code"`
-		TimedOut bool   `json:"timed_out"`
-		OOM      bool   `json:"oom_killed"`
-		Stdout   string `json:"stdout"`
-		Stderr   string `json:"stderr"`
-	}
-	err := c.call(ctx, "sandbox.exec", map[string]any{"namespace": *ns, "sandbox": argv[0], "argv": argv[1:],
-		"timeout": timeout.Seconds(), "cwd": *workdir, "user": *user, "env": []string(envs), "binary": true, "resume": *resume}, &out)
-	if err != nil {
-		return err
-	}
-	for _, s := range []struct {
-		data string
-		w    io.Writer
-	}{{out.Stdout, os.Stdout}, {out.Stderr, os.Stderr}} {
-		b, _ := base64.StdEncoding.DecodeString(s.data)
-		_, _ = s.w.Write(b)
-	}
-	switch {
-	case out.TimedOut:
-		fmt.Fprintf(os.Stderr, "warren exec: killed after the %s timeout\n", *timeout)
-		return exitError{124}
-	case out.OOM:
-		fmt.Fprintln(os.Stderr, "warren exec: killed: out of memory")
-	}
-	if out.ExitCode != 0 {
-		return exitError{out.ExitCode}
 	}
 	return nil
 }

@@ -126,7 +126,7 @@ func TestServeKeysAndClientCommands(t *testing.T) {
 	if r := client("ps"); r.code != 0 || !strings.Contains(r.stdout, "box") || !strings.Contains(r.stdout, "running") {
 		t.Fatalf("ps: %+v", r)
 	}
-	if r := client("logs", "box"); r.code != 0 || !strings.Contains(r.stdout, "exec sh -c") {
+	if r := client("logs", "box"); r.code != 0 || !strings.Contains(r.stdout, `started over WebSocket: ["sh" "-c"`) {
 		t.Fatalf("logs: %+v", r)
 	}
 	noKey := warren(t, dir, "exec", "box", "--", "true")
