@@ -193,7 +193,7 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 				lost = true
 				// Said at once, before the output that follows the gap
 				// (with \r on a raw terminal).
-				fmt.Fprintf(os.Stderr, "warren exec: %d bytes of %s lost: the command wrote faster than they could be passed on (copy files with 'warren cp')%s", m.Dropped, m.Stream, eol)
+				fmt.Fprintf(os.Stderr, "warren exec: %d bytes of %s lost: the sandbox's agent predates held output (restart the sandbox to update it)%s", m.Dropped, m.Stream, eol)
 			case "exit":
 				if m.Exit == nil {
 					return errors.New("the server's exit message has no exit status")

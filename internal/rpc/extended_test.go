@@ -425,11 +425,68 @@ func TestWebSocket(t *testing.T) {
 	})
 }
 
-// TestWebSocketReportsDroppedOutput: a process that writes faster than its
-// WebSocket client reads loses the oldest output (the agent keeps 1 MiB
-// per stream and never holds the process back), and the client is told
-// exactly how many bytes: what arrives plus what was reported dropped is
-// all the process wrote.
+// TestWebSocketHoldsOutput: with a real agent, a process that writes far
+// faster than its WebSocket client reads is held back and loses nothing:
+// the client, stalled while the process writes 8 MiB, gets every byte (no
+// "dropped"), then the exit.
+func TestWebSocketHoldsOutput(t *testing.T) {
+	e := newEnv(t, true, nil)
+	e.must("sandbox.start", map[string]any{"sandbox": "wsh"}, nil)
+	cfg, err := websocket.NewConfig(strings.Replace(e.url, "http", "ws", 1)+"/api/v1/ws?sandbox=wsh", e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	const total = 8 << 20
+	if err := websocket.JSON.Send(c, map[string]any{"argv": []string{"sh", "-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\0' x", total)}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the process could have written it all by now
+	var got int64
+	for {
+		var m struct {
+			Type    string `json:"type"`
+			Data    []byte `json:"data"`
+			Dropped int64  `json:"dropped"`
+			Message string `json:"message"`
+			Exit    *struct {
+				Code int `json:"code"`
+			} `json:"exit"`
+		}
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if err := websocket.JSON.Receive(c, &m); err != nil {
+			t.Fatalf("after %d bytes: %v", got, err)
+		}
+		switch m.Type {
+		case "started":
+		case "stdout":
+			if bytes.ContainsFunc(m.Data, func(r rune) bool { return r != 'x' }) {
+				t.Fatal("output corrupted")
+			}
+			got += int64(len(m.Data))
+			if got < total/2 {
+				time.Sleep(20 * time.Millisecond) // a slow client, all along the first half
+			}
+		case "exit":
+			if m.Exit == nil || m.Exit.Code != 0 || got != total {
+				t.Fatalf("exit %+v after %d of %d bytes", m.Exit, got, total)
+			}
+			return
+		default:
+			t.Fatalf("message %+v (after %d bytes)", m, got)
+		}
+	}
+}
+
+// TestWebSocketReportsDroppedOutput: with an agent that does not hold the
+// process back (the fake backend's, as one of a build before HoldOutput),
+// a process that writes faster than its WebSocket client reads loses the
+// oldest output, and the client is told exactly how many bytes: what
+// arrives plus what was reported dropped is all the process wrote.
 func TestWebSocketReportsDroppedOutput(t *testing.T) {
 	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "wsd"}, nil)

@@ -2,7 +2,9 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -110,8 +112,16 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		return
 	}
 	t0 := time.Now()
-	pi, err := a.StartProcess(ctx, &wire.ExecRequest{Argv: start.Argv, Env: start.Env, Cwd: start.Cwd, User: start.User, TTY: start.TTY,
-		Rows: start.Rows, Cols: start.Cols})
+	req := &wire.ExecRequest{Argv: start.Argv, Env: start.Env, Cwd: start.Cwd, User: start.User, TTY: start.TTY,
+		Rows: start.Rows, Cols: start.Cols, HoldOutput: true}
+	pi, err := a.StartProcess(ctx, req)
+	if err != nil && errors.Is(err, errdefs.ErrInvalid) && strings.Contains(err.Error(), "hold_output") {
+		// An agent of an older build (a sandbox started before an
+		// upgrade) does not know the field: it keeps the last 1 MiB of
+		// each stream instead, and the pumps below say what was lost.
+		req.HoldOutput = false
+		pi, err = a.StartProcess(ctx, req)
+	}
 	if err != nil {
 		s.auditStarted(ctx, l, "ws", start.Argv, "", t0, err)
 		fail(err)
@@ -154,10 +164,11 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		}
 	}()
 	// Process → client, one pump per stream, long-polling the agent. The
-	// agent keeps the last wire.ProcessOutputKeep bytes of each stream and
-	// does not hold the process back, so a client slower than the process
-	// loses the oldest output; it is told exactly how much with a
-	// "dropped" message before the data that follows the gap.
+	// process's output is held for this session (HoldOutput): a client
+	// slower than the process holds it back, as a terminal does, and
+	// loses nothing. A "dropped" message (exactly how much, before the
+	// data that follows the gap) is for an agent that does not hold: one
+	// of an older build, of a sandbox started before an upgrade.
 	streams := []string{wire.Stdout}
 	if !start.TTY {
 		streams = append(streams, wire.Stderr)

@@ -87,6 +87,14 @@ type ExecRequest struct {
 	// look at the size is right; a later Resize changes it.
 	Rows uint16 `json:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty"`
+	// HoldOutput (background processes only) makes the process wait for
+	// its reader instead of losing output: a stream that holds
+	// ProcessOutputKeep bytes not yet read takes no more until they are,
+	// so the process blocks on its writes (the pipe's back-pressure, as a
+	// terminal's), and its end waits until its output has been read. For a
+	// client attached for the process's whole life (a WebSocket session),
+	// which removes the process when it goes.
+	HoldOutput bool `json:"hold_output,omitempty"`
 }
 
 // Stream names.

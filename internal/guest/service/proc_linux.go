@@ -20,28 +20,48 @@ import (
 
 // ring keeps the last keep bytes written to it, addressed by absolute offset
 // from the first byte ever written, and lets readers wait for more.
+//
+// A holding ring (HoldOutput) loses nothing: a write waits while keep bytes
+// or more are unread (written past the offset the reader last asked for),
+// so its writer (the pump) stops reading the pipe and the process blocks on
+// its writes; it trims only what was read. Memory stays ≤ keep + one write.
 type ring struct {
 	mu     sync.Mutex
 	keep   int
 	buf    []byte
 	start  int64 // offset of buf[0]
 	closed bool
-	notify chan struct{}
+	notify chan struct{} // closed when data or the end arrives
+	hold   bool
+	acked  int64         // a holding ring: the reader has everything before this
+	space  chan struct{} // a holding ring: closed when the reader moves on
 }
 
-func newRing(keep int) *ring { return &ring{keep: keep, notify: make(chan struct{})} }
+func newRing(keep int, hold bool) *ring {
+	return &ring{keep: keep, notify: make(chan struct{}), hold: hold, space: make(chan struct{})}
+}
 
 func (r *ring) Write(p []byte) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for r.hold && !r.closed && r.start+int64(len(r.buf))-r.acked >= int64(r.keep) {
+		space := r.space
+		r.mu.Unlock()
+		<-space
+		r.mu.Lock()
+	}
 	if r.closed {
 		// A descendant still holds the pipe after the process was
-		// reported finished; readers have seen EOF, so this is dropped.
+		// reported finished (or was removed); readers have seen EOF, so
+		// this is dropped.
 		return len(p), nil
 	}
 	r.buf = append(r.buf, p...)
 	// Trim with slack so trimming is amortized; memory stays ≤ 1.25 × keep.
 	if over := len(r.buf) - r.keep; over > r.keep/4 {
+		if r.hold {
+			over = min(over, int(r.acked-r.start))
+		}
 		n := copy(r.buf, r.buf[over:])
 		r.buf = r.buf[:n]
 		r.start += int64(over)
@@ -51,12 +71,24 @@ func (r *ring) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// ack records that the reader has everything before off, letting a held
+// writer go on.
+func (r *ring) ackLocked(off int64) {
+	if !r.hold || r.closed || off <= r.acked {
+		return
+	}
+	r.acked = off
+	close(r.space)
+	r.space = make(chan struct{})
+}
+
 func (r *ring) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.closed {
 		r.closed = true
 		close(r.notify)
+		close(r.space)
 	}
 }
 
@@ -75,6 +107,7 @@ func (r *ring) read(ctx context.Context, off int64, max int, wait time.Duration)
 		if off < 0 {
 			off = 0
 		}
+		r.ackLocked(min(off, end))
 		if off < end || r.closed || wait <= 0 {
 			ch := wire.OutputChunk{Offset: off}
 			if off < r.start {
@@ -116,6 +149,7 @@ type proc struct {
 	tty     *os.File       // pty master, when the process has a terminal
 	outputs []*os.File     // the agent's read ends of its output
 	life    *process
+	hold    bool // HoldOutput: its end waits until its output is read
 	done    chan struct{}
 	mu      sync.Mutex
 	exit    *wire.ExitStatus
@@ -163,7 +197,8 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 		}
 		return wire.ProcessInfo{}, err
 	}
-	p := &proc{argv: req.Argv, stdout: newRing(wire.ProcessOutputKeep), stderr: newRing(wire.ProcessOutputKeep), done: make(chan struct{})}
+	p := &proc{argv: req.Argv, stdout: newRing(wire.ProcessOutputKeep, req.HoldOutput), stderr: newRing(wire.ProcessOutputKeep, req.HoldOutput),
+		hold: req.HoldOutput, done: make(chan struct{})}
 	var closeAfterStart, closeOnFailure []*os.File
 	var readers []func()
 	if req.TTY {
@@ -237,7 +272,14 @@ func (ps *Procs) supervise(p *proc) {
 		// grandchild may keep one open, so end it.
 		cut = func() { _ = p.tty.Close() }
 	}
-	st := p.life.wait(100*time.Millisecond, cut, p.outputs...)
+	grace := 100 * time.Millisecond
+	if p.hold {
+		// Its output is held for its reader: the end waits until the
+		// reader has it all (or the process is removed, which releases
+		// the streams), as a terminal's would.
+		grace = heldGrace
+	}
+	st := p.life.wait(grace, cut, p.outputs...)
 	if p.tty != nil {
 		_ = p.tty.Close()
 	}
@@ -330,6 +372,9 @@ func (ps *Procs) Remove(id string) error {
 		return err
 	}
 	p.life.kill()
+	// Nobody reads it any more: held writers go on (dropping).
+	p.stdout.close()
+	p.stderr.close()
 	select {
 	case <-p.done:
 	case <-time.After(2 * time.Second):
@@ -346,8 +391,15 @@ func (ps *Procs) KillAll() {
 	defer ps.mu.Unlock()
 	for _, p := range ps.m {
 		p.life.kill()
+		p.stdout.close()
+		p.stderr.close()
 	}
 }
+
+// heldGrace is how long a process whose output is held waits, once it has
+// exited, for its reader to take that output: for as long as its session
+// lasts, in practice (a removal releases it).
+const heldGrace = 24 * time.Hour
 
 func (p *proc) output(ctx context.Context, stream string, off int64, max int, wait time.Duration) (wire.OutputChunk, error) {
 	switch stream {
