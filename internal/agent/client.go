@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -333,9 +334,11 @@ func readExecStream(r io.Reader, limit int64, onOutput func(stream string, data 
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	var n int64
 	for sc.Scan() {
-		var ev wire.ExecEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			return wire.ExitStatus{}, fmt.Errorf("agent exec: bad event: %w", err)
+		ev, ok := outputEvent(sc.Bytes())
+		if !ok {
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				return wire.ExitStatus{}, fmt.Errorf("agent exec: bad event: %w", err)
+			}
 		}
 		if ev.Exit != nil {
 			return *ev.Exit, nil
@@ -359,6 +362,54 @@ func readExecStream(r io.Reader, limit int64, onOutput func(stream string, data 
 		return wire.ExitStatus{}, fmt.Errorf("agent exec: %w", err)
 	}
 	return wire.ExitStatus{}, errors.New("agent exec: stream ended without an exit status (agent died?)")
+}
+
+// The output events as the agent writes them, up to their base64 data.
+var (
+	stdoutEvent = []byte(`{"stream":"stdout","data":"`)
+	stderrEvent = []byte(`{"stream":"stderr","data":"`)
+)
+
+// outputEvent decodes an output event written as the agent writes it (its
+// members in order, the data plain base64) straight from its base64, and
+// reports false for any other line, which json.Unmarshal then judges. It
+// gives what json.Unmarshal gives for the same line, for a fraction of the
+// CPU: encoding/json goes over a string three times (checking it, finding
+// its end, unquoting it) before decoding its base64, and an exec's output
+// (64 MiB at most, 85 MiB of base64) is decoded outside the server's bulk
+// turns, on the CPU other tenants' requests are left (rpc's fair.go).
+func outputEvent(line []byte) (wire.ExecEvent, bool) {
+	var stream string
+	switch {
+	case bytes.HasPrefix(line, stdoutEvent):
+		stream = wire.Stdout
+	case bytes.HasPrefix(line, stderrEvent):
+		stream = wire.Stderr
+	default:
+		return wire.ExecEvent{}, false
+	}
+	b64, ok := bytes.CutSuffix(line[len(stdoutEvent):], []byte(`"}`))
+	// A quote or a backslash (an escape, another member) is no base64,
+	// so Decode refuses it and the slow path reads the line; Decode skips
+	// a carriage return, which JSON refuses in a string. (A line has no
+	// newline.) Padded base64 comes in fours.
+	if !ok || len(b64)%4 != 0 || bytes.IndexByte(b64, '\r') >= 0 {
+		return wire.ExecEvent{}, false
+	}
+	// Its exact length (DecodedLen counts the padding): a 32 KiB read
+	// stays a small allocation, not a large one of 32 KiB and a byte.
+	size := len(b64) / 4 * 3
+	if bytes.HasSuffix(b64, []byte("==")) {
+		size -= 2
+	} else if bytes.HasSuffix(b64, []byte("=")) {
+		size--
+	}
+	data := make([]byte, max(size, 0))
+	k, err := base64.StdEncoding.Decode(data, b64)
+	if err != nil {
+		return wire.ExecEvent{}, false
+	}
+	return wire.ExecEvent{Stream: stream, Data: data[:k]}, true
 }
 
 // StartProcess starts a background process.

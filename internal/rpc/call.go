@@ -158,7 +158,9 @@ func (c *call) decodeNow(v any, strict bool) error {
 	if strict {
 		d.DisallowUnknownFields()
 	}
-	if err := d.Decode(v); err != nil {
+	if err := d.Decode(v); errors.Is(err, errdefs.ErrTooLarge) {
+		return err // a param that refused a value over its limit (stdinParam)
+	} else if err != nil {
 		return errdefs.Errorf(errInvalidParams, "%s params: %s", c.method, jsonMessage(err))
 	}
 	// Decode reads one value: bytes after it (which the HTTP envelope

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // TestParamsStrictness: the microsandbox methods ignore params they do not
@@ -138,6 +139,42 @@ func TestLimitSeconds(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), "timeout") {
 			t.Errorf("%s: %v, want an error naming the timeout", b, err)
+		}
+	}
+}
+
+// TestStdinParam: a stdin past wire.MaxStdin is too_large, from the
+// methods that take one; one whose JSON is sure to be past it is refused
+// as it is met (before the keys are checked: the unknown field here would
+// be invalid_params), one with escapes when unquoted.
+func TestStdinParam(t *testing.T) {
+	s := &Server{}
+	table := s.methodTable()
+	over := strings.Repeat("s", wire.MaxStdin+1)
+	for _, tc := range []struct{ method, params string }{
+		{"sandbox.exec", `{"sandbox":"a","argv":["true"],"stdin":"` + over + `","Argv":1}`},
+		{"sandbox.shell", `{"sandbox":"a","script":"true","stdin":"` + over + `","Script":1}`},
+		{"sandbox.process.start", `{"sandbox":"a","id":"p","argv":["cat"],"stdin":"` + over + `","ID":1}`},
+	} {
+		c := &call{s: s, claims: auth.Claims{Namespace: "*"}, params: json.RawMessage(tc.params), method: tc.method}
+		if err := run(t, table[tc.method], c); kindOf(err) != "too_large" {
+			t.Errorf("%s: %v (kind %s), want too_large", tc.method, err, kindOf(err))
+		}
+	}
+	for _, tc := range []struct {
+		what    string
+		json    string
+		n       int  // its length, unquoted
+		refused bool // by check, after unquoting
+	}{
+		{"at the limit", `"` + strings.Repeat("s", wire.MaxStdin) + `"`, wire.MaxStdin, false},
+		{"escapes, twice the limit in JSON", `"` + strings.Repeat(`\n`, wire.MaxStdin) + `"`, wire.MaxStdin, false},
+		{"escapes, over the limit unquoted", `"` + strings.Repeat(`\u00e9`, wire.MaxStdin/2+1) + `"`, wire.MaxStdin + 2, true},
+		{"null", `null`, 0, false},
+	} {
+		var p stdinParam
+		if err := json.Unmarshal([]byte(tc.json), &p); err != nil || len(p) != tc.n || (p.check() != nil) != tc.refused {
+			t.Errorf("%s: %d bytes, %v, check %v; want %d bytes, refused %v", tc.what, len(p), err, p.check(), tc.n, tc.refused)
 		}
 	}
 }

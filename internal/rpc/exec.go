@@ -1,8 +1,10 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -142,16 +144,42 @@ func text(b []byte) string {
 	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
+// stdinParam is the stdin of an exec or a background process. One whose
+// JSON is sure to hold more than wire.MaxStdin bytes is refused as it is
+// met, unquoted in no copy: the decoder went on to unquote tens of MiB,
+// and the strict decoding's check of the keys over them twice more, only
+// for the request to be refused after.
+type stdinParam string
+
+func (p *stdinParam) UnmarshalJSON(b []byte) error {
+	// Each escape has a backslash and takes at most six bytes for one at
+	// least; each other byte of the string is at least a byte of it.
+	if len(b) > 0 && b[0] == '"' && len(b)-2-5*bytes.Count(b, []byte{'\\'}) > wire.MaxStdin {
+		return errStdinTooLarge
+	}
+	return json.Unmarshal(b, (*string)(p))
+}
+
+var errStdinTooLarge = errdefs.Errorf(errdefs.ErrTooLarge, "stdin is larger than %d MiB", wire.MaxStdin>>20)
+
+// check refuses a stdin over wire.MaxStdin.
+func (p stdinParam) check() error {
+	if len(p) > wire.MaxStdin {
+		return errStdinTooLarge
+	}
+	return nil
+}
+
 // execOptions are the params sandbox.exec and sandbox.shell share.
 type execOptions struct {
 	agentRef
-	Stdin       string   `json:"stdin"`
-	Env         []string `json:"env"`
-	Cwd         string   `json:"cwd"`
-	User        string   `json:"user"`
-	Timeout     float64  `json:"timeout"`
-	OutputLimit int64    `json:"output_limit"`
-	Binary      bool     `json:"binary"`
+	Stdin       stdinParam `json:"stdin"`
+	Env         []string   `json:"env"`
+	Cwd         string     `json:"cwd"`
+	User        string     `json:"user"`
+	Timeout     float64    `json:"timeout"`
+	OutputLimit int64      `json:"output_limit"`
+	Binary      bool       `json:"binary"`
 }
 
 type execParams struct {
@@ -197,8 +225,8 @@ func (p *execOptions) request(argv []string) (*wire.ExecRequest, error) {
 	if len(argv) == 0 || argv[0] == "" {
 		return nil, errdefs.Errorf(errInvalidParams, "\"argv\" is missing or empty")
 	}
-	if len(p.Stdin) > wire.MaxStdin {
-		return nil, errdefs.Errorf(errdefs.ErrTooLarge, "stdin is larger than %d MiB", wire.MaxStdin>>20)
+	if err := p.Stdin.check(); err != nil {
+		return nil, err
 	}
 	if p.OutputLimit < 0 || p.OutputLimit > wire.MaxOutputLimit {
 		return nil, errdefs.Errorf(errInvalidParams, "output_limit %d: want 0 (1 MiB) up to %d", p.OutputLimit, wire.MaxOutputLimit)

@@ -29,14 +29,14 @@ func (s *Server) onProcess(ctx context.Context, c *call, ref processRef, f func(
 
 type processStartParams struct {
 	agentRef
-	Argv  []string `json:"argv"`
-	Env   []string `json:"env"`
-	Cwd   string   `json:"cwd"`
-	User  string   `json:"user"`
-	TTY   bool     `json:"tty"`
-	Rows  uint16   `json:"rows"`
-	Cols  uint16   `json:"cols"`
-	Stdin string   `json:"stdin"`
+	Argv  []string   `json:"argv"`
+	Env   []string   `json:"env"`
+	Cwd   string     `json:"cwd"`
+	User  string     `json:"user"`
+	TTY   bool       `json:"tty"`
+	Rows  uint16     `json:"rows"`
+	Cols  uint16     `json:"cols"`
+	Stdin stdinParam `json:"stdin"`
 }
 
 func (s *Server) processStart(ctx context.Context, c *call, p *processStartParams) (any, error) {
@@ -44,8 +44,8 @@ func (s *Server) processStart(ctx context.Context, c *call, p *processStartParam
 		if len(p.Argv) == 0 || p.Argv[0] == "" {
 			return nil, errdefs.Errorf(errInvalidParams, "\"argv\" is missing or empty")
 		}
-		if len(p.Stdin) > wire.MaxStdin {
-			return nil, errdefs.Errorf(errdefs.ErrTooLarge, "stdin is larger than %d MiB", wire.MaxStdin>>20)
+		if err := p.Stdin.check(); err != nil {
+			return nil, err
 		}
 		t0 := time.Now()
 		pi, err := l.Agent().StartProcess(ctx, &wire.ExecRequest{Argv: p.Argv, Env: p.Env, Cwd: p.Cwd, User: p.User, TTY: p.TTY,
