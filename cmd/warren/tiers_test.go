@@ -18,7 +18,8 @@ import (
 // server killed with SIGKILL leaves no runsc behind, and the next one
 // shows the gvisor sandbox stopped with the reason, its runtime state
 // gone. A server with a bogus runsc refuses the gvisor tier (and will
-// not start with it as its default), and warren doctor lists both tiers.
+// not start with it as its default); warren run takes a tier, and warren
+// doctor lists both.
 func TestServeIsolationTiers(t *testing.T) {
 	testenv.RequireRoot(t)
 	runsc := testenv.RunscBinary(t)
@@ -179,6 +180,18 @@ func TestServeIsolationTiers(t *testing.T) {
 	cmd.Env = append(cmd.Env, bogus...)
 	if r := run(t, cmd, ""); r.code == 0 || !strings.Contains(r.stderr, "--isolation gvisor: the gvisor tier cannot run here") {
 		t.Errorf("serve --isolation gvisor with a bogus runsc: %+v", r)
+	}
+
+	// warren run takes a tier too.
+	wr := warren(t, dir, "run", "--isolation", "gvisor", "--", "cat", "/proc/version")
+	wr.Env = append(wr.Env, env...)
+	if r := run(t, wr, ""); r.code != 0 || r.stdout == "" || strings.Contains(r.stdout, hostKernel) {
+		t.Errorf("warren run --isolation gvisor: %+v", r)
+	}
+	wr = warren(t, dir, "run", "--isolation", "gvisor", "--", "true")
+	wr.Env = append(wr.Env, bogus...)
+	if r := run(t, wr, ""); r.code == 0 || !strings.Contains(r.stderr, "--isolation gvisor: runsc "+filepath.Join(dir, "no-runsc")) {
+		t.Errorf("warren run --isolation gvisor with a bogus runsc: %+v", r)
 	}
 
 	// The doctor lists both tiers.
