@@ -160,6 +160,9 @@ func TestServeIsolationTiers(t *testing.T) {
 	if left := runscLeft(); len(left) > 0 {
 		t.Errorf("runsc left after a clean stop: %q", left)
 	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mi), dir) {
+		t.Errorf("mounts left under %s after a clean stop (%v):\n%s", dir, err, mi)
+	}
 	if ents, _ := os.ReadDir(filepath.Join(dir, "data", "gvisor", "sandboxes")); len(ents) > 0 {
 		t.Errorf("gvisor sandboxes' files left after their removal: %v", ents)
 	}
@@ -171,6 +174,8 @@ func TestServeIsolationTiers(t *testing.T) {
 	call = rpcCaller(t, url, "")
 	wantErr("gvisor without runsc", create("default", "g2", map[string]any{"isolation": "gvisor"}), "unavailable", "gvisor: runsc "+filepath.Join(dir, "no-runsc"))
 	wantErr("strict without runsc", create("strict", "s2", nil), "unavailable", "install it with scripts/runsc.sh")
+	start := call("sandbox.start", map[string]any{"namespace": "default", "sandbox": "g3", "config": map[string]any{"warren": map[string]any{"isolation": "gvisor"}}})
+	wantErr("sandbox.start's warren.isolation without runsc", start, "unavailable", "isolation \"gvisor\" cannot run on this server")
 	if r := create("default", "n2", nil); r.Error != nil {
 		t.Errorf("native beside a bogus runsc: %+v", r.Error)
 	}

@@ -611,7 +611,10 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		return Info{}, err
 	}
 	pol := m.policy(ns)
-	if len(spec.Egress) == 0 && len(pol.EgressDefault) > 0 && m.networking() {
+	if err := m.chooseTier(ns, name, pol, &spec); err != nil {
+		return Info{}, err
+	}
+	if len(spec.Egress) == 0 && len(pol.EgressDefault) > 0 && m.networking() && !m.tiers[spec.Isolation].NoNetwork {
 		m.mu.Lock()
 		exists := m.entries[key{ns, name}] != nil
 		m.mu.Unlock()
@@ -623,9 +626,6 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 				return Info{}, errdefs.Errorf(errdefs.ErrInvalid, "namespace %q's egress_default: %w", ns, err)
 			}
 		}
-	}
-	if err := m.chooseTier(ns, name, pol, &spec); err != nil {
-		return Info{}, err
 	}
 	if err := m.checkSpec(ctx, ns, pol, spec); err != nil {
 		return Info{}, err

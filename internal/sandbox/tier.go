@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/warren-sandbox/warren/internal/backend"
@@ -64,26 +63,6 @@ func (m *Manager) initTiers() error {
 // DefaultTier is the tier of a sandbox that asks for none (namespace
 // policies aside).
 func (m *Manager) DefaultTier() string { return m.be.Name() }
-
-// TierStatus is a tier as the server sees it: available, or why not.
-type TierStatus struct {
-	Name      string
-	Available bool
-	Why       string // why not, when not available
-}
-
-// Tiers lists the tiers this server knows, available or not, by name.
-func (m *Manager) Tiers() []TierStatus {
-	var out []TierStatus
-	for _, n := range slices.Sorted(maps.Keys(m.tiers)) {
-		out = append(out, TierStatus{Name: n, Available: true})
-	}
-	for n, why := range m.opts.TiersOff {
-		out = append(out, TierStatus{Name: n, Why: why})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
 
 // tier returns the tier named name, or why it cannot be had.
 func (m *Manager) tier(name string) (Tier, error) {
