@@ -288,12 +288,13 @@ func (n named) Name() string { return n.name }
 // that requires a tier gets it when it asks for none and is forbidden
 // another; one allowing several gets the server's default; a tier the
 // server cannot run is unavailable with its reason, an unknown one
-// invalid; a sandbox keeps its tier across a restart, and asking it for
-// another is a conflict.
+// invalid; a sandbox keeps its tier across a restart (of it or of the
+// server), asking it for another is a conflict, and a restart is held to
+// the namespace's policy of now.
 func TestNamespaceIsolation(t *testing.T) {
 	second := named{fake.New(), "gvisor"}
 	t.Cleanup(second.Close)
-	e, m, _ := policyEnv(t, sandbox.Options{
+	e, m, ps := policyEnv(t, sandbox.Options{
 		Tiers:    map[string]sandbox.Tier{"gvisor": {Backend: second}},
 		TiersOff: map[string]string{"native": "no native here (a test)"},
 	}, map[string]sandbox.NamespacePolicy{
@@ -363,5 +364,13 @@ func TestNamespaceIsolation(t *testing.T) {
 		if err != nil || info.Spec.Isolation != k[2] || info.State != sandbox.Running {
 			t.Errorf("after a restart %s/%s: %+v %v, want running on %s", k[0], k[1], info, err, k[2])
 		}
+	}
+	// A restart is held to the namespace's policy of now.
+	ps.set(map[string]sandbox.NamespacePolicy{"strict": {Isolation: []string{"fake"}}})
+	if err := m2.Stop(t.Context(), "strict", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := startIn(m2, "strict", "x", sandbox.Spec{Image: "base"}); !errors.Is(err, errdefs.ErrForbidden) {
+		t.Errorf("restart of a gvisor sandbox in a namespace now requiring fake: %v, want forbidden", err)
 	}
 }

@@ -105,8 +105,9 @@ func (m *Manager) chooseTier(ns, name string, pol NamespacePolicy, spec *Spec) e
 	case e != nil && spec.Isolation != "" && spec.Isolation != had:
 		return errdefs.Errorf(errdefs.ErrConflict, "sandbox %q in namespace %q has isolation %q; a sandbox keeps its tier (remove it and create it again for %q)", name, ns, had, spec.Isolation)
 	case e != nil:
+		// A restart is held to the namespace's policy of now, as to its
+		// quotas.
 		spec.Isolation = had
-		return nil // allowed when it was made; a policy change applies to new sandboxes
 	case spec.Isolation == "" && len(pol.Isolation) > 0 && !slices.Contains(pol.Isolation, m.DefaultTier()):
 		spec.Isolation = pol.Isolation[0]
 	case spec.Isolation == "":
