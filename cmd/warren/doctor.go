@@ -35,8 +35,10 @@ type check struct {
 func doctorCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren doctor", "warren doctor [flags]", doctorAbout)
 	var hf hostFlags
+	var tf tierFlags
 	hf.diskPoolDefault = "auto" // warren serve's
 	hf.register(fs)
+	tf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -96,6 +98,10 @@ func doctorCmd(ctx context.Context, args []string) error {
 	if root {
 		d, ranges, disk, diskOff, err := smokeTest(ctx, &hf)
 		add("sandbox start + exec true", true, err, fmt.Sprintf("%.1f ms cold start to exit", float64(d.Microseconds())/1000))
+		// The isolation tiers (docs/isolation.md#tiers): each works here,
+		// or why not.
+		add("isolation tier native", true, err, "namespaces and cgroups")
+		add("isolation tier gvisor", false, doctorGvisor(ctx, &hf, &tf), "a second kernel (gVisor's runsc)")
 		if err == nil {
 			note := "each running sandbox has a host uid range of its own (idmapped mounts)"
 			var rerr error

@@ -58,8 +58,10 @@ func warren(t *testing.T, dir string, args ...string) *exec.Cmd {
 	// WARREN_DISK_POOL=off: a server's (and doctor's) default disk pool,
 	// a loop-mounted image kept mounted after the server stops, is left to
 	// the tests of disks, which pass --disk-pool and unmount it.
+	// WARREN_RUNSC=off: the gvisor tier is left to the tests of tiers,
+	// which name their runsc.
 	cmd.Env = append(os.Environ(), "WARREN_AGENT="+agentPath, "WARREN_SPAWNER="+testenv.SpawnerBinary(t),
-		"WARREN_DATA_DIR="+filepath.Join(dir, "data"), "WARREN_RUN_DIR="+filepath.Join(dir, "run"), "WARREN_DISK_POOL=off")
+		"WARREN_DATA_DIR="+filepath.Join(dir, "data"), "WARREN_RUN_DIR="+filepath.Join(dir, "run"), "WARREN_DISK_POOL=off", "WARREN_RUNSC=off")
 	return cmd
 }
 

@@ -74,6 +74,8 @@ func runCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren run", "warren run [flags] -- CMD [ARGS...]", runAbout)
 	var hf hostFlags
 	hf.register(fs)
+	var tf tierFlags
+	tf.register(fs)
 	img := fs.String("image", "host", "image to run: host (the host's /usr, read-only; no download) or a name from 'warren image ls'")
 	mem := fs.String("memory", fmt.Sprintf("%dM", backend.DefaultMemoryBytes>>20), "memory limit (MiB, or with K/M/G suffix); 0 = unlimited")
 	cpus := fs.Float64("cpus", backend.DefaultCPUs, fmt.Sprintf("CPU limit in cores, %v (a 1 ms quota per 100 ms period) up to %d; 0 = unlimited", backend.MinCPUs, backend.MaxCPUs))
@@ -96,6 +98,9 @@ func runCmd(ctx context.Context, args []string) error {
 	var writePaths stringList
 	fs.Var(&writePaths, "write-path", "with --read-only: keep this absolute path writable too (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := tf.validate(); err != nil {
 		return err
 	}
 	timeoutMs, err := timeoutMillis(*timeout)
@@ -173,18 +178,32 @@ func runCmd(ctx context.Context, args []string) error {
 		}()
 		opts.Net = nw.Plumb
 	}
-	be, err := hf.backend(opts)
-	if err != nil {
-		return err
+	var be backend.Backend
+	var hostImage func() (*image.Image, error)
+	if tf.isolation == "gvisor" {
+		// What gvisor cannot do (a network, disk limits) its Create
+		// refuses, naming it.
+		gv, err := gvisorTier(ctx, &hf, &tf)
+		if err != nil {
+			return fmt.Errorf("--isolation gvisor: %w", err)
+		}
+		defer func() { _ = gv.Close() }()
+		be, hostImage = gv, gv.HostImage
+	} else {
+		nb, err := hf.backend(opts)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = nb.Close() }()
+		if diskBytes > 0 && nb.DiskLimits() == "" {
+			return errors.New("--disk: disk limits are off (--disk-pool off, or unavailable here: warren doctor says why)")
+		}
+		_, _ = nb.ReapOrphans(nil)
+		be, hostImage = nb, nb.HostImage
 	}
-	defer func() { _ = be.Close() }()
-	if diskBytes > 0 && be.DiskLimits() == "" {
-		return errors.New("--disk: disk limits are off (--disk-pool off, or unavailable here: warren doctor says why)")
-	}
-	_, _ = be.ReapOrphans(nil)
 	var sbImg *image.Image
 	if *img == image.HostName {
-		sbImg, err = be.HostImage()
+		sbImg, err = hostImage()
 	} else {
 		var release func()
 		sbImg, release, err = storedImage(&hf, *img)

@@ -63,6 +63,7 @@ Examples:
 type serveConfig struct {
 	hf               hostFlags
 	net              netFlags
+	tiers            tierFlags
 	listen           string
 	dev              bool
 	prewarm          int
@@ -130,6 +131,7 @@ func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
 	c.hf.diskPoolDefault = "auto" // disk limits on wherever they can be
 	c.hf.register(fs)
 	c.net.register(fs)
+	c.tiers.register(fs)
 	fs.StringVar(&c.listen, "listen", envOr("WARREN_LISTEN", "127.0.0.1:5555"), "address to listen on (env WARREN_LISTEN)")
 	fs.BoolVar(&c.dev, "dev", false, "development mode: no API keys needed, every caller may use every namespace")
 	fs.IntVar(&c.prewarm, "prewarm", 2, "agents kept spawned ahead of time so starts are faster (0 = none)")
@@ -222,6 +224,9 @@ func serve(ctx context.Context, c *serveConfig) error {
 	maxOut, err := parseSize(c.maxOutput)
 	if err != nil || maxOut < rpc.MinMaxOutput || maxOut > rpc.MaxMaxOutput {
 		return fmt.Errorf("--max-output %q: want a size from 1M to 1G (plain numbers are MiB)", c.maxOutput)
+	}
+	if err := c.tiers.validate(); err != nil {
+		return err
 	}
 	host, err := sandbox.ReadHost()
 	if err != nil {
@@ -341,6 +346,11 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if c.pull {
 		res.OnDemand = &image.OnDemand{MaxBytes: pullMax, Timeout: c.pullTimeout, Logger: log}
 	}
+	tiers, err := c.isolationTiers(ctx, be, res, log)
+	if err != nil {
+		return err
+	}
+	defer tiers.close()
 	secretStore, err := c.policy.secretStore()
 	if err != nil {
 		return err
@@ -351,7 +361,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return err
 	}
 	mopts := sandbox.Options{
-		Backend: be, DB: db.DB(), Images: res.Resolve, Pull: res.Pull,
+		Backend: tiers.def, Tiers: tiers.on, TiersOff: tiers.off, DB: db.DB(), Images: tiers.defImages, Pull: res.Pull,
 		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
 		IdleTimeout: c.idleTimeout, IdleAction: c.idleAction, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,

@@ -300,8 +300,9 @@ type Capabilities struct {
 }
 
 // ErrUnsupported marks a setting the backend cannot honour (a sandbox
-// with it is refused, never started without it).
-var ErrUnsupported = errdefs.Errorf(errdefs.ErrInvalid, "not supported by this isolation backend")
+// with it is refused, never started without it). Its kind is
+// errdefs.ErrUnsupported: the request is valid, this tier cannot do it.
+var ErrUnsupported = errdefs.Errorf(errdefs.ErrUnsupported, "not supported by this isolation backend")
 
 // Sandbox is one sandbox's lifecycle and agent connection.
 type Sandbox interface {

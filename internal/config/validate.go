@@ -58,6 +58,8 @@ var serverKeys = map[string]kind{
 	// netFlags
 	"network": kString, "dns_upstream": kString, "publish_address": kString, "net_pool": kString,
 	"egress_upstream_ca": kString,
+	// tierFlags
+	"isolation": kString, "runsc": kString,
 }
 
 // ServerKeys lists the [server] keys, sorted.

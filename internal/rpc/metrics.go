@@ -113,6 +113,8 @@ type sandboxMetrics struct {
 	DiskUsage   *int64   `json:"disk_usage"`
 	// DiskLimit is the cap disk_usage counts against (absent: none).
 	DiskLimit *int64 `json:"disk_limit,omitempty"`
+	// Isolation is the sandbox's tier (Warren's).
+	Isolation string `json:"isolation,omitempty"`
 }
 
 type metricsList struct {
@@ -145,7 +147,7 @@ func (s *Server) sandboxMetrics(_ context.Context, c *call, p *metricsParams) (a
 			continue // removed meanwhile
 		}
 		out = append(out, sandboxMetrics{Namespace: u.Namespace, Name: u.Name, Running: u.Running, Paused: u.Paused,
-			CPUUsage: u.CPUPercent, MemoryUsage: u.MemoryMiB, DiskUsage: u.DiskBytes, DiskLimit: u.DiskLimitBytes})
+			CPUUsage: u.CPUPercent, MemoryUsage: u.MemoryMiB, DiskUsage: u.DiskBytes, DiskLimit: u.DiskLimitBytes, Isolation: in.Spec.Isolation})
 	}
 	return metricsList{Sandboxes: out}, nil
 }

@@ -38,8 +38,9 @@ type startConfig struct {
 // startExtensions are the settings of Warren's own a microsandbox start
 // may carry under "warren".
 type startExtensions struct {
-	Egress  []string `json:"egress"`
-	Secrets []string `json:"secrets"`
+	Egress    []string `json:"egress"`
+	Secrets   []string `json:"secrets"`
+	Isolation string   `json:"isolation"`
 }
 
 func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any, error) {
@@ -80,7 +81,7 @@ func (s *Server) sandboxStart(ctx context.Context, c *call, p *startParams) (any
 	}
 	spec := sandbox.Spec{Image: cfg.Image, MemoryMiB: int64(cfg.Memory), CPUs: cfg.CPUs, Env: cfg.Envs, Workdir: cfg.Workdir, Volumes: vols, Ports: ports}
 	if cfg.Warren != nil {
-		spec.Egress, spec.Secrets = cfg.Warren.Egress, cfg.Warren.Secrets
+		spec.Egress, spec.Secrets, spec.Isolation = cfg.Warren.Egress, cfg.Warren.Secrets, cfg.Warren.Isolation
 	}
 	return s.startSpec(ctx, ns, p.Sandbox, spec, sandbox.Plan{DependsOn: cfg.DependsOn, Command: run})
 }
@@ -216,6 +217,8 @@ type sandboxInfo struct {
 	IdleTimeout float64           `json:"idle_timeout"`
 	MaxLifetime float64           `json:"max_lifetime"`
 	IdleAction  string            `json:"idle_action,omitempty"`
+	// Isolation is the tier the sandbox got (native, gvisor).
+	Isolation string `json:"isolation"`
 	// DiskMiB is the disk limit asked for (absent: the server's default);
 	// DiskUsage and DiskLimit (bytes) what the sandbox keeps on disk and
 	// the cap in force, in sandbox.get.
@@ -241,7 +244,7 @@ func toInfo(in sandbox.Info) sandboxInfo {
 		Image: in.Spec.Image, MemoryMiB: in.Spec.MemoryMiB, CPUs: in.Spec.CPUs, Labels: labels,
 		CreatedAt: timePtr(in.Created), StartedAt: timePtr(in.Started), StoppedAt: timePtr(in.Stopped),
 		IdleTimeout: in.Spec.IdleTimeout.Seconds(), MaxLifetime: in.Spec.MaxLifetime.Seconds(), DiskMiB: in.Spec.DiskMiB,
-		IdleAction: in.Spec.IdleAction}
+		IdleAction: in.Spec.IdleAction, Isolation: in.Spec.Isolation}
 }
 
 type createParams struct {
@@ -262,6 +265,7 @@ type createParams struct {
 	Volumes     []string          `json:"volumes"`
 	Ports       []string          `json:"ports"`
 	IdleAction  string            `json:"idle_action"`
+	Isolation   string            `json:"isolation"`
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (any, error) {
@@ -298,7 +302,7 @@ func (s *Server) sandboxCreate(ctx context.Context, c *call, p *createParams) (a
 	}
 	spec := sandbox.Spec{Image: p.Image, MemoryMiB: p.MemoryMiB, CPUs: p.CPUs, Env: p.Env, Workdir: p.Workdir,
 		Labels: p.Labels, IdleTimeout: idle, MaxLifetime: life, Volumes: vols, Ports: ports, Egress: p.Egress, Secrets: p.Secrets, DiskMiB: p.DiskMiB, Workspace: p.Workspace,
-		IdleAction: p.IdleAction}
+		IdleAction: p.IdleAction, Isolation: p.Isolation}
 	t0 := time.Now()
 	info, err := s.mgr.Start(ctx, ns, name, spec, true)
 	if err != nil {

@@ -109,6 +109,9 @@ type Spec struct {
 	// IdleAction is what its idle timeout does: IdleStop or IdlePause;
 	// "" = the server's (Options.IdleAction).
 	IdleAction string `json:"idle_action,omitempty"`
+	// Isolation is the sandbox's tier (tier.go): "" asks for the
+	// server's or namespace's default; Start records the one it got.
+	Isolation string `json:"isolation,omitempty"`
 }
 
 // The server's defaults, besides a sandbox's own (backend.Default*).
@@ -267,6 +270,8 @@ type ImagePuller func(ctx context.Context, ns, name string, logf func(format str
 
 // Options configure a Manager.
 type Options struct {
+	// Backend is the default isolation tier's backend (its Name names
+	// the tier; Tiers below the others).
 	Backend backend.Backend
 	DB      *sql.DB
 	Images  ImageResolver
@@ -341,6 +346,10 @@ type Options struct {
 	// Workspaces mounts the workspaces sandboxes ask for (nil: a spec
 	// naming one is refused).
 	Workspaces Workspaces
+	// Tiers are the isolation tiers the server runs besides Backend's,
+	// TiersOff those it cannot, with why (tier.go).
+	Tiers    map[string]Tier
+	TiersOff map[string]string
 }
 
 // Auditor takes audit records (*audit.Log is one).
@@ -356,6 +365,7 @@ type Manager struct {
 	opts   Options
 	limits Limits // opts.Limits with the defaults filled in
 	be     backend.Backend
+	tiers  map[string]Tier // every available tier, be's included
 	db     *sql.DB
 	stmts  *store.Stmts // the statements of every start and stop
 	log    *slog.Logger
@@ -446,6 +456,9 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	m := &Manager{opts: opts, limits: opts.Limits.withDefaults(), be: opts.Backend, db: opts.DB, stmts: store.NewStmts(opts.DB), log: opts.Logger,
 		entries: map[key]*entry{}, stop: make(chan struct{})}
+	if err := m.initTiers(); err != nil {
+		return nil, err
+	}
 	if err := m.recover(ctx); err != nil {
 		return nil, err
 	}
@@ -598,7 +611,10 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		return Info{}, err
 	}
 	pol := m.policy(ns)
-	if len(spec.Egress) == 0 && len(pol.EgressDefault) > 0 && m.networking() {
+	if err := m.chooseTier(ns, name, pol, &spec); err != nil {
+		return Info{}, err
+	}
+	if len(spec.Egress) == 0 && len(pol.EgressDefault) > 0 && m.networking() && !m.tiers[spec.Isolation].NoNetwork {
 		m.mu.Lock()
 		exists := m.entries[key{ns, name}] != nil
 		m.mu.Unlock()
@@ -725,7 +741,7 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err == nil {
 		e.usage.reset(e.sb, started)
 	}
-	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError)) || errors.As(err, new(secretsError)) || errors.As(err, new(workspaceError))) {
+	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errdefs.Kind(err) == errdefs.ErrUnsupported.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError)) || errors.As(err, new(secretsError)) || errors.As(err, new(workspaceError))) {
 		// The request was refused (an image the store lacks or could not
 		// pull, a volume the policy forbids, a host port taken, a secret
 		// its provider would not give, a workspace missing or over its quota): it leaves no record, no
@@ -761,7 +777,7 @@ func (m *Manager) discard(ctx context.Context, e *entry) {
 	if e.sb != nil {
 		err = e.sb.Remove(context.WithoutCancel(ctx))
 	} else {
-		err = m.removeOnHost(context.WithoutCancel(ctx), e.id)
+		err = m.removeOnHost(context.WithoutCancel(ctx), e.spec.Isolation, e.id)
 	}
 	if err != nil {
 		// Its id is unknown to the database from here on: the next
@@ -809,6 +825,10 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 		e.log = l
 		m.mu.Unlock()
 	}
+	be, err := m.backendOf(spec)
+	if err != nil {
+		return err
+	}
 	img, err := m.image(ctx, e, spec.Image)
 	if err != nil {
 		return err
@@ -819,18 +839,18 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 		return err
 	}
 	cfg := withSecrets(m.config(e.ns, spec, e.id, img), sec)
-	if cfg.DiskBytes > 0 && !m.diskLimits() {
+	if cfg.DiskBytes > 0 && !diskLimits(be) {
 		// A limit asked for (or configured) that nothing would enforce
 		// is refused, not dropped.
-		return errdefs.Errorf(errdefs.ErrInvalid, "disk limit %d MiB: this server has no disk limits (warren serve --disk-pool auto turns them on)", cfg.DiskBytes>>20)
+		return errNoDiskLimits(be, cfg.DiskBytes)
 	}
 	if err := m.workspaceUp(ctx, e, &cfg); err != nil {
 		return err
 	}
 	if e.sb == nil {
-		sb, err := m.be.Open(ctx, cfg)
+		sb, err := be.Open(ctx, cfg)
 		if err != nil {
-			sb, err = m.be.Create(ctx, cfg)
+			sb, err = be.Create(ctx, cfg)
 		}
 		if err != nil {
 			m.workspaceDown(ctx, e)
@@ -880,6 +900,7 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 // server's settings.
 func (m *Manager) config(ns string, spec Spec, id string, img *image.Image) backend.Config {
 	cfg := spec.config(id, img)
+	t := m.tiers[spec.Isolation]
 	cfg.PidsMax, cfg.NoFile = m.limits.Pids, m.limits.OpenFiles
 	// The disk and write-path settings: the namespace's (the
 	// configuration file's, its [defaults] filled in) where a policy is
@@ -892,20 +913,20 @@ func (m *Manager) config(ns string, spec Spec, id string, img *image.Image) back
 			diskBytes = p.DiskBytes
 		}
 	}
-	if cfg.DiskBytes == 0 {
+	if cfg.DiskBytes == 0 && (t.Backend == nil || diskLimits(t.Backend)) {
 		cfg.DiskBytes = diskBytes
 	}
 	cfg.ReadOnlyRoot, cfg.WritablePaths = readOnly, paths
-	if m.networking() {
+	if m.networking() && !t.NoNetwork {
 		cfg.Network = backend.NetworkEgress
 	}
 	return cfg
 }
 
-// diskLimits reports whether the backend enforces backend.Config.DiskBytes
+// diskLimits reports whether be enforces backend.Config.DiskBytes
 // (the native backend with --disk-pool; the fake one records it).
-func (m *Manager) diskLimits() bool {
-	d, ok := m.be.(interface{ DiskLimits() string })
+func diskLimits(be backend.Backend) bool {
+	d, ok := be.(interface{ DiskLimits() string })
 	return !ok || d.DiskLimits() != ""
 }
 
@@ -919,15 +940,19 @@ func (m *Manager) diskLimits() bool {
 func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Image, error) {
 	m.mu.Lock()
 	id := e.imageID
+	resolve := m.opts.Images
+	if t := m.tiers[e.spec.Isolation]; t.Images != nil {
+		resolve = t.Images
+	}
 	m.mu.Unlock()
 	if id != "" {
-		img, err := m.opts.Images(ctx, id)
+		img, err := resolve(ctx, id)
 		if err != nil {
 			return nil, fmt.Errorf("image %s (%s) of this sandbox: %w", name, id, err)
 		}
 		return img, nil
 	}
-	img, err := m.opts.Images(ctx, name)
+	img, err := resolve(ctx, name)
 	if errors.Is(err, image.ErrNotFound) {
 		if m.opts.Pull == nil {
 			return nil, errdefs.Errorf(errdefs.ErrInvalid, "image %q is not in this server's store: pull it first (warren image pull, or the image.pull method)", name)
@@ -935,7 +960,7 @@ func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Imag
 		if err := m.opts.Pull(ctx, e.ns, name, e.logf); err != nil {
 			return nil, pullError{err}
 		}
-		img, err = m.opts.Images(ctx, name)
+		img, err = resolve(ctx, name)
 	}
 	if err != nil || img.Pin() == "" {
 		return img, err
@@ -953,7 +978,7 @@ func (m *Manager) image(ctx context.Context, e *entry, name string) (*image.Imag
 	}
 	// The name may have been removed (and the image with it) between the
 	// lookup and the write; by id, now pinned, it is there or it is not.
-	img, err = m.opts.Images(ctx, pin)
+	img, err = resolve(ctx, pin)
 	if err != nil {
 		return nil, fmt.Errorf("image %q was removed while the sandbox started: %w", name, err)
 	}
@@ -1110,7 +1135,7 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 			m.persist(e)
 			return true, fmt.Errorf("remove sandbox %q: %w", name, err)
 		}
-	} else if err := m.removeOnHost(ctx, e.id); err != nil {
+	} else if err := m.removeOnHost(ctx, e.spec.Isolation, e.id); err != nil {
 		return true, fmt.Errorf("remove sandbox %q: %w", name, err)
 	}
 	m.workspaceDown(ctx, e)
@@ -1129,13 +1154,21 @@ func (m *Manager) Remove(ctx context.Context, ns, name string) (bool, error) {
 	return true, nil
 }
 
-// removeOnHost removes a sandbox the manager holds no handle for.
-func (m *Manager) removeOnHost(ctx context.Context, id string) error {
-	img, err := m.opts.Images(ctx, image.HostName)
+// removeOnHost removes a sandbox of tier the manager holds no handle for.
+func (m *Manager) removeOnHost(ctx context.Context, tier, id string) error {
+	t, err := m.tier(tier)
 	if err != nil {
 		return err
 	}
-	sb, err := m.be.Open(ctx, backend.Config{ID: id, Image: img})
+	resolve := m.opts.Images
+	if t.Images != nil {
+		resolve = t.Images
+	}
+	img, err := resolve(ctx, image.HostName)
+	if err != nil {
+		return err
+	}
+	sb, err := t.Backend.Open(ctx, backend.Config{ID: id, Image: img})
 	if err != nil {
 		return nil //nolint:nilerr // Open fails only when nothing is on the host
 	}

@@ -70,8 +70,9 @@ func (m *Manager) pause(ctx context.Context, ns, name, why string, idleOnly bool
 	}
 	p, ok := e.sb.(backend.Pauser)
 	if !ok {
+		tier := e.spec.Isolation
 		m.mu.Unlock()
-		return errdefs.Errorf(errdefs.ErrUnsupported, "the %s backend cannot pause sandboxes", m.be.Name())
+		return errdefs.Errorf(errdefs.ErrUnsupported, "the %s backend cannot pause sandboxes", tier)
 	}
 	// Marked first: no lease is granted from here on.
 	e.paused = true
@@ -112,11 +113,11 @@ func (m *Manager) resumeLocked(ctx context.Context, e *entry) error {
 		m.mu.Unlock()
 		return nil
 	}
-	sb := e.sb
+	sb, tier := e.sb, e.spec.Isolation
 	m.mu.Unlock()
 	p, ok := sb.(backend.Pauser)
 	if !ok {
-		return errdefs.Errorf(errdefs.ErrUnsupported, "the %s backend cannot pause sandboxes", m.be.Name())
+		return errdefs.Errorf(errdefs.ErrUnsupported, "the %s backend cannot pause sandboxes", tier)
 	}
 	if err := p.Resume(ctx); err != nil {
 		e.logf("resume failed: %v", err)

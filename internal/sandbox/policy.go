@@ -50,9 +50,9 @@ type NamespacePolicy struct {
 	// EgressDefault is the rules a new sandbox that asks for none gets
 	// (on a server that gives sandboxes a network).
 	EgressDefault []string
-	// Isolation lists the allowed isolation levels (backends, by their
-	// Name); empty = any. A server runs one backend today, so a namespace
-	// that does not allow it has every start refused.
+	// Isolation lists the allowed isolation tiers (backends, by their
+	// Name); empty = any. A new sandbox asking for none gets the server's
+	// default tier when allowed, else the first listed (tier.go).
 	Isolation []string
 	// ReadOnlyRoot and WritePaths are the root file system's write
 	// policy (carried for the backend).
@@ -90,9 +90,6 @@ func (m *Manager) checkSpec(ctx context.Context, ns string, p NamespacePolicy, s
 	}
 	if p.DiskBytes > 0 && s.DiskMiB<<20 > p.DiskBytes {
 		return limitErr("disk %d MiB is above namespace %q's disk of %d MiB", s.DiskMiB, ns, p.DiskBytes>>20)
-	}
-	if tier := m.be.Name(); len(p.Isolation) > 0 && !slices.Contains(p.Isolation, tier) {
-		return limitErr("isolation %q is not among namespace %q's isolation levels (%s)", tier, ns, strings.Join(p.Isolation, ", "))
 	}
 	if err := m.checkImage(ctx, ns, p, s.Image); err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/warren-sandbox/warren/internal/backend/fake"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
@@ -274,20 +275,102 @@ func TestLabelsCarried(t *testing.T) {
 	}
 }
 
-// TestNamespaceIsolation: a namespace whose isolation levels leave out
-// the server's backend has every start refused, naming both; one that
-// lists it, or lists none, starts.
+// named is a fake backend under another tier's name.
+type named struct {
+	*fake.Backend
+	name string
+}
+
+func (n named) Name() string { return n.name }
+
+// TestNamespaceIsolation: a server with two tiers (its default "fake"
+// and a second one named gvisor) and a third it cannot run. A namespace
+// that requires a tier gets it when it asks for none and is forbidden
+// another; one allowing several gets the server's default; a tier the
+// server cannot run is unavailable with its reason, an unknown one
+// invalid; a sandbox keeps its tier across a restart (of it or of the
+// server), asking it for another is a conflict, and a restart is held to
+// the namespace's policy of now.
 func TestNamespaceIsolation(t *testing.T) {
-	_, m, _ := policyEnv(t, sandbox.Options{}, map[string]sandbox.NamespacePolicy{
+	second := named{fake.New(), "gvisor"}
+	t.Cleanup(second.Close)
+	e, m, ps := policyEnv(t, sandbox.Options{
+		Tiers:    map[string]sandbox.Tier{"gvisor": {Backend: second}},
+		TiersOff: map[string]string{"native": "no native here (a test)"},
+	}, map[string]sandbox.NamespacePolicy{
 		"strict": {Isolation: []string{"gvisor"}},
 		"either": {Isolation: []string{"gvisor", "fake"}},
 	})
-	wantLimit(t, "strict", startIn(m, "strict", "x", sandbox.Spec{Image: "base"}),
-		`isolation "fake" is not among namespace "strict"'s isolation levels (gvisor)`)
+	tierOf := func(ns, name string) string {
+		t.Helper()
+		info, err := m.Get(ns, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Spec.Isolation
+	}
+	if err := startIn(m, "strict", "x", sandbox.Spec{Image: "base"}); err != nil {
+		t.Fatalf("strict, no tier asked: %v", err)
+	}
+	if got := tierOf("strict", "x"); got != "gvisor" {
+		t.Errorf("strict's sandbox got %q, want its required gvisor", got)
+	}
+	if len(second.Running()) != 1 || len(e.be.Running()) != 0 {
+		t.Errorf("running: gvisor tier %v, default %v; want one on the gvisor tier", second.Running(), e.be.Running())
+	}
+	err := startIn(m, "strict", "y", sandbox.Spec{Image: "base", Isolation: "fake"})
+	if !errors.Is(err, errdefs.ErrForbidden) || !strings.Contains(err.Error(), `isolation "fake" is not among namespace "strict"'s isolation tiers (gvisor)`) {
+		t.Errorf("strict asking for fake: %v, want forbidden", err)
+	}
 	if err := startIn(m, "either", "x", sandbox.Spec{Image: "base"}); err != nil {
-		t.Errorf("either: %v", err)
+		t.Fatalf("either: %v", err)
+	}
+	if got := tierOf("either", "x"); got != "fake" {
+		t.Errorf("either's sandbox got %q, want the server's default", got)
 	}
 	if err := startIn(m, "open", "x", sandbox.Spec{Image: "base"}); err != nil {
 		t.Errorf("no policy: %v", err)
+	}
+	err = startIn(m, "open", "n", sandbox.Spec{Image: "base", Isolation: "native"})
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "no native here (a test)") {
+		t.Errorf("native: %v, want unavailable with the reason", err)
+	}
+	err = startIn(m, "open", "b", sandbox.Spec{Image: "base", Isolation: "kvm"})
+	if !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("kvm: %v, want invalid", err)
+	}
+	if _, err := m.Get("open", "n"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("a refused tier left a sandbox: %v", err)
+	}
+	// A restart keeps the tier; another one is a conflict.
+	if err := m.Stop(t.Context(), "strict", "x"); err != nil {
+		t.Fatal(err)
+	}
+	err = startIn(m, "strict", "x", sandbox.Spec{Image: "base", Isolation: "fake"})
+	if !errors.Is(err, errdefs.ErrConflict) {
+		t.Errorf("restart asking another tier: %v, want conflict", err)
+	}
+	if err := startIn(m, "strict", "x", sandbox.Spec{Image: "base"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := tierOf("strict", "x"); got != "gvisor" || len(second.Running()) != 1 {
+		t.Errorf("restarted on %q (gvisor tier runs %v), want gvisor", got, second.Running())
+	}
+	// A new manager (a server restart) finds each sandbox in its tier.
+	m.Close()
+	m2 := e.manager(t)
+	for _, k := range [][3]string{{"strict", "x", "gvisor"}, {"either", "x", "fake"}} {
+		info, err := m2.Get(k[0], k[1])
+		if err != nil || info.Spec.Isolation != k[2] || info.State != sandbox.Running {
+			t.Errorf("after a restart %s/%s: %+v %v, want running on %s", k[0], k[1], info, err, k[2])
+		}
+	}
+	// A restart is held to the namespace's policy of now.
+	ps.set(map[string]sandbox.NamespacePolicy{"strict": {Isolation: []string{"fake"}}})
+	if err := m2.Stop(t.Context(), "strict", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := startIn(m2, "strict", "x", sandbox.Spec{Image: "base"}); !errors.Is(err, errdefs.ErrForbidden) {
+		t.Errorf("restart of a gvisor sandbox in a namespace now requiring fake: %v, want forbidden", err)
 	}
 }

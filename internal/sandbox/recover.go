@@ -4,9 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/image"
 )
 
 // recover loads the database, reattaches to sandboxes that were running,
@@ -31,6 +34,9 @@ func (m *Manager) recover(ctx context.Context) error {
 		if err := json.Unmarshal(spec, &e.spec); err != nil {
 			e.err = "unreadable spec: " + err.Error()
 			state = string(Error)
+		}
+		if e.spec.Isolation == "" {
+			e.spec.Isolation = m.legacyTier()
 		}
 		e.state = State(state)
 		e.created, e.started, e.stopped = fromUnixNano(created), fromUnixNano(started), fromUnixNano(stopped)
@@ -63,14 +69,24 @@ func (m *Manager) recover(ctx context.Context) error {
 		// It was starting, running or stopping when the last daemon
 		// ended: running now only if its agent still is.
 		was := e.state
-		img, err := m.image(ctx, e, e.spec.Image)
+		be, err := m.backendOf(e.spec)
+		var img *image.Image
+		if err == nil {
+			img, err = m.image(ctx, e, e.spec.Image)
+		}
 		var sb backend.Sandbox
 		if err == nil {
-			sb, err = m.be.Open(ctx, m.config(e.ns, e.spec, e.id, img))
+			sb, err = be.Open(ctx, m.config(e.ns, e.spec, e.id, img))
 		}
 		switch {
 		case err != nil:
 			e.state, e.err = Error, "reattach after restart: "+err.Error()
+		case !isRunning(sb) && !be.Capabilities().Reattach:
+			// Its backend ended it with the last server (Open released
+			// what was left of it): said as such, not as a crash.
+			e.sb = sb
+			e.state, e.stopped = Error, time.Now()
+			e.err = "isolation " + e.spec.Isolation + " sandboxes do not outlive the server that started them: stopped at the server's restart (was " + string(was) + "; start it again, its files are kept)"
 		case !isRunning(sb):
 			e.sb = sb
 			e.state, e.stopped = Error, time.Now()
@@ -102,25 +118,41 @@ func (m *Manager) recover(ctx context.Context) error {
 		m.log.Info("sandbox recovered", "namespace", e.ns, "name", e.name, "id", e.id, "state", e.state, "was", was)
 	}
 	m.sweepSecrets()
-	ids, err := m.be.IDs()
-	if err != nil {
-		return fmt.Errorf("list sandboxes on the host: %w", err)
-	}
-	for _, id := range ids {
-		if known[id] {
-			continue
+	for _, name := range slices.Sorted(maps.Keys(m.tiers)) {
+		be := m.tiers[name].Backend
+		ids, err := be.IDs()
+		if err != nil {
+			return fmt.Errorf("list %s sandboxes on the host: %w", name, err)
 		}
-		if err := m.removeOnHost(ctx, id); err != nil {
-			m.log.Warn("remove orphaned sandbox", "id", id, "err", err)
-			continue
+		for _, id := range ids {
+			if known[id] {
+				continue
+			}
+			if err := m.removeOnHost(ctx, name, id); err != nil {
+				m.log.Warn("remove orphaned sandbox", "id", id, "isolation", name, "err", err)
+				continue
+			}
+			removeLog(m.opts.LogDir, id)
+			m.log.Info("orphaned sandbox removed", "id", id, "isolation", name)
 		}
-		removeLog(m.opts.LogDir, id)
-		m.log.Info("orphaned sandbox removed", "id", id)
-	}
-	if _, err := m.be.ReapOrphans(func(id string) bool { return known[id] }); err != nil {
-		m.log.Warn("reap orphans", "err", err)
+		if _, err := be.ReapOrphans(func(id string) bool { return known[id] }); err != nil {
+			m.log.Warn("reap orphans", "isolation", name, "err", err)
+		}
 	}
 	return nil
+}
+
+// legacyTier is the tier of a sandbox recorded before sandboxes had one:
+// native, the only one then, or the default where the server has no
+// native tier (a test's fake backend).
+func (m *Manager) legacyTier() string {
+	if _, ok := m.tiers[legacyTier]; ok {
+		return legacyTier
+	}
+	if _, ok := m.opts.TiersOff[legacyTier]; ok {
+		return legacyTier
+	}
+	return m.DefaultTier()
 }
 
 // isRunning reports whether sb's init runs.

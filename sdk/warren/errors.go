@@ -23,7 +23,7 @@ const (
 	KindLimit          = "limit"            // a count limit (429)
 	KindTimeout        = "timeout"          // ran past its timeout (504)
 	KindExecFailed     = "exec_failed"      // the command could not be started (422)
-	KindUnavailable    = "unavailable"      // the server is shutting down (503)
+	KindUnavailable    = "unavailable"      // the server is shutting down, or cannot run an isolation tier (503)
 	KindUnsupported    = "unsupported"      // the server or its backend cannot do this, e.g. pause (501)
 	KindInternal       = "internal"         // a bug or a host failure (500)
 )

@@ -59,7 +59,18 @@ type Spec struct {
 	// "PORT" (both), at every start; refused by a server without the
 	// sandbox network.
 	Ports []string
+	// Isolation is the sandbox's tier, [IsolationNative] or
+	// [IsolationGvisor]; empty: the server's (or namespace's) default. A
+	// tier the server cannot run is an error of kind unavailable, one the
+	// namespace does not allow forbidden; never another tier.
+	Isolation string
 }
+
+// Isolation tiers (Spec.Isolation, SandboxInfo.Isolation).
+const (
+	IsolationNative = "native" // namespaces and cgroups, the host's kernel
+	IsolationGvisor = "gvisor" // a second kernel (gVisor)
+)
 
 type createParams struct {
 	Name        string            `json:"name"`
@@ -77,6 +88,7 @@ type createParams struct {
 	Egress      []string          `json:"egress,omitempty"`
 	Volumes     []string          `json:"volumes,omitempty"`
 	Ports       []string          `json:"ports,omitempty"`
+	Isolation   string            `json:"isolation,omitempty"`
 }
 
 // SandboxInfo describes a sandbox.
@@ -94,6 +106,7 @@ type SandboxInfo struct {
 	StoppedAt   time.Time // zero if it has not happened
 	IdleTimeout time.Duration
 	MaxLifetime time.Duration
+	Isolation   string // the tier it got
 }
 
 type sandboxInfoWire struct {
@@ -110,6 +123,7 @@ type sandboxInfoWire struct {
 	StoppedAt   *time.Time        `json:"stopped_at"`
 	IdleTimeout float64           `json:"idle_timeout"`
 	MaxLifetime float64           `json:"max_lifetime"`
+	Isolation   string            `json:"isolation"`
 }
 
 // UnmarshalJSON decodes the API's SandboxInfo (times RFC 3339, durations in
@@ -133,6 +147,7 @@ func (s *SandboxInfo) UnmarshalJSON(b []byte) error {
 		StoppedAt:   deref(w.StoppedAt),
 		IdleTimeout: dur(w.IdleTimeout),
 		MaxLifetime: dur(w.MaxLifetime),
+		Isolation:   w.Isolation,
 	}
 	return nil
 }
@@ -175,6 +190,7 @@ func (c *Client) Create(ctx context.Context, spec Spec) (*Sandbox, error) {
 		Workspace:   spec.Workspace,
 		Secrets:     spec.Secrets,
 		Egress:      spec.Egress,
+		Isolation:   spec.Isolation,
 	}
 	var info SandboxInfo
 	if err := c.Call(ctx, "sandbox.create", p, &info); err != nil {

@@ -44,7 +44,7 @@ type fake struct {
 	hook    func(method string) // called before answering an RPC
 }
 
-var info1 = `{"namespace":"default","name":"sb1","state":"running","error":"","image":"python","memory_mib":512,"cpus":1,"labels":{"team":"a"},"created_at":"2025-01-02T03:04:05Z","started_at":"2025-01-02T03:04:06Z","idle_timeout":600,"max_lifetime":3600}`
+var info1 = `{"namespace":"default","name":"sb1","state":"running","error":"","image":"python","memory_mib":512,"cpus":1,"labels":{"team":"a"},"created_at":"2025-01-02T03:04:05Z","started_at":"2025-01-02T03:04:06Z","idle_timeout":600,"max_lifetime":3600,"isolation":"native"}`
 
 var defaultResults = map[string]string{
 	"sandbox.create":         info1,
@@ -173,11 +173,11 @@ func TestRequestShapes(t *testing.T) {
 		{"create full", "team", func(ctx context.Context, c *Client) error {
 			_, err := c.Create(ctx, Spec{Name: "sb1", Image: "node", MemoryMiB: 1024, CPUs: 0.5, Env: []string{"A=1"},
 				Workdir: "/w", Labels: map[string]string{"team": "a"}, IdleTimeout: 90 * time.Second, MaxLifetime: 1500 * time.Millisecond,
-				Workspace: "ws", Secrets: []string{"db"}, Egress: []string{"pypi.org"}, Ports: []string{"8080:80"}})
+				Workspace: "ws", Secrets: []string{"db"}, Egress: []string{"pypi.org"}, Ports: []string{"8080:80"}, Isolation: IsolationGvisor})
 			return err
 		}, "sandbox.create", map[string]any{"name": "sb1", "namespace": "team", "image": "node", "memory_mib": 1024, "cpus": 0.5,
 			"env": []string{"A=1"}, "workdir": "/w", "labels": map[string]string{"team": "a"}, "idle_timeout": 90, "max_lifetime": 1.5,
-			"workspace": "ws", "secrets": []string{"db"}, "egress": []string{"pypi.org"}, "ports": []string{"8080:80"}}},
+			"workspace": "ws", "secrets": []string{"db"}, "egress": []string{"pypi.org"}, "ports": []string{"8080:80"}, "isolation": "gvisor"}},
 		{"get", "", func(ctx context.Context, c *Client) error { _, err := c.Get(ctx, "sb1"); return err },
 			"sandbox.get", map[string]any{"sandbox": "sb1"}},
 		{"list all", "", func(ctx context.Context, c *Client) error { _, err := c.List(ctx, ListOptions{}); return err },
@@ -313,7 +313,7 @@ func TestResults(t *testing.T) {
 	}
 	want := SandboxInfo{Namespace: "default", Name: "sb1", State: StateRunning, Image: "python", MemoryMiB: 512, CPUs: 1,
 		Labels: map[string]string{"team": "a"}, CreatedAt: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
-		StartedAt: time.Date(2025, 1, 2, 3, 4, 6, 0, time.UTC), IdleTimeout: 10 * time.Minute, MaxLifetime: time.Hour}
+		StartedAt: time.Date(2025, 1, 2, 3, 4, 6, 0, time.UTC), IdleTimeout: 10 * time.Minute, MaxLifetime: time.Hour, Isolation: IsolationNative}
 	if !reflect.DeepEqual(info, want) {
 		t.Errorf("info\n got %+v\nwant %+v", info, want)
 	}

@@ -121,8 +121,9 @@ func (b *Backend) Close() {
 func (b *Backend) Name() string { return "fake" }
 
 // Capabilities implements backend.Backend: the fake runs nothing, so it
-// declares none of the behaviours a real kernel gives.
-func (b *Backend) Capabilities() backend.Capabilities { return backend.Capabilities{} }
+// declares none of the behaviours a real kernel gives; its sandboxes live
+// in the Backend, which a new manager reopens (Reattach).
+func (b *Backend) Capabilities() backend.Capabilities { return backend.Capabilities{Reattach: true} }
 
 // Create implements backend.Backend.
 func (b *Backend) Create(_ context.Context, cfg backend.Config) (backend.Sandbox, error) {

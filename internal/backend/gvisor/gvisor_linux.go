@@ -38,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -216,10 +217,15 @@ func checkSupported(cfg backend.Config) error {
 		missing = append(missing, "a trusted CA (proxy-mode secrets)")
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("the gvisor backend does not support %s yet: %w", strings.Join(missing, ", "), backend.ErrUnsupported)
+		return fmt.Errorf("isolation gvisor does not support %s yet (isolation native does): %w", strings.Join(missing, ", "), backend.ErrUnsupported)
 	}
 	return nil
 }
+
+// DiskLimits says this backend enforces no disk limit (none, ""): the
+// sandbox manager then gives its sandboxes none by default, and refuses
+// one asked for, as checkSupported does.
+func (b *Backend) DiskLimits() string { return "" }
 
 // Create implements backend.Backend.
 func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandbox, error) {
@@ -321,6 +327,26 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 	}
 	return removed, errors.Join(errs...)
 }
+
+// startTied starts cmd from one OS thread that lives as long as the
+// process: the kernel sends a child its Pdeathsig when the thread that
+// forked it ends, and a Go thread may end before its process does.
+func startTied(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	tiedStarter() <- func() { errc <- cmd.Start() }
+	return <-errc
+}
+
+var tiedStarter = sync.OnceValue(func() chan<- func() {
+	ch := make(chan func())
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives on
+		for f := range ch {
+			f()
+		}
+	}()
+	return ch
+})
 
 // runsc returns a runsc command with the backend's global flags.
 func (b *Backend) runsc(ctx context.Context, args ...string) *exec.Cmd {
@@ -539,8 +565,12 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	run.Stdout, run.Stderr = logf, logf
 	// Its own process group, so a signal to the server's group (a
 	// terminal's Ctrl-C) does not reach it: the server stops sandboxes.
-	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := run.Start(); err != nil {
+	// Killed with the server (Pdeathsig), which nothing could reach it
+	// from after (Capabilities.Reattach); `runsc run` runs its sentry
+	// attached, so the sentry and gofer go with it. What they leave (the
+	// state, the root's mount, the cgroup) the next server reaps.
+	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := startTied(run); err != nil {
 		return fmt.Errorf("runsc run: %w", err)
 	}
 	done := make(chan struct{})
