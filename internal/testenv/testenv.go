@@ -174,9 +174,11 @@ func WarrenCommand(t testing.TB, data, run string, args ...string) *exec.Cmd {
 	cmd := exec.Command(WarrenBinary(t), args...) //nolint:gosec // the binary the tests built
 	// WARREN_DISK_POOL=off: a server's default disk pool (a loop-mounted
 	// image, kept mounted after it stops) is left to the tests of disks,
-	// which pass --disk-pool and unmount it.
+	// which pass --disk-pool and unmount it. WARREN_RUNSC=off: the gvisor
+	// tier (a runsc probe and a cgroup at every server start) is left to
+	// the tests of tiers, which name their runsc.
 	cmd.Env = append(os.Environ(), "WARREN_AGENT="+AgentBinary(t), "WARREN_SPAWNER="+SpawnerBinary(t),
-		"WARREN_DATA_DIR="+data, "WARREN_RUN_DIR="+run, "WARREN_DISK_POOL=off")
+		"WARREN_DATA_DIR="+data, "WARREN_RUN_DIR="+run, "WARREN_DISK_POOL=off", "WARREN_RUNSC=off")
 	return cmd
 }
 
