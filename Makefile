@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test s3-server runsc test-sdk test-python test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci leak-snapshot
+.PHONY: all setup build run demo test s3-server runsc test-sdk test-python test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci leak-snapshot install
 
 all: build
 
@@ -170,6 +170,17 @@ soak-ci:
 
 doctor: build
 	$(BIN)/warren doctor
+
+# Installs warren to $(PREFIX)/bin and a systemd unit for `warren serve`
+# (packaging/warren.service: the delegated cgroup it needs, sandboxes kept
+# across a restart of the service). DESTDIR stages it elsewhere.
+PREFIX ?= /usr/local
+install: build
+	install -D -m 0755 $(BIN)/warren $(DESTDIR)$(PREFIX)/bin/warren
+	install -D -m 0644 packaging/warren.service $(DESTDIR)/etc/systemd/system/warren.service
+	sed -i 's|/usr/local/bin/warren|$(PREFIX)/bin/warren|' $(DESTDIR)/etc/systemd/system/warren.service
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/warren and $(DESTDIR)/etc/systemd/system/warren.service; start the server with: systemctl enable --now warren"
 
 clean:
 	rm -rf $(BIN) internal/agentbin/warren-agent internal/agentbin/warren-spawner
