@@ -29,6 +29,7 @@ build: setup
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(BIN)/warren-agent ./cmd/warren-agent
 	$(CC) $(SPAWNER_CFLAGS) -s -o $(BIN)/warren-spawner cmd/warren-spawner/spawner.c
 	cp $(BIN)/warren-agent $(BIN)/warren-spawner internal/agentbin/
+	cd internal/agentbin && for f in warren-agent warren-spawner; do sha256sum $$f | cut -c1-64 > $$f.sha256; done
 	go build -trimpath -tags embedagent -o $(BIN)/warren ./cmd/warren
 
 # Checks the kernel, shows one sandboxed command, then serves the API on
@@ -153,4 +154,4 @@ doctor: build
 	$(BIN)/warren doctor
 
 clean:
-	rm -rf $(BIN) internal/agentbin/warren-agent internal/agentbin/warren-spawner
+	rm -rf $(BIN) internal/agentbin/warren-agent internal/agentbin/warren-spawner internal/agentbin/*.sha256
