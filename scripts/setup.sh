@@ -14,6 +14,9 @@ GO_VERSION=1.26.8
 # (docs/network.md).
 APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 python3-pip nodejs iproute2 procps util-linux bubblewrap crun mmdebstrap debian-archive-keyring slirp4netns btrfs-progs)
 # btrfs-progs: mkfs.btrfs makes the image disk limits live on (--disk-pool).
+# bubblewrap, crun, runc and podman: the runtimes `warren bench --compare`
+# (and make bench) measure Warren against; runsc is built by `make runsc`.
+APT_PACKAGES+=(runc podman)
 # npm: in the node language view of the host image, and the MCP test drives
 # /mcp with the official npm client. NodeSource's nodejs ships npm (and
 # conflicts with Debian's npm package); Debian's nodejs does not.
