@@ -79,10 +79,11 @@ func benchCompare(ctx context.Context, hf hostFlags, n int, runsc string) error 
 		runsc, _ = exec.LookPath("runsc")
 	}
 	if runsc != "" {
-		gb, err := gvisorBackend(hf, tmp, runsc)
+		gb, closeGB, err := gvisorBackend(hf, tmp, runsc)
 		if err != nil {
 			skipped = append(skipped, fmt.Sprintf("warren gvisor: %v", err))
 		} else {
+			defer closeGB()
 			cs = append(cs, contender{"warren gvisor, cold (in process)", func() error { return gb.ColdCycle(ctx) }})
 		}
 	} else {
@@ -168,22 +169,25 @@ func benchCompare(ctx context.Context, hf hostFlags, n int, runsc string) error 
 	return nil
 }
 
-// gvisorBackend is a gVisor backend with directories of its own below tmp.
-func gvisorBackend(hf hostFlags, tmp, runsc string) (*bench.Env, error) {
+// gvisorBackend is a gVisor backend with directories of its own below tmp,
+// and what releases what it holds beside its sandboxes (a mount, cgroups).
+func gvisorBackend(hf hostFlags, tmp, runsc string) (*bench.Env, func(), error) {
 	agent, err := agentbin.Find(hf.agent, filepath.Join(hf.dataDir, "bin"))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b, err := gvisor.New(gvisor.Options{DataDir: filepath.Join(tmp, "gvisor-data"), RunDir: filepath.Join(tmp, "gvisor-run"),
 		RunscPath: runsc, AgentPath: agent, StartTimeout: 30 * time.Second})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	closeB := func() { _ = b.Close() }
 	img, err := b.HostImage()
 	if err != nil {
-		return nil, err
+		closeB()
+		return nil, nil, err
 	}
-	return &bench.Env{Backend: b, Image: img}, nil
+	return &bench.Env{Backend: b, Image: img}, closeB, nil
 }
 
 func lookPath(name string) string {
