@@ -21,7 +21,8 @@ setup:
 	@./scripts/setup.sh
 
 # The agent (Go) and the spawner (C) are built static, then embedded into
-# warren: one binary to install.
+# warren: one binary to install. warren is static too (no cgo): a dynamic
+# one pays the loader and libc start on every command.
 CC ?= cc
 SPAWNER_CFLAGS := -O2 -Wall -Wextra -Werror -static
 
@@ -29,7 +30,8 @@ build: setup
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(BIN)/warren-agent ./cmd/warren-agent
 	$(CC) $(SPAWNER_CFLAGS) -s -o $(BIN)/warren-spawner cmd/warren-spawner/spawner.c
 	cp $(BIN)/warren-agent $(BIN)/warren-spawner internal/agentbin/
-	go build -trimpath -tags embedagent -o $(BIN)/warren ./cmd/warren
+	cd internal/agentbin && for f in warren-agent warren-spawner; do sha256sum $$f | cut -c1-64 > $$f.sha256; done
+	CGO_ENABLED=0 go build -trimpath -tags embedagent -o $(BIN)/warren ./cmd/warren
 
 # Checks the kernel, shows one sandboxed command, then serves the API on
 # 127.0.0.1:5555 until Ctrl-C.
@@ -183,4 +185,4 @@ install: build
 	@echo "installed $(DESTDIR)$(PREFIX)/bin/warren and $(DESTDIR)/etc/systemd/system/warren.service; start the server with: systemctl enable --now warren"
 
 clean:
-	rm -rf $(BIN) internal/agentbin/warren-agent internal/agentbin/warren-spawner
+	rm -rf $(BIN) internal/agentbin/warren-agent internal/agentbin/warren-spawner internal/agentbin/*.sha256

@@ -16,6 +16,9 @@ APT_PACKAGES=(ca-certificates curl unzip git make gcc libc6-dev python3 python3-
 # python3-mypy, python3-pyflakes: the Python SDK's type checking and its
 # linter (it builds with its own backend: standard library only).
 # btrfs-progs: mkfs.btrfs makes the image disk limits live on (--disk-pool).
+# bubblewrap, crun, runc and podman: the runtimes `warren bench --compare`
+# (and make bench) measure Warren against; runsc is built by `make runsc`.
+APT_PACKAGES+=(runc podman)
 # npm: in the node language view of the host image, and the MCP test drives
 # /mcp with the official npm client. NodeSource's nodejs ships npm (and
 # conflicts with Debian's npm package); Debian's nodejs does not.

@@ -40,6 +40,10 @@ to baselines run at the same time on the same machine:
 Ratios are against the baseline of the same run; the machine may be noisy,
 so compare ratios, not absolute numbers, across runs.
 
+'warren bench --compare' puts Warren beside every other runtime installed
+here, whole processes included, and prints others' published figures
+(labelled as such).
+
 'warren bench soak' runs many clients over a server's API for minutes and
 checks that nothing fails, grows or is left behind (see its --help).`
 
@@ -51,11 +55,16 @@ func benchCmd(ctx context.Context, args []string) error {
 	var hf hostFlags
 	hf.register(fs)
 	n := fs.Int("n", 200, "iterations per measurement (python: n/4)")
+	compare := fs.Bool("compare", false, "instead: run /bin/true in a fresh sandbox every way this host has (warren native cold, pooled\nand as a whole warren run; warren gvisor; bubblewrap, crun, runc, runsc, podman where installed),\ninterleaved, with medians, p99 and ratios to fork+exec; -n rounds")
+	runsc := fs.String("runsc", "", "with --compare: the runsc binary (default: runsc in PATH)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *n < 5 || *n > 100000 {
 		return fmt.Errorf("-n %d: want 5..100000", *n)
+	}
+	if *compare {
+		return benchCompare(ctx, hf, *n, *runsc)
 	}
 	be, err := hf.backend(native.Options{ExitWithHost: true})
 	if err != nil {

@@ -2,4 +2,7 @@
 
 package agentbin
 
-var embeddedAgent, embeddedSpawner []byte
+var (
+	embeddedAgent, embeddedSpawner       []byte
+	embeddedAgentSum, embeddedSpawnerSum string
+)

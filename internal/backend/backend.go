@@ -12,6 +12,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/agent"
@@ -81,7 +82,9 @@ const (
 	NetworkEgress = "egress"
 )
 
-var idRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var idRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
 
 // A sandbox's settings, defined here once: the defaults every layer fills
 // in when a caller chooses nothing, and the bounds every backend enforces.
@@ -134,7 +137,7 @@ const (
 // Validate reports every problem with c at once.
 func (c *Config) Validate() error {
 	var errs []error
-	if !idRE.MatchString(c.ID) {
+	if !idRE().MatchString(c.ID) {
 		errs = append(errs, fmt.Errorf("id %q: want 1-63 of [a-z0-9_-], starting with a letter or digit", c.ID))
 	}
 	if c.Image == nil || len(c.Image.Layers) == 0 {

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -190,21 +191,19 @@ func Bwrap() func() error {
 // from a private mount namespace with that mount removed, on a dedicated
 // thread that is discarded afterwards.
 func Crun(dir string) (run func() error, cleanup func(), err error) {
-	path := installed("crun")
+	return OCIRuntime(installed("crun"), dir)
+}
+
+// OCIRuntime is Crun for any OCI runtime at path (crun, runc, runsc, with
+// their global flags in global): nil when path is "".
+func OCIRuntime(path, dir string, global ...string) (run func() error, cleanup func(), err error) {
 	if path == "" {
 		return nil, func() {}, nil
 	}
-	bundle := filepath.Join(dir, "crun-bundle")
-	rootfs := filepath.Join(bundle, "rootfs")
-	for _, d := range []string{"usr", "proc", "dev", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil { //nolint:gosec // 0755: a minimal container rootfs for the baseline runtime, which needs the usual modes
-			return nil, nil, err
-		}
-	}
-	for _, d := range []string{"bin", "sbin", "lib", "lib64"} {
-		if t, err := os.Readlink("/" + d); err == nil {
-			_ = os.Symlink(t, filepath.Join(rootfs, d))
-		}
+	name := filepath.Base(path)
+	bundle := filepath.Join(dir, name+"-bundle")
+	if err := Rootfs(filepath.Join(bundle, "rootfs")); err != nil {
+		return nil, nil, err
 	}
 	cfg := map[string]any{
 		"ociVersion": "1.0.2",
@@ -245,9 +244,10 @@ func Crun(dir string) (run func() error, cleanup func(), err error) {
 				continue
 			}
 			n++
-			out, err := exec.Command(path, "run", "--bundle", bundle, fmt.Sprintf("warren-bench-%d-%d", os.Getpid(), n)).CombinedOutput() //nolint:gosec // path is the baseline runtime found by LookPath; the arguments are fixed here
+			args := append(slices.Clone(global), "run", "--bundle", bundle, fmt.Sprintf("warren-bench-%d-%d", os.Getpid(), n))
+			out, err := exec.Command(path, args...).CombinedOutput() //nolint:gosec // path is the baseline runtime found by LookPath; the arguments are fixed here
 			if err != nil {
-				err = fmt.Errorf("crun: %w: %s", err, out)
+				err = fmt.Errorf("%s: %w: %s", name, err, out)
 			}
 			reply <- err
 		}
@@ -258,6 +258,23 @@ func Crun(dir string) (run func() error, cleanup func(), err error) {
 		return <-reply
 	}
 	return run, func() { close(reqs) }, nil
+}
+
+// Rootfs makes at rootfs the root the baselines run in: empty /usr (the
+// host's is bound there read-only), /proc, /dev and /tmp, and the host's
+// /bin, /sbin and /lib links into /usr.
+func Rootfs(rootfs string) error {
+	for _, d := range []string{"usr", "proc", "dev", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil { //nolint:gosec // 0755: a minimal container rootfs for the baseline runtime, which needs the usual modes
+			return err
+		}
+	}
+	for _, d := range []string{"bin", "sbin", "lib", "lib64"} {
+		if t, err := os.Readlink("/" + d); err == nil {
+			_ = os.Symlink(t, filepath.Join(rootfs, d))
+		}
+	}
+	return nil
 }
 
 // hybridCgroups reports a cgroup2 mount beside v1 controller hierarchies.

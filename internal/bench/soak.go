@@ -123,7 +123,9 @@ type MethodStats struct {
 const maxFailures = 50
 
 // clientSandbox matches the names the clients give their sandboxes.
-var clientSandbox = regexp.MustCompile(`"c[0-9]+-[0-9]+"`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var clientSandbox = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`"c[0-9]+-[0-9]+"`) })
 
 type recorder struct {
 	mu  sync.Mutex
@@ -143,7 +145,7 @@ func (r *recorder) add(method string, d time.Duration, expected bool, fail error
 	switch {
 	case fail != nil:
 		m.Unexpected++
-		key := method + ": " + clientSandbox.ReplaceAllString(fail.Error(), `"cN-N"`)
+		key := method + ": " + clientSandbox().ReplaceAllString(fail.Error(), `"cN-N"`)
 		if _, ok := r.rep.Failures[key]; !ok && len(r.rep.Failures) >= maxFailures {
 			key = "(more distinct errors)"
 		}

@@ -25,6 +25,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/BurntSushi/toml"
 )
@@ -261,11 +262,13 @@ func decodeProblem(err error) Problem {
 		return Problem{Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
 	}
 	// Type errors are plain errors: "toml: line 2 (last key "a.b"): msg".
-	if m := decodeErrRE.FindStringSubmatch(err.Error()); m != nil {
+	if m := decodeErrRE().FindStringSubmatch(err.Error()); m != nil {
 		line, _ := strconv.Atoi(m[1])
 		return Problem{Line: line, Key: m[2], Msg: m[3]}
 	}
 	return Problem{Msg: strings.TrimPrefix(err.Error(), "toml: ")}
 }
 
-var decodeErrRE = regexp.MustCompile(`(?s)^toml: line (\d+) \(last key "(.*?)"\): (.*)$`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var decodeErrRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?s)^toml: line (\d+) \(last key "(.*?)"\): (.*)$`) })

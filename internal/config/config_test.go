@@ -277,7 +277,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		for name, n := range file.Namespaces {
-			if name == "*" || !nameRE.MatchString(name) {
+			if name == "*" || !nameRE().MatchString(name) {
 				t.Fatalf("namespace %q accepted", name)
 			}
 			if n.MaxMemory.Bytes < 0 || n.MaxCPUs < 0 || n.MaxSandboxes < 0 {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
@@ -201,7 +202,7 @@ func (v *validator) file(f *File) {
 	for i, p := range f.Secrets.Providers {
 		at := fmt.Sprintf("secrets.providers[%d]", i)
 		switch {
-		case !nameRE.MatchString(p.Name):
+		case !nameRE().MatchString(p.Name):
 			v.add(at+".name", "%q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", p.Name)
 		case providers[p.Name]:
 			v.add(at+".name", "provider %q is defined twice", p.Name)
@@ -216,7 +217,7 @@ func (v *validator) file(f *File) {
 				v.add(at+".prefix", "a dir provider takes no prefix (that is for env)")
 			}
 		case "env":
-			if p.Prefix != "" && !envNameRE.MatchString(p.Prefix) {
+			if p.Prefix != "" && !envNameRE().MatchString(p.Prefix) {
 				v.add(at+".prefix", "%q: want [A-Za-z0-9_]", p.Prefix)
 			}
 			if p.Path != "" {
@@ -235,7 +236,7 @@ func (v *validator) file(f *File) {
 		s := f.Workspaces.Stores[name]
 		at := "workspaces.stores." + name
 		stores[name] = true
-		if !nameRE.MatchString(name) {
+		if !nameRE().MatchString(name) {
 			v.add(at, "store name %q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", name)
 		}
 		switch s.Type {
@@ -252,11 +253,11 @@ func (v *validator) file(f *File) {
 			if u, err := url.Parse(s.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 				v.add(at+".endpoint", "%q: want an http or https URL", s.Endpoint)
 			}
-			if !bucketRE.MatchString(s.Bucket) {
+			if !bucketRE().MatchString(s.Bucket) {
 				v.add(at+".bucket", "%q: want a bucket name (3-63 of [a-z0-9.-])", s.Bucket)
 			}
 			for key, val := range map[string]string{"access_key_env": s.AccessKeyEnv, "secret_key_env": s.SecretKeyEnv} {
-				if val != "" && !envNameRE.MatchString(val) {
+				if val != "" && !envNameRE().MatchString(val) {
 					v.add(at+"."+key, "%q: want an environment variable's name", val)
 				}
 			}
@@ -339,7 +340,7 @@ func (v *validator) namespace(name string, n *Namespace, providers, stores map[s
 		g := &n.Secrets[i]
 		gat := fmt.Sprintf("%s.secrets[%d]", at, i)
 		switch {
-		case !nameRE.MatchString(g.Name):
+		case !nameRE().MatchString(g.Name):
 			v.add(gat+".name", "%q: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", g.Name)
 		case seen[g.Name]:
 			v.add(gat+".name", "secret %q is granted twice", g.Name)
@@ -360,7 +361,7 @@ func (v *validator) namespace(name string, n *Namespace, providers, stores map[s
 		if g.Env == "" {
 			g.Env = strings.ToUpper(strings.ReplaceAll(g.Name, "-", "_"))
 		}
-		if !envNameRE.MatchString(g.Env) {
+		if !envNameRE().MatchString(g.Env) {
 			v.add(gat+".env", "%q: want an environment variable's name ([A-Za-z_][A-Za-z0-9_]*)", g.Env)
 		}
 		v.count(gat+".hosts", len(g.Hosts))
@@ -387,10 +388,12 @@ func (v *validator) namespace(name string, n *Namespace, providers, stores map[s
 // Isolations are the isolation levels (backends) a namespace may allow.
 var Isolations = []string{"native", "gvisor"}
 
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
 var (
-	nameRE    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
-	envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-	bucketRE  = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`)
+	nameRE    = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`) })
+	envNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`) })
+	bucketRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$`) })
 )
 
 func (v *validator) size(key string, s Size) {

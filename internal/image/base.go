@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -113,16 +114,20 @@ var (
 
 // suiteRE accepts Debian suite names. Anything else could be read by
 // mmdebstrap as an option or a path.
-var suiteRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,63}$`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var suiteRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9-]{0,63}$`) })
 
 // mirrorRE is the character set allowed in a mirror URL: no spaces,
 // quotes, brackets or control characters, so the value cannot turn into
 // a sources.list line with options of its own.
-var mirrorRE = regexp.MustCompile(`^https?://[A-Za-z0-9._~%:/+-]+$`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var mirrorRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^https?://[A-Za-z0-9._~%:/+-]+$`) })
 
 // validateMirror checks that m is a plain http(s) URL of a host: no
 // credentials (they would end up in the image's sources.list), query or
-// fragment, nothing outside mirrorRE.
+// fragment, nothing outside mirrorRE().
 func validateMirror(m string) error {
 	bad := func(why string) error { return fmt.Errorf("%w: mirror %q: %s", ErrInvalidBase, m, why) }
 	if len(m) > 1024 {
@@ -141,7 +146,7 @@ func validateMirror(m string) error {
 		return bad("want a plain URL, without query or fragment")
 	case u.Hostname() == "":
 		return bad("no host")
-	case !mirrorRE.MatchString(m):
+	case !mirrorRE().MatchString(m):
 		return bad("want letters, digits and . _ ~ % : / + - only")
 	}
 	return nil
@@ -159,7 +164,7 @@ func (s *Store) BuildBase(ctx context.Context, lang string, opt BaseOptions) (*R
 		return nil, fmt.Errorf("%w: language %q: want one of %s", ErrInvalidBase, lang, strings.Join(slices.Sorted(maps.Keys(baseLangs)), ", "))
 	}
 	opt.Suite = cmp.Or(opt.Suite, DefaultBaseSuite)
-	if !suiteRE.MatchString(opt.Suite) {
+	if !suiteRE().MatchString(opt.Suite) {
 		return nil, fmt.Errorf("%w: suite %q: want a Debian suite name like bookworm or stable", ErrInvalidBase, opt.Suite)
 	}
 	if opt.Mirror != "" {

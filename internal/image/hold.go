@@ -91,7 +91,7 @@ func (s *Store) holds() (map[string][]string, error) {
 			return nil, err
 		}
 		hexID, _, _ := strings.Cut(e.Name(), "-")
-		if live && hexRE.MatchString(hexID) {
+		if live && hexRE().MatchString(hexID) {
 			id := "sha256:" + hexID
 			out[id] = append(out[id], layers...)
 		}

@@ -160,14 +160,16 @@ func (s *Store) layerPath(d string) string {
 	return filepath.Join(s.layersDir(), strings.TrimPrefix(d, "sha256:"))
 }
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._/:-]*$`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._/:-]*$`) })
 
 // ValidateName checks an image name: lower-case letters, digits and
 // ". _ / : -", starting with a letter or digit, at most 255 bytes, no ".."
 // and not the built-in "host".
 func ValidateName(name string) error {
 	switch {
-	case len(name) == 0 || len(name) > 255 || !nameRE.MatchString(name) || strings.Contains(name, ".."):
+	case len(name) == 0 || len(name) > 255 || !nameRE().MatchString(name) || strings.Contains(name, ".."):
 		return fmt.Errorf("%w %q: want [a-z0-9][a-z0-9._/:-]*, at most 255 bytes", ErrInvalidName, name)
 	case name == HostName:
 		return fmt.Errorf("%w %q: reserved for the host image", ErrInvalidName, name)
@@ -177,10 +179,12 @@ func ValidateName(name string) error {
 	return nil
 }
 
-var hexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var hexRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
 
 func validDigest(d string) bool {
-	return strings.HasPrefix(d, "sha256:") && hexRE.MatchString(d[len("sha256:"):])
+	return strings.HasPrefix(d, "sha256:") && hexRE().MatchString(d[len("sha256:"):])
 }
 
 // pin marks diff id d as in use by an import, so Prune leaves it.

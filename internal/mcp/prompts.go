@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"sync"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -27,7 +28,9 @@ var languagePrompts = []languagePrompt{
 // promptName is the API's rule for sandbox and namespace names: a prompt
 // argument that breaks it would only make the tool call fail later, so the
 // prompt refuses it (and never repeats a long or odd string back).
-var promptName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var promptName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`) })
 
 func addPrompts(s *sdk.Server) {
 	for _, p := range languagePrompts {
@@ -51,7 +54,7 @@ func (p languagePrompt) get(_ context.Context, req *sdk.GetPromptRequest) (*sdk.
 	}
 	ns := args["namespace"]
 	for what, v := range map[string]string{"sandbox_name": name, "namespace": ns} {
-		if v != "" && !promptName.MatchString(v) {
+		if v != "" && !promptName().MatchString(v) {
 			return nil, fmt.Errorf("prompt %s: argument %s: want 1-63 of [A-Za-z0-9_-] starting with a letter or digit", p.name, what)
 		}
 	}

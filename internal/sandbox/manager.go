@@ -62,10 +62,12 @@ func ValidState(s string) bool {
 	return false
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`) })
 
 // ValidName reports whether s is a valid sandbox or namespace name.
-func ValidName(s string) bool { return nameRE.MatchString(s) }
+func ValidName(s string) bool { return nameRE().MatchString(s) }
 
 // Spec is what a sandbox is asked to be. Zero values of Image, MemoryMiB
 // and CPUs mean the server's defaults (DefaultImage, backend.Default*),
@@ -180,7 +182,7 @@ func (s *Spec) Validate() error {
 		errs = append(errs, fmt.Errorf("env: %d entries, at most %d", len(s.Env), MaxEnv))
 	}
 	for _, e := range s.Env {
-		if len(e) > MaxEnvLen || !envRE.MatchString(e) {
+		if len(e) > MaxEnvLen || !envRE().MatchString(e) {
 			errs = append(errs, fmt.Errorf("env %.40q: want K=V with K of [A-Za-z0-9_.-], at most %d bytes", e, MaxEnvLen))
 			break
 		}
@@ -244,7 +246,9 @@ func (s *Spec) config(id string, img *image.Image) backend.Config {
 		Volumes: s.Volumes, Ports: s.Ports, DiskBytes: s.DiskMiB << 20}
 }
 
-var envRE = regexp.MustCompile(`^[A-Za-z0-9_.-]+=`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var envRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_.-]+=`) })
 
 // Info is a sandbox as the API shows it.
 type Info struct {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,10 +21,12 @@ type Provider interface {
 
 // keyRE is what a key may be in every provider here: a file name in a
 // directory (no path, no dot file) and an environment variable's suffix.
-var keyRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
+var keyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`) })
 
 func checkKey(key string) error {
-	if !keyRE.MatchString(key) {
+	if !keyRE().MatchString(key) {
 		return fmt.Errorf("secret key %.40q: want 1-128 of [A-Za-z0-9_.-], not starting with '.' or '-'", key)
 	}
 	return nil

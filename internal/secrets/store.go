@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/warren-sandbox/warren/internal/cabundle"
 	"github.com/warren-sandbox/warren/internal/errdefs"
@@ -66,14 +67,18 @@ const (
 	MaxPerSpec = 64  // secrets one sandbox may name
 )
 
+// Compiled on first use, not at package initialisation, which every warren
+// command pays (docs/performance.md).
 var (
-	nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-	envRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
-	hostRE = regexp.MustCompile(`^(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$`)
+	nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`) })
+	envRE  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`) })
+	hostRE = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^(\*\.)?([a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$`)
+	})
 )
 
 // ValidName reports whether s can name a secret.
-func ValidName(s string) bool { return nameRE.MatchString(s) }
+func ValidName(s string) bool { return nameRE().MatchString(s) }
 
 // Store is the server's providers and grants.
 type Store struct {
@@ -185,7 +190,7 @@ func checkGrant(g Grant, providers map[string]Provider) (Grant, error) {
 	if g.Env == "" {
 		g.Env = strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(g.Name))
 	}
-	if !envRE.MatchString(g.Env) {
+	if !envRE().MatchString(g.Env) {
 		errs = append(errs, fmt.Errorf("env %q: want a variable name of [A-Za-z0-9_]", g.Env))
 	}
 	switch g.Mode {
@@ -203,7 +208,7 @@ func checkGrant(g Grant, providers map[string]Provider) (Grant, error) {
 		hosts := make([]string, 0, len(g.Hosts))
 		for _, h := range g.Hosts {
 			h = strings.TrimSuffix(strings.ToLower(h), ".")
-			if len(h) > 253 || !hostRE.MatchString(h) {
+			if len(h) > 253 || !hostRE().MatchString(h) {
 				errs = append(errs, fmt.Errorf("host %.60q: want a DNS name or *.name", h))
 				continue
 			}
