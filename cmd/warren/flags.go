@@ -147,17 +147,6 @@ func envBool(k string, def bool) (bool, error) {
 	return b, nil
 }
 
-// newFlagSet returns a flag set whose --help prints usage text first.
-func newFlagSet(name, synopsis, about string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(about))
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
 // parseSize reads a memory size: plain numbers are MiB; suffixes K, M, G
 // (binary, optional "iB"/"B") are accepted.
 func parseSize(s string) (int64, error) {

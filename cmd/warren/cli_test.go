@@ -1,0 +1,120 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestHelpAndErrors drives the binary's help and usage errors as a user
+// meets them: help on stdout with exit 0 when asked for, for every command
+// and subcommand; one line on stderr with exit 2 for a command line that
+// cannot run, naming what is missing or suggesting what was meant.
+func TestHelpAndErrors(t *testing.T) {
+	dir := t.TempDir()
+	// Help: stdout, exit 0, stderr empty, and the right command's text.
+	for _, tc := range []struct {
+		args []string
+		has  string
+	}{
+		{[]string{"-h"}, "Commands:"},
+		{[]string{"--help"}, "Global flags"},
+		{[]string{"help"}, "doctor"},
+		{[]string{"help", "run"}, "Usage: warren run"},
+		{[]string{"help", "image", "ls"}, "Usage: warren image ls"},
+		{[]string{"help", "help"}, "Usage: warren help"},
+		{[]string{"run", "-h"}, "--memory"},
+		{[]string{"-v", "run", "--help"}, "Usage: warren run"},
+		{[]string{"serve", "-h"}, "--listen"},
+		{[]string{"ps", "-h"}, "-json"},
+		{[]string{"exec", "-h"}, "Usage: warren exec"},
+		{[]string{"image", "-h"}, "warren image import"},
+		{[]string{"image", "ls", "-h"}, "Usage: warren image ls"},
+		{[]string{"image", "import", "-h"}, "RepoTags"},
+		{[]string{"image", "pull", "-h"}, "--platform"},
+		{[]string{"image", "build-base", "-h"}, "mmdebstrap"},
+		{[]string{"image", "prune", "-h"}, "Usage: warren image prune"},
+		{[]string{"image", "inspect", "-h"}, "Usage: warren image inspect"},
+		{[]string{"image", "rm", "-h"}, "Usage: warren image rm"},
+		{[]string{"key", "-h"}, "Subcommands:"},
+		{[]string{"key", "create", "-h"}, "--expire"},
+		{[]string{"key", "list", "-h"}, "-json"},
+		{[]string{"key", "revoke", "-h"}, "Usage: warren key revoke ID"},
+		{[]string{"workspace", "-h"}, "warren workspace push"},
+		{[]string{"workspace", "ls", "-h"}, "Usage: warren workspace ls"},
+		{[]string{"workspace", "get", "-h"}, "Usage: warren workspace get"},
+		{[]string{"egress", "-h"}, "warren egress log"},
+		{[]string{"egress", "set", "-h"}, "Usage: warren egress set"},
+		{[]string{"ports", "-h"}, "warren ports expose NAME"},
+		{[]string{"ports", "expose", "-h"}, "Usage: warren ports expose"},
+		{[]string{"ns", "-h"}, "quotas"},
+		{[]string{"audit", "-h"}, "audit log"},
+		{[]string{"audit", "verify", "-h"}, "--anchor"},
+		{[]string{"pause", "-h"}, "Usage: warren pause"},
+		{[]string{"logs", "-h"}, "--tail"},
+		{[]string{"doctor", "-h"}, "Usage: warren doctor"},
+		{[]string{"bench", "-h"}, "Usage: warren bench"},
+		{[]string{"bench", "soak", "-h"}, "-clients"},
+	} {
+		r := run(t, warren(t, dir, tc.args...), "")
+		if r.code != 0 || !strings.Contains(r.stdout, tc.has) || r.stderr != "" {
+			t.Errorf("warren %s: exit %d, stdout %.200q, stderr %q; want exit 0 and stdout with %q", strings.Join(tc.args, " "), r.code, r.stdout, r.stderr, tc.has)
+		}
+	}
+	// Errors: exactly one line on stderr, nothing on stdout, exit 2.
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"rn"}, `warren: unknown command "rn" (did you mean run?); see 'warren -h'`},
+		{[]string{"frobnicate"}, `warren: unknown command "frobnicate"; see 'warren -h'`},
+		{[]string{"help", "imgae"}, `warren: unknown command "imgae" (did you mean image?); see 'warren -h'`},
+		{[]string{"--servr", "x", "ps"}, `warren: unknown flag --servr (did you mean --server?); see 'warren -h'`},
+		{[]string{"--server"}, `warren: flag --server needs a value; see 'warren -h'`},
+		{[]string{"run", "--memroy", "1G", "--", "true"}, `warren run: unknown flag --memroy (did you mean --memory?); see 'warren run -h'`},
+		{[]string{"run", "--zzz", "--", "true"}, `warren run: unknown flag --zzz; see 'warren run -h'`},
+		{[]string{"run", "--image"}, `warren run: flag needs an argument: -image; see 'warren run -h'`},
+		{[]string{"run"}, `warren run: missing CMD (what to run; the host image has no default command); see 'warren run -h'`},
+		{[]string{"-v", "run"}, `warren run: missing CMD (what to run; the host image has no default command); see 'warren run -h'`},
+		{[]string{"logs"}, `warren logs: missing NAME (the sandbox); see 'warren logs -h'`},
+		{[]string{"exec", "box"}, `warren exec: missing CMD (what to run); see 'warren exec -h'`},
+		{[]string{"ps", "extra"}, `warren ps: unexpected argument "extra"; see 'warren ps -h'`},
+		{[]string{"key"}, `warren key: missing a subcommand: create, list, revoke; see 'warren key -h'`},
+		{[]string{"key", "revoke"}, `warren key revoke: missing ID (the key's, from 'warren key list'); see 'warren key revoke -h'`},
+		{[]string{"key", "create"}, `warren key create: missing --namespace NS (use '*' for a key that may use every namespace); see 'warren key create -h'`},
+		{[]string{"key", "lst"}, `warren key: unknown subcommand "lst" (did you mean list?); see 'warren key -h'`},
+		{[]string{"image"}, `warren image: missing a subcommand: import, pull, build-base, ls, inspect, rm, prune; see 'warren image -h'`},
+		{[]string{"image", "inspect"}, `warren image inspect: missing REF (an image name or id); see 'warren image inspect -h'`},
+		{[]string{"image", "import"}, `warren image import: missing SRC (a tarball or directory); see 'warren image import -h'`},
+		{[]string{"image", "ls", "extra"}, `warren image ls: unexpected argument "extra"; see 'warren image ls -h'`},
+		{[]string{"image", "pull", "a", "b", "c"}, `warren image pull: unexpected argument "c"; see 'warren image pull -h'`},
+		{[]string{"workspace", "get"}, `warren workspace get: missing NAME (the workspace); see 'warren workspace get -h'`},
+		{[]string{"egress", "sett", "box"}, `warren egress: unknown subcommand "sett" (did you mean set?); see 'warren egress -h'`},
+		{[]string{"ports"}, `warren ports: missing NAME (the sandbox); see 'warren ports -h'`},
+		{[]string{"ports", "expose", "web"}, `warren ports expose: missing [HOST:]GUEST (the port to publish); see 'warren ports expose -h'`},
+		{[]string{"audit", "verfy"}, `warren audit: unknown subcommand "verfy" (did you mean verify?) (or none, to query); see 'warren audit -h'`},
+	} {
+		r := run(t, warren(t, dir, tc.args...), "")
+		if r.code != 2 || r.stdout != "" || r.stderr != tc.stderr+"\n" {
+			t.Errorf("warren %s: exit %d, stdout %q, stderr %q; want exit 2 and stderr %q", strings.Join(tc.args, " "), r.code, r.stdout, r.stderr, tc.stderr)
+		}
+	}
+}
+
+func TestDidYouMean(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		want string
+	}{
+		{"rn", "run"}, {"memroy", "memory"}, {"insp", "inspect"}, {"servr", "server"},
+		{"x", ""}, {"zzzzzz", ""}, {"workspce", "workspace"}, {"", ""},
+	} {
+		got := didYouMean(tc.s, []string{"run", "memory", "inspect", "server", "workspace", "v"}, "")
+		want := ""
+		if tc.want != "" {
+			want = " (did you mean " + tc.want + "?)"
+		}
+		if got != want {
+			t.Errorf("didYouMean(%q) = %q, want %q", tc.s, got, want)
+		}
+	}
+}
