@@ -1,8 +1,12 @@
 package main
 
 import (
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
 // TestHelpAndErrors drives the binary's help and usage errors as a user
@@ -116,5 +120,94 @@ func TestDidYouMean(t *testing.T) {
 		if got != want {
 			t.Errorf("didYouMean(%q) = %q, want %q", tc.s, got, want)
 		}
+	}
+}
+
+// TestCLIAgainstServer: the client commands against a real server, with a
+// key for one namespace: that namespace is every command's default; ps
+// shows what is up unless -a; the listings' --json, -q and --format; the
+// global flags before the command; the build's version everywhere.
+func TestCLIAgainstServer(t *testing.T) {
+	testenv.RequireRoot(t)
+	dir := stateDir(t)
+	kc := run(t, warren(t, dir, "key", "create", "--namespace", "team"), "")
+	if kc.code != 0 {
+		t.Fatalf("key create: %+v", kc)
+	}
+	key := strings.TrimSpace(kc.stdout)
+	url, srv, stderr := startServe(t, dir)
+	defer stopServe(t, srv)
+	call := rpcCaller(t, url, key)
+	for _, m := range []struct{ method, name string }{{"sandbox.start", "up"}, {"sandbox.start", "down"}, {"sandbox.stop", "down"}} {
+		if r := call(m.method, map[string]any{"sandbox": m.name}); r.Error != nil {
+			t.Fatalf("%s %s: %+v\n%s", m.method, m.name, r.Error, stderr)
+		}
+	}
+	defer func() {
+		for _, n := range []string{"up", "down"} {
+			call("sandbox.remove", map[string]any{"sandbox": n})
+		}
+	}()
+	client := func(args ...string) result {
+		cmd := warren(t, dir, args...)
+		cmd.Env = append(cmd.Env, "MSB_SERVER_URL="+url, "MSB_API_KEY="+key)
+		return run(t, cmd, "")
+	}
+	for _, tc := range []struct {
+		args   []string
+		stdout string // exact, or a prefix when it ends in "..."
+	}{
+		{[]string{"ps", "-q"}, "up\n"},
+		{[]string{"ps", "-a", "-q"}, "down\nup\n"},
+		{[]string{"ps", "--state", "stopped", "-q"}, "down\n"},
+		{[]string{"ps", "-a", "--format", `{{.Namespace}}/{{.Name}}\t{{.State}}`}, "team/down\tstopped\nteam/up\trunning\n"},
+		{[]string{"ps", "--json"}, "[\n  {\n    \"namespace\": \"team\",\n    \"name\": \"up\",\n    \"state\": \"running\",..."},
+		{[]string{"ps"}, "NAMESPACE  NAME  STATE    IMAGE   MEMORY  CPUS  UP\nteam       up    running  ..."},
+		{[]string{"ns", "-q"}, "team\n"},
+		{[]string{"ns", "--format", "{{.Namespace}} {{.Running}} {{.Sandboxes}}"}, "team 1 2\n"},
+		{[]string{"workspace", "ls", "--json"}, "[]\n"},
+		{[]string{"exec", "up", "--", "echo", "hi"}, "hi\n"},
+		{[]string{"--namespace", "team", "-v", "exec", "up", "--", "echo", "hi"}, "hi\n"},
+		{[]string{"version"}, "warren dev (commit ..."},
+		{[]string{"--version"}, "warren dev (commit ..."},
+	} {
+		r := client(tc.args...)
+		prefix, isPrefix := strings.CutSuffix(tc.stdout, "...")
+		if r.code != 0 || (!isPrefix && r.stdout != tc.stdout) || (isPrefix && !strings.HasPrefix(r.stdout, prefix)) {
+			t.Errorf("warren %s: exit %d, stdout %q, stderr %q; want stdout %q", strings.Join(tc.args, " "), r.code, r.stdout, r.stderr, tc.stdout)
+		}
+	}
+	// The global flags before the command take the place of the
+	// environment's.
+	bare := func(args ...string) result {
+		cmd := warren(t, dir, args...)
+		cmd.Env = append(cmd.Env, "MSB_SERVER_URL=http://127.0.0.1:1", "MSB_API_KEY=")
+		return run(t, cmd, "")
+	}
+	if r := bare("--server", url, "--key", key, "-v", "ps", "-q"); r.code != 0 || r.stdout != "up\n" || !strings.Contains(r.stderr, "sandbox.list: 200 OK") {
+		t.Errorf("global flags: %+v", r)
+	}
+	if r := bare("ps", "--server="+url, "--key", key, "-q"); r.code != 0 || r.stdout != "up\n" {
+		t.Errorf("global flags after the command: %+v", r)
+	}
+	if r := client("--namespace", "other", "ps"); r.code != 1 || !strings.Contains(r.stderr, `this API key is for namespace "team", not "other"`) {
+		t.Errorf("another namespace: %+v", r)
+	}
+	if r := client("ps", "--json", "-q"); r.code != 1 || !strings.Contains(r.stderr, "exclude each other") {
+		t.Errorf("--json and -q: %+v", r)
+	}
+	if r := client("ps", "--format", "{{.Nope}}"); r.code != 1 || !strings.Contains(r.stderr, "--format") {
+		t.Errorf("a template naming no field: %+v", r)
+	}
+	// The server's build, as /api/v1/health says it.
+	resp, err := http.Get(url + "/api/v1/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h struct{ Message, Version, Commit string }
+	err = json.NewDecoder(resp.Body).Decode(&h)
+	_ = resp.Body.Close()
+	if err != nil || h.Message != "Service is healthy" || h.Version != "dev" || h.Commit == "" {
+		t.Errorf("health: %+v %v", h, err)
 	}
 }

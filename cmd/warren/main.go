@@ -35,6 +35,7 @@ func commands() []command {
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
 		{"image", "import, list and remove images in the local store", imageCmd},
 		{"bench", "measure sandbox start, exec and REPL latency against baselines; soak a server", benchCmd},
+		{"version", "print the version and commit of this build", versionCmd},
 		{"help", "print the help of a command", helpCmd},
 	}
 }

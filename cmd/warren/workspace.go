@@ -49,12 +49,16 @@ func workspaceCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ref := map[string]any{"namespace": *ns, "workspace": pos[0]}
+	name := ""
+	if len(pos) > 0 {
+		name = pos[0]
+	}
+	ref := map[string]any{"namespace": *ns, "workspace": name}
 	var out any
 	switch sub {
 	case "create":
 		out = new(json.RawMessage)
-		if err := c.call(ctx, "workspace.create", map[string]any{"namespace": *ns, "name": pos[0], "store": *store, "quota": *quota}, out); err != nil {
+		if err := c.call(ctx, "workspace.create", map[string]any{"namespace": *ns, "name": name, "store": *store, "quota": *quota}, out); err != nil {
 			return err
 		}
 	case "get":
@@ -81,9 +85,9 @@ func workspaceCmd(ctx context.Context, args []string) error {
 				return fmt.Sprintf("%s\t%s\t%s\t%d\t%v", w.Namespace, w.Name, w.Store, w.Quota, w.InUse)
 			})
 	case "push":
-		return c.workspaceTar(ctx, "PUT", *ns, pos[0], os.Stdin, os.Stdout)
+		return c.workspaceTar(ctx, "PUT", *ns, name, os.Stdin, os.Stdout)
 	case "pull":
-		return c.workspaceTar(ctx, "GET", *ns, pos[0], nil, os.Stdout)
+		return c.workspaceTar(ctx, "GET", *ns, name, nil, os.Stdout)
 	}
 	b, _ := json.MarshalIndent(out, "", "  ")
 	fmt.Println(string(b))
