@@ -245,7 +245,9 @@ Usage:
 Commands:
 `)
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+		if !strings.HasPrefix(c.name, "_") {
+			fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
+		}
 	}
 	fmt.Fprintf(w, "\n%s\n\nRun 'warren help <command>' or 'warren <command> -h' for a command's flags;\ndocs/cli.md has more.\n", globalHelp)
 }
@@ -279,7 +281,9 @@ func lookup(name string) (command, error) {
 		if c.name == name {
 			return c, nil
 		}
-		names = append(names, c.name)
+		if !strings.HasPrefix(c.name, "_") {
+			names = append(names, c.name)
+		}
 	}
 	return command{}, usageError{"warren", fmt.Sprintf("unknown command %.40q%s", name, didYouMean(name, names, ""))}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -58,6 +59,11 @@ func TestHelpAndErrors(t *testing.T) {
 		{[]string{"doctor", "-h"}, "Usage: warren doctor"},
 		{[]string{"bench", "-h"}, "Usage: warren bench"},
 		{[]string{"bench", "soak", "-h"}, "-clients"},
+		{[]string{"version", "-h"}, "Usage: warren version"},
+		{[]string{"completion", "-h"}, "source <(warren completion bash)"},
+		{[]string{"completion", "bash"}, "complete -o default -F _warren warren"},
+		{[]string{"completion", "zsh"}, "#compdef warren"},
+		{[]string{"completion", "fish"}, "complete -c warren"},
 	} {
 		r := run(t, warren(t, dir, tc.args...), "")
 		if r.code != 0 || !strings.Contains(r.stdout, tc.has) || r.stderr != "" {
@@ -95,6 +101,9 @@ func TestHelpAndErrors(t *testing.T) {
 		{[]string{"egress", "sett", "box"}, `warren egress: unknown subcommand "sett" (did you mean set?); see 'warren egress -h'`},
 		{[]string{"ports"}, `warren ports: missing NAME (the sandbox); see 'warren ports -h'`},
 		{[]string{"ports", "expose", "web"}, `warren ports expose: missing [HOST:]GUEST (the port to publish); see 'warren ports expose -h'`},
+		{[]string{"completion"}, `warren completion: missing SHELL (bash, zsh or fish); see 'warren completion -h'`},
+		{[]string{"completion", "bsh"}, `warren completion: unknown shell "bsh" (did you mean bash?): want bash, zsh or fish; see 'warren completion -h'`},
+		{[]string{"version", "x"}, `warren version: unexpected argument "x"; see 'warren version -h'`},
 		{[]string{"audit", "verfy"}, `warren audit: unknown subcommand "verfy" (did you mean verify?) (or none, to query); see 'warren audit -h'`},
 	} {
 		r := run(t, warren(t, dir, tc.args...), "")
@@ -198,6 +207,32 @@ func TestCLIAgainstServer(t *testing.T) {
 	}
 	if r := client("ps", "--format", "{{.Nope}}"); r.code != 1 || !strings.Contains(r.stderr, "--format") {
 		t.Errorf("a template naming no field: %+v", r)
+	}
+	// Completion: the server's sandbox names where a command takes one,
+	// through the bash script as a shell runs it.
+	for _, tc := range []struct {
+		words []string
+		want  string
+	}{
+		{[]string{"exec", ""}, "down\nup\n"},
+		{[]string{"egress", "get", "u"}, "up\n"},
+		{[]string{"ports", ""}, "expose\nunexpose\ndown\nup\n"},
+		{[]string{"-v", "ex"}, "exec\n"},
+		{[]string{"image", "i"}, "import\ninspect\n"},
+		{[]string{"run", "--image", "h"}, "host\n"},
+		{[]string{"--server", url, "pause", "d"}, "down\n"},
+		{[]string{"ps", "--j"}, ""},
+	} {
+		if r := client(append([]string{"__complete"}, tc.words...)...); r.code != 0 || r.stdout != tc.want {
+			t.Errorf("__complete %q: %+v, want %q", tc.words, r, tc.want)
+		}
+	}
+	script := client("completion", "bash").stdout
+	cmd := warren(t, dir)
+	cmd.Path, cmd.Args = "/bin/bash", []string{"bash", "-c", script + `COMP_WORDS=(warren logs ""); COMP_CWORD=2; _warren; printf '%s\n' "${COMPREPLY[@]}"`}
+	cmd.Env = append(cmd.Env, "MSB_SERVER_URL="+url, "MSB_API_KEY="+key, "PATH="+filepath.Dir(warrenBin)+":/usr/bin:/bin")
+	if r := run(t, cmd, ""); r.code != 0 || r.stdout != "down\nup\n" {
+		t.Errorf("bash completion of logs: %+v", r)
 	}
 	// The server's build, as /api/v1/health says it.
 	resp, err := http.Get(url + "/api/v1/health")

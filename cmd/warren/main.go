@@ -36,6 +36,9 @@ func commands() []command {
 		{"image", "import, list and remove images in the local store", imageCmd},
 		{"bench", "measure sandbox start, exec and REPL latency against baselines; soak a server", benchCmd},
 		{"version", "print the version and commit of this build", versionCmd},
+		{"completion", "print a bash, zsh or fish script completing commands and names", completionCmd},
+		// Hidden (a name starting with "_"): what the completion scripts call.
+		{"__complete", "", completeCmd},
 		{"help", "print the help of a command", helpCmd},
 	}
 }
