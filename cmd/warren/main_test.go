@@ -35,6 +35,17 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binaries the tests built, so that a run leaves
+// nothing in the temporary directory.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if warrenBin != "" {
+		_ = os.RemoveAll(filepath.Dir(warrenBin))
+	}
+	testenv.RemoveBuilt()
+	os.Exit(code)
+}
+
 // warren builds the CLI once and returns a command running it with a
 // private data and run directory (dir) and the test's agent binary.
 func warren(t *testing.T, dir string, args ...string) *exec.Cmd {
