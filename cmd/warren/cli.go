@@ -295,6 +295,12 @@ func exitCode(name string, err error) int {
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &ee) && ee.code == 2 && usageFS != nil && usageText != nil:
+		// A command that called fs.Usage itself and returned exit 2, the
+		// old way to refuse a command line: its help, on stderr. (The flag
+		// package calls Usage only on errors it returns, handled below.)
+		usageText(os.Stderr)
+		return 2
 	case errors.As(err, &ee):
 		return ee.code
 	case errors.Is(err, flag.ErrHelp):
