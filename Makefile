@@ -26,12 +26,19 @@ setup:
 CC ?= cc
 SPAWNER_CFLAGS := -O2 -Wall -Wextra -Werror -static
 
+# The version and commit 'warren version', /api/v1/health, the MCP
+# handshake and the warren_build_info metric report.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+BUILDINFO := github.com/warren-sandbox/warren/internal/buildinfo
+WARREN_LDFLAGS := -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
+
 build: setup
 	CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o $(BIN)/warren-agent ./cmd/warren-agent
 	$(CC) $(SPAWNER_CFLAGS) -s -o $(BIN)/warren-spawner cmd/warren-spawner/spawner.c
 	cp $(BIN)/warren-agent $(BIN)/warren-spawner internal/agentbin/
 	cd internal/agentbin && for f in warren-agent warren-spawner; do sha256sum $$f | cut -c1-64 > $$f.sha256; done
-	CGO_ENABLED=0 go build -trimpath -tags embedagent -o $(BIN)/warren ./cmd/warren
+	CGO_ENABLED=0 go build -trimpath -tags embedagent -ldflags='$(WARREN_LDFLAGS)' -o $(BIN)/warren ./cmd/warren
 
 # Checks the kernel, shows one sandboxed command, then serves the API on
 # 127.0.0.1:5555 until Ctrl-C.

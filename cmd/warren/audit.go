@@ -64,8 +64,8 @@ func auditCmd(ctx context.Context, args []string) error {
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		if fs.NArg() > 0 {
-			return fmt.Errorf("unexpected arguments %q", fs.Args())
+		if err := wantArgs(fs, fs.Args()); err != nil {
+			return err
 		}
 		var err error
 		if f.Labels, err = parseLabels(labels); err != nil {
@@ -113,7 +113,7 @@ func auditCmd(ctx context.Context, args []string) error {
 			return err
 		})
 	default:
-		return fmt.Errorf("unknown subcommand %q: want export, verify or checkpoints (or none, to query)", sub)
+		return usageError{"warren audit", fmt.Sprintf("unknown subcommand %.40q%s (or none, to query)", sub, didYouMean(sub, []string{"export", "verify", "checkpoints"}, ""))}
 	}
 }
 

@@ -28,17 +28,20 @@ func egressCmd(ctx context.Context, args []string) error {
 	c, ns := clientFlags(fs)
 	since := fs.Uint64("since", 0, "log: only records after this sequence number")
 	limit := fs.Int("limit", 0, "log: at most this many records (0 = up to 1000)")
-	if len(args) == 0 {
-		fs.Usage()
-		return exitError{2}
+	sub, err := subcommand(fs, args, "get", "set", "log")
+	if err != nil {
+		return err
 	}
-	sub := args[0]
+	want := []string{"NAME (the sandbox)"}
+	if sub == "set" {
+		want = append(want, "RULE...")
+	}
+	fs = subFlagSet(fs, sub, "warren egress "+sub+" [flags] "+strings.Join(want, " "), egressAbout)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
-	if fs.NArg() < 1 || (sub != "set" && fs.NArg() != 1) {
-		fs.Usage()
-		return exitError{2}
+	if err := wantArgs(fs, fs.Args(), want...); err != nil {
+		return err
 	}
 	ref := map[string]any{"namespace": *ns, "sandbox": fs.Arg(0)}
 	var rules struct {
@@ -90,9 +93,6 @@ func egressCmd(ctx context.Context, args []string) error {
 				r.Kind, dash(r.Name), dash(addr), r.Verdict, dash(why), r.BytesOut, r.BytesIn, r.Duration)
 		}
 		return tw.Flush()
-	default:
-		fs.Usage()
-		return exitError{2}
 	}
 	for _, r := range rules.Rules {
 		fmt.Println(r)

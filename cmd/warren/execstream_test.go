@@ -106,12 +106,12 @@ func TestExecStreams(t *testing.T) {
 	if rest, _ := io.ReadAll(br); string(rest) != "caught\n" {
 		t.Fatalf("after Ctrl-C: %q", rest)
 	}
-	if err := c.Wait(); exitCode(err) != 5 {
+	if err := c.Wait(); procExitCode(err) != 5 {
 		t.Fatalf("exit after Ctrl-C: %v, want 5", err)
 	}
 }
 
-func exitCode(err error) int {
+func procExitCode(err error) int {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {

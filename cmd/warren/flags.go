@@ -47,7 +47,7 @@ func (h *hostFlags) register(fs *flag.FlagSet) {
 		def = "off"
 	}
 	fs.StringVar(&h.diskPool, "disk-pool", envOr("WARREN_DISK_POOL", def), "disk limits for sandboxes (env WARREN_DISK_POOL): off, auto, or the size of the\nbtrfs image <data-dir>/disk.img made (sparse) and mounted on <data-dir>/sandboxes\nwhen the data directory is not on btrfs, like 100G; auto: half the free space,\nand without limits (said at start) where the image cannot be made or mounted")
-	fs.BoolVar(&h.verbose, "v", false, "log what happens to stderr")
+	fs.BoolVar(&h.verbose, "v", globals.verbose, "log what happens to stderr")
 }
 
 // diskPoolSized reports whether --disk-pool names a size: disk limits the
@@ -145,17 +145,6 @@ func envBool(k string, def bool) (bool, error) {
 		return false, fmt.Errorf("%s=%q: want true or false", k, v)
 	}
 	return b, nil
-}
-
-// newFlagSet returns a flag set whose --help prints usage text first.
-func newFlagSet(name, synopsis, about string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", synopsis, strings.TrimSpace(about))
-		fs.PrintDefaults()
-	}
-	return fs
 }
 
 // parseSize reads a memory size: plain numbers are MiB; suffixes K, M, G

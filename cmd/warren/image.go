@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -54,58 +57,171 @@ func imageCmd(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	rest := fs.Args()
-	if len(rest) == 0 {
-		fs.Usage()
-		return exitError{2}
+	sub, err := subcommand(fs, fs.Args(), "import", "pull", "build-base", "ls", "inspect", "rm", "prune")
+	if err != nil {
+		return err
+	}
+	// Every flag and argument is checked before the store is opened (a
+	// data directory made for nothing, a help that needs a database).
+	args = fs.Args()[1:]
+	var run func(st *image.Store) error
+	switch sub {
+	case "import":
+		run, err = imageImport(fs, args)
+	case "pull":
+		run, err = pullCmd(ctx, fs, args)
+	case "build-base":
+		run, err = buildBaseCmd(ctx, fs, args)
+	case "ls":
+		run, err = imageList(fs, args)
+	case "inspect", "rm":
+		run, err = imageRef(fs, sub, args)
+	case "prune":
+		sfs := subFlagSet(fs, sub, "warren image prune [flags]", "Deletes images without a name or a sandbox, and layers no image uses, and\nreports the bytes freed.")
+		if err = sfs.Parse(args); err == nil {
+			err = wantArgs(sfs, sfs.Args())
+		}
+		run = func(st *image.Store) error {
+			freed, err := st.Prune()
+			if err != nil {
+				return err
+			}
+			fmt.Printf("freed %.1f MiB\n", float64(freed)/(1<<20))
+			return nil
+		}
+	}
+	if err != nil {
+		return err
 	}
 	st, db, err := hf.imageStore()
 	if err != nil {
 		return err
 	}
 	defer func() { _ = db.Close() }()
-	switch sub, a := rest[0], rest[1:]; {
-	case sub == "import" && len(a) == 2:
+	return run(st)
+}
+
+const imageImportAbout = `
+Imports a docker-save tarball, an OCI layout (directory or tarball) or a
+plain root file system (directory or tarball, gzip allowed) under NAME.
+Without NAME, a docker-save tarball's image takes its first name (its
+RepoTags, as 'docker save' wrote them).`
+
+func imageImport(parent *flag.FlagSet, args []string) (func(*image.Store) error, error) {
+	fs := subFlagSet(parent, "import", "warren image import [flags] SRC [NAME]", imageImportAbout)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := wantArgs(fs, pos, "SRC (a tarball or directory)", "NAME..."); err != nil {
+		return nil, err
+	}
+	if len(pos) > 2 {
+		return nil, wantArgs(fs, pos, "SRC", "NAME")
+	}
+	return func(st *image.Store) error {
+		name := ""
+		if len(pos) == 2 {
+			name = pos[1]
+		}
 		start := time.Now()
-		rec, err := st.Import(ctx, a[0], a[1])
+		rec, err := st.Import(context.Background(), pos[0], name)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("imported %s (%s, %d layers, %.1f MiB) in %.1fs\n", rec.Name, short(rec.ID), len(rec.Layers), float64(rec.Size)/(1<<20), time.Since(start).Seconds())
-	case sub == "pull":
-		return pullCmd(ctx, st, a)
-	case sub == "build-base":
-		return buildBaseCmd(ctx, st, a)
-	case sub == "ls" && len(a) == 0:
+		return nil
+	}, nil
+}
+
+// imageRow is a row of 'warren image ls' (its --json and --format
+// fields).
+type imageRow struct {
+	Name    string    `json:"name"`
+	ID      string    `json:"id"`
+	Layers  int       `json:"layers"`
+	Size    int64     `json:"size"`
+	Created time.Time `json:"created"`
+}
+
+func imageList(parent *flag.FlagSet, args []string) (func(*image.Store) error, error) {
+	fs := subFlagSet(parent, "ls", "warren image ls [flags]", "Lists the images of the local store by name: an image with several names is\nlisted under each. -q prints the names.")
+	var lf listFlags
+	lf.register(fs, "names")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := wantArgs(fs, fs.Args()); err != nil {
+		return nil, err
+	}
+	return func(st *image.Store) error {
 		recs, err := st.List()
 		if err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tID\tLAYERS\tSIZE\tCREATED")
-		for _, r := range recs {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%.1f MiB\t%s\n", r.Name, short(r.ID), len(r.Layers), float64(r.Size)/(1<<20), r.Created.Format(time.RFC3339))
+		rows := make([]imageRow, len(recs))
+		for i, r := range recs {
+			rows[i] = imageRow{r.Name, r.ID, len(r.Layers), r.Size, r.Created.UTC()}
 		}
-		return tw.Flush()
-	case sub == "inspect" && len(a) == 1:
-		d, err := st.Inspect(a[0])
-		if err != nil {
-			return err
-		}
-		return printInspect(os.Stdout, d)
-	case sub == "rm" && len(a) == 1:
-		return st.Remove(a[0])
-	case sub == "prune" && len(a) == 0:
-		freed, err := st.Prune()
-		if err != nil {
-			return err
-		}
-		fmt.Printf("freed %.1f MiB\n", float64(freed)/(1<<20))
-	default:
-		fs.Usage()
-		return exitError{2}
+		return printList(&lf, rows, func(r imageRow) string { return r.Name }, "NAME\tID\tLAYERS\tSIZE\tCREATED",
+			func(r imageRow) string {
+				return fmt.Sprintf("%s\t%s\t%d\t%.1f MiB\t%s", r.Name, short(r.ID), r.Layers, float64(r.Size)/(1<<20), r.Created.Format(time.RFC3339))
+			})
+	}, nil
+}
+
+// imageRef runs 'image inspect' or 'image rm' on a name, an id, or an id
+// as 'image ls' shortens it.
+func imageRef(parent *flag.FlagSet, sub string, args []string) (func(*image.Store) error, error) {
+	about := "Prints an image's details as JSON: names, layers, config, and the sandboxes\nstarted from it. REF is a name, an id, or an id as 'warren image ls' shortens it."
+	if sub == "rm" {
+		about = "Removes a name; the image goes with its last name. Refused while a sandbox\nuses the image. REF is a name, or an id (short as 'warren image ls' prints it)\nof an image with one name."
 	}
-	return nil
+	fs := subFlagSet(parent, sub, "warren image "+sub+" [flags] REF", about)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := wantArgs(fs, pos, "REF (an image name or id)"); err != nil {
+		return nil, err
+	}
+	ref := pos[0]
+	return func(st *image.Store) error {
+		d, err := st.Inspect(ref)
+		if errors.Is(err, image.ErrNotFound) || errors.Is(err, image.ErrInvalidName) {
+			id, idErr := st.ResolveID(ref)
+			if idErr == nil {
+				d, err = st.Inspect(id)
+			} else if !errors.Is(idErr, image.ErrNotFound) && strings.Count(ref, ":") < 2 && strings.Trim(strings.TrimPrefix(ref, "sha256:"), "0123456789abcdef") == "" {
+				err = idErr // a hex prefix several images share
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if sub == "inspect" {
+			return printInspect(os.Stdout, d)
+		}
+		name := ref
+		if !slices.Contains(d.Names, ref) {
+			switch len(d.Names) {
+			case 0:
+				return fmt.Errorf("image %s has no name left to remove ('warren image prune' deletes it once no sandbox uses it)", short(d.ID))
+			case 1:
+				name = d.Names[0]
+			default:
+				return fmt.Errorf("image %s has %d names (%s): remove them by name", short(d.ID), len(d.Names), strings.Join(d.Names, ", "))
+			}
+		}
+		if err := st.Remove(name); err != nil {
+			return err
+		}
+		fmt.Printf("removed %s\n", name)
+		if len(d.Names) == 1 {
+			fmt.Printf("image %s has no name left; 'warren image prune' frees its layers\n", short(d.ID))
+		}
+		return nil
+	}, nil
 }
 
 // printInspect writes d as indented JSON.
@@ -166,28 +282,41 @@ func (h *hostFlags) imageStore() (*image.Store, *store.Store, error) {
 	return st, db, nil
 }
 
-// pullCmd runs "warren image pull [--platform P] [--insecure] REF [NAME]",
-// with progress on stderr.
-func pullCmd(ctx context.Context, st *image.Store, args []string) error {
-	fs := newFlagSet("warren image pull", "warren image pull [--platform OS/ARCH[/VARIANT]] [--insecure] REF [NAME]", imageAbout)
+const pullAbout = `
+Pulls REF (host/repo:tag or host/repo@sha256:...) from an OCI / Docker v2
+registry under NAME (default REF). Credentials come from the Docker config
+and its credential helpers; plain HTTP only to loopback or with --insecure.`
+
+// pullCmd parses "warren image pull [--platform P] [--insecure] REF
+// [NAME]"; the pull shows progress on stderr.
+func pullCmd(ctx context.Context, parent *flag.FlagSet, args []string) (func(*image.Store) error, error) {
+	fs := subFlagSet(parent, "pull", "warren image pull [--platform OS/ARCH[/VARIANT]] [--insecure] [flags] REF [NAME]", pullAbout)
 	platform := fs.String("platform", "", "platform to pull from a multi-arch image (default: this host's)")
 	insecure := fs.Bool("insecure", false, "allow plain HTTP to a registry that is not on loopback")
-	if err := fs.Parse(args); err != nil {
-		return err
+	a, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
 	}
-	a := fs.Args()
-	if len(a) != 1 && len(a) != 2 {
-		fs.Usage()
-		return exitError{2}
+	if err := wantArgs(fs, a, "REF (what to pull)", "NAME..."); err != nil {
+		return nil, err
 	}
+	if len(a) > 2 {
+		return nil, wantArgs(fs, a, "REF", "NAME")
+	}
+	return func(st *image.Store) error {
+		return pull(ctx, st, a, *platform, *insecure)
+	}, nil
+}
+
+func pull(ctx context.Context, st *image.Store, a []string, platform string, insecure bool) error {
 	ref, name := a[0], ""
 	if len(a) == 2 {
 		name = a[1]
 	}
 	start := time.Now()
 	pd := newPullDisplay(os.Stderr, isTerminal(os.Stderr), start)
-	rec, err := st.Pull(ctx, ref, name, image.PullOptions{Platform: *platform, Insecure: *insecure, Progress: pd.update})
-	pd.finish()
+	rec, err := st.Pull(ctx, ref, name, image.PullOptions{Platform: platform, Insecure: insecure, Progress: pd.update})
+	pd.finish(err)
 	if err != nil {
 		return err
 	}
@@ -195,25 +324,35 @@ func pullCmd(ctx context.Context, st *image.Store, args []string) error {
 	return nil
 }
 
-// buildBaseCmd runs "warren image build-base [--suite S] [--mirror URL]
-// [--name NAME] python|node", with mmdebstrap's output on stderr as
-// progress.
-func buildBaseCmd(ctx context.Context, st *image.Store, args []string) error {
-	fs := newFlagSet("warren image build-base", "warren image build-base [--suite S] [--mirror URL] [--name NAME] python|node", imageAbout)
+const buildBaseAbout = `
+Builds a small Debian image (default bookworm) with python3 or nodejs
+using mmdebstrap, from Debian's mirror (no registry needed), named
+warren/python:SUITE or warren/node:SUITE; then serve with it:
+warren serve --python-image NAME`
+
+// buildBaseCmd parses "warren image build-base [--suite S] [--mirror URL]
+// [--name NAME] python|node"; the build shows mmdebstrap's output on
+// stderr as progress.
+func buildBaseCmd(ctx context.Context, parent *flag.FlagSet, args []string) (func(*image.Store) error, error) {
+	fs := subFlagSet(parent, "build-base", "warren image build-base [--suite S] [--mirror URL] [--name NAME] [flags] python|node", buildBaseAbout)
 	suite := fs.String("suite", image.DefaultBaseSuite, "Debian suite: bookworm, trixie, stable, ...")
 	mirror := fs.String("mirror", "", "http(s) URL of a Debian mirror, used alone (default: deb.debian.org with the suite's updates and security archives)")
 	name := fs.String("name", "", "image name (default warren/LANG:SUITE)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	a, err := parseInterspersed(fs, args)
+	if err != nil {
+		return nil, err
 	}
-	a := fs.Args()
-	if len(a) != 1 {
-		fs.Usage()
-		return exitError{2}
+	if err := wantArgs(fs, a, "the language (python or node)"); err != nil {
+		return nil, err
 	}
-	lang := a[0]
+	return func(st *image.Store) error {
+		return buildBase(ctx, st, a[0], image.BaseOptions{Suite: *suite, Mirror: *mirror, Name: *name, Log: os.Stderr})
+	}, nil
+}
+
+func buildBase(ctx context.Context, st *image.Store, lang string, opt image.BaseOptions) error {
 	start := time.Now()
-	rec, err := st.BuildBase(ctx, lang, image.BaseOptions{Suite: *suite, Mirror: *mirror, Name: *name, Log: os.Stderr})
+	rec, err := st.BuildBase(ctx, lang, opt)
 	if err != nil {
 		return err
 	}
@@ -280,12 +419,21 @@ func (d *pullDisplay) update(p image.Progress) {
 		float64(done)/(1<<20), float64(total)/(1<<20), d.rate(done))
 }
 
-// finish ends the display with a summary line.
-func (d *pullDisplay) finish() {
+// finish ends the display with a summary line, or none for a pull that
+// failed (err): its error says what happened, and "fetched 0/0 layers"
+// would read like a success.
+func (d *pullDisplay) finish(err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.tty && d.any {
 		fmt.Fprint(d.w, "\r\033[K")
+	}
+	if err != nil {
+		return
+	}
+	if d.last.LayersTotal == 0 {
+		fmt.Fprintln(d.w, "every layer already in the store")
+		return
 	}
 	done, _ := d.totals()
 	fmt.Fprintf(d.w, "fetched %d/%d layers, %.1f MiB at %.1f MB/s\n", d.last.LayersDone, d.last.LayersTotal, float64(done)/(1<<20), d.rate(done))

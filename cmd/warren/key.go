@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
@@ -37,28 +36,28 @@ func keyCmd(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return exitError{2}
+	sub, err := subcommand(fs, fs.Args(), "create", "list", "revoke")
+	if err != nil {
+		return err
 	}
 	// Every flag, before or after the subcommand, is parsed before
 	// anything is created on disk: a mistyped flag or a --data-dir given
 	// after the subcommand must not leave a database and a secret in the
 	// wrong directory.
-	sub, rest := fs.Arg(0), fs.Args()[1:]
+	rest := fs.Args()[1:]
 	var run func(keys *auth.Keys) error
 	switch sub {
 	case "create":
-		cfs := newFlagSet("warren key create", "warren key create --namespace NS [--expire 30d] [--description TEXT] [--data-dir DIR]", keyAbout)
-		cfs.StringVar(dataDir, "data-dir", *dataDir, "where the key database and the signing secret are (env WARREN_DATA_DIR)")
-		ns := cfs.String("namespace", "", "namespace the key may use ('*' = all)")
+		cfs := subFlagSet(fs, "create", "warren key create --namespace NS [--expire 30d] [--description TEXT] [--data-dir DIR]",
+			"Prints a new API key (shown only once) for namespace NS, or for every\nnamespace with --namespace '*'.")
+		ns := cfs.String("namespace", globals.namespace, "namespace the key may use ('*' = all)")
 		expire := cfs.String("expire", "30d", "lifetime: a duration like 12h, 30d or 1y")
 		desc := cfs.String("description", "", "a note shown by 'warren key list'")
-		if _, err := parseArgs(cfs, rest, 0); err != nil {
+		if _, err := parseArgs(cfs, rest); err != nil {
 			return err
 		}
 		if *ns == "" {
-			return fmt.Errorf("--namespace is required (use '*' for a key that may use every namespace)")
+			return usageError{cfs.Name(), "missing --namespace NS (use '*' for a key that may use every namespace)"}
 		}
 		ttl, err := parseLifetime(*expire)
 		if err != nil {
@@ -74,18 +73,18 @@ func keyCmd(ctx context.Context, args []string) error {
 			return auditKeyChange(*dataDir, "create", rec.ID, rec.Namespace)
 		}
 	case "list":
-		lfs := newFlagSet("warren key list", "warren key list [--data-dir DIR]", keyAbout)
-		lfs.StringVar(dataDir, "data-dir", *dataDir, "where the key database and the signing secret are (env WARREN_DATA_DIR)")
-		if _, err := parseArgs(lfs, rest, 0); err != nil {
+		lfs := subFlagSet(fs, "list", "warren key list [--data-dir DIR] [flags]", "Lists the API keys: id, namespace, expiry, revocation. -q prints the ids.")
+		var lf listFlags
+		lf.register(lfs, "ids")
+		if _, err := parseArgs(lfs, rest); err != nil {
 			return err
 		}
-		run = func(keys *auth.Keys) error { return listKeys(ctx, keys) }
+		run = func(keys *auth.Keys) error { return listKeys(ctx, keys, &lf) }
 	case "revoke":
-		rfs := newFlagSet("warren key revoke", "warren key revoke ID [--data-dir DIR]", keyAbout)
-		rfs.StringVar(dataDir, "data-dir", *dataDir, "where the key database and the signing secret are (env WARREN_DATA_DIR)")
-		pos, err := parseArgs(rfs, rest, 1)
+		rfs := subFlagSet(fs, "revoke", "warren key revoke ID [--data-dir DIR]", "Makes the key ID unusable at once; 'warren key list' lists the ids.")
+		pos, err := parseArgs(rfs, rest, "ID (the key's, from 'warren key list')")
 		if err != nil {
-			return fmt.Errorf("%w (usage: warren key revoke ID; ids are listed by 'warren key list')", err)
+			return err
 		}
 		run = func(keys *auth.Keys) error {
 			if err := keys.Revoke(ctx, pos[0]); err != nil {
@@ -94,8 +93,6 @@ func keyCmd(ctx context.Context, args []string) error {
 			fmt.Fprintf(os.Stderr, "key %s revoked\n", pos[0])
 			return auditKeyChange(*dataDir, "revoke", pos[0], "")
 		}
-	default:
-		return fmt.Errorf("unknown subcommand %q: want create, list or revoke", sub)
 	}
 	db, err := store.Open(filepath.Join(*dataDir, "warren.db"))
 	if err != nil {
@@ -113,9 +110,9 @@ func keyCmd(ctx context.Context, args []string) error {
 	return run(auth.NewKeys(signer, db.DB()))
 }
 
-// parseArgs parses fs from args with flags and want positional arguments
-// in any order (the flag package stops at the first non-flag).
-func parseArgs(fs *flag.FlagSet, args []string, want int) ([]string, error) {
+// parseArgs parses fs from args with flags and the positional arguments
+// want in any order (the flag package stops at the first non-flag).
+func parseArgs(fs *flag.FlagSet, args []string, want ...string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
@@ -127,30 +124,43 @@ func parseArgs(fs *flag.FlagSet, args []string, want int) ([]string, error) {
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
-	if len(pos) != want {
-		return nil, fmt.Errorf("%s: want %d argument(s) besides flags, got %d: %q", fs.Name(), want, len(pos), pos)
-	}
-	return pos, nil
+	return pos, wantArgs(fs, pos, want...)
 }
 
-func listKeys(ctx context.Context, keys *auth.Keys) error {
+// keyRow is a row of 'warren key list' (its --json and --format fields).
+type keyRow struct {
+	ID          string     `json:"id"`
+	Namespace   string     `json:"namespace"`
+	Created     time.Time  `json:"created"`
+	Expires     time.Time  `json:"expires"`
+	Revoked     *time.Time `json:"revoked"`
+	Status      string     `json:"status"` // valid, expired or revoked
+	Description string     `json:"description"`
+}
+
+func listKeys(ctx context.Context, keys *auth.Keys, lf *listFlags) error {
 	recs, err := keys.List(ctx)
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAMESPACE\tCREATED\tEXPIRES\tSTATUS\tDESCRIPTION")
-	for _, r := range recs {
-		status := "valid"
+	rows := make([]keyRow, len(recs))
+	for i, r := range recs {
+		rows[i] = keyRow{ID: r.ID, Namespace: r.Namespace, Created: r.Created, Expires: r.Expires, Revoked: r.Revoked, Status: "valid", Description: r.Description}
 		switch {
 		case r.Revoked != nil:
-			status = "revoked " + r.Revoked.Format(time.RFC3339)
+			rows[i].Status = "revoked"
 		case time.Now().After(r.Expires):
-			status = "expired"
+			rows[i].Status = "expired"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Namespace, r.Created.Format(time.RFC3339), r.Expires.Format(time.RFC3339), status, r.Description)
 	}
-	return tw.Flush()
+	return printList(lf, rows, func(r keyRow) string { return r.ID }, "ID\tNAMESPACE\tCREATED\tEXPIRES\tSTATUS\tDESCRIPTION",
+		func(r keyRow) string {
+			status := r.Status
+			if r.Revoked != nil {
+				status += " " + r.Revoked.Format(time.RFC3339)
+			}
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", r.ID, r.Namespace, r.Created.Format(time.RFC3339), r.Expires.Format(time.RFC3339), status, r.Description)
+		})
 }
 
 // parseLifetime reads a duration that may use d (days) and y (365 days).

@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -46,23 +44,12 @@ func commands() []command {
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
 		{"image", "import, list and remove images in the local store", imageCmd},
 		{"bench", "measure sandbox start, exec and REPL latency against baselines; soak a server", benchCmd},
+		{"version", "print the version and commit of this build", versionCmd},
+		{"completion", "print a bash, zsh or fish script completing commands and names", completionCmd},
+		// Hidden (a name starting with "_"): what the completion scripts call.
+		{"__complete", "", completeCmd},
+		{"help", "print the help of a command", helpCmd},
 	}
-}
-
-func usage() {
-	fmt.Fprint(os.Stderr, `warren: sandboxes for untrusted code
-
-Usage:
-  warren <command> [flags] [args]
-
-Commands:
-`)
-	for _, c := range commands() {
-		fmt.Fprintf(os.Stderr, "  %-8s %s\n", c.name, c.summary)
-	}
-	fmt.Fprint(os.Stderr, `
-Run 'warren <command> --help' for a command's flags.
-`)
 }
 
 // exitError carries an exit code out of a command without printing.
@@ -71,36 +58,20 @@ type exitError struct{ code int }
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", e.code) }
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
+	args, err := globalFlags(os.Args[1:])
+	if err != nil {
+		os.Exit(exitCode("", err))
+	}
+	if len(args) == 0 {
+		usage(os.Stderr)
 		os.Exit(2)
 	}
-	name := os.Args[1]
-	if name == "help" || name == "-h" || name == "--help" {
-		usage()
-		return
+	c, err := lookup(args[0])
+	if err != nil {
+		os.Exit(exitCode("", err))
 	}
-	for _, c := range commands() {
-		if c.name != name {
-			continue
-		}
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := c.run(ctx, os.Args[2:])
-		stop()
-		var ee exitError
-		switch {
-		case err == nil:
-		case errors.As(err, &ee):
-			os.Exit(ee.code)
-		case errors.Is(err, flag.ErrHelp):
-			os.Exit(0)
-		default:
-			fmt.Fprintf(os.Stderr, "warren %s: %v\n", name, err)
-			os.Exit(1)
-		}
-		return
-	}
-	fmt.Fprintf(os.Stderr, "warren: unknown command %q\n\n", name)
-	usage()
-	os.Exit(2)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = c.run(ctx, args[1:])
+	stop()
+	os.Exit(exitCode(c.name, err))
 }

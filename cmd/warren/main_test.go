@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -33,6 +34,17 @@ var (
 	warrenBin string
 	buildErr  error
 )
+
+// TestMain removes the binaries the tests built, so that a run leaves
+// nothing in the temporary directory.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if warrenBin != "" {
+		_ = os.RemoveAll(filepath.Dir(warrenBin))
+	}
+	testenv.RemoveBuilt()
+	os.Exit(code)
+}
 
 // warren builds the CLI once and returns a command running it with a
 // private data and run directory (dir) and the test's agent binary.
@@ -128,12 +140,12 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		{name: "bad volume", args: []string{"run", "--volume", vol + "-missing:/v", "--", "true"}, code: 1, stderrHas: "no such file"},
 		{name: "volume over /proc", args: []string{"run", "--volume", vol + ":/proc", "--", "true"}, code: 1, stderrHas: "/proc is the sandbox's own"},
 		{name: "node", args: []string{"run", "--", "/usr/bin/node", "-e", "console.log(6*7)"}, stdout: "42\n"},
-		{name: "no command", args: []string{"run"}, code: 2, stderrHas: "Usage: warren run"},
+		{name: "no command", args: []string{"run"}, code: 2, stderrHas: "warren run: missing CMD"},
 		{name: "bad memory", args: []string{"run", "--memory", "lots", "--", "true"}, code: 1, stderrHas: "size \"lots\""},
 		{name: "bad env", args: []string{"run", "--env", "NOEQUALS", "--", "true"}, code: 1, stderrHas: "want K=V"},
 		{name: "bad network", args: []string{"run", "--net", "host", "--", "true"}, code: 1, stderrHas: `--net "host": want none (loopback only) or egress`},
 		{name: "unknown image", args: []string{"run", "--image", "alpine", "--", "true"}, code: 1, stderrHas: "image not found: alpine"},
-		{name: "help", args: []string{"run", "--help"}, code: 0, stderrHas: "--memory"},
+		{name: "help", args: []string{"run", "--help"}, code: 0, stdoutHas: "-memory"},
 		// Output is passed through whole, beyond the agent's 64 MiB cap for
 		// kept output.
 		{name: "output beyond 64 MiB", args: []string{"run", "--", "head", "-c", "70000000", "/dev/zero"}, stdoutLen: 70000000},
@@ -146,16 +158,16 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		{name: "pids minimum", args: []string{"run", "--pids", "16", "--", "/bin/sh", "-c", "/bin/echo a | /bin/cat; echo b"}, stdout: "a\nb\n"},
 		{name: "flag value missing", args: []string{"run", "--net", "--", "true"}, code: 1, stderrHas: `flag --net needs a value, but is followed by "--"`},
 		{name: "flag value is a flag", args: []string{"run", "--workdir", "--net", "none", "--", "true"}, code: 1, stderrHas: `flag --workdir needs a value, but is followed by "--net"`},
-		{name: "flag value at the end", args: []string{"run", "--image"}, code: 1, stderrHas: "flag needs an argument"},
+		{name: "flag value at the end", args: []string{"run", "--image"}, code: 2, stderrHas: "flag needs an argument"},
 		{name: "relative workdir", args: []string{"run", "--workdir", "relative", "--", "true"}, code: 1, stderrHas: `workdir "relative": want an absolute path`},
-		{name: "ports without a name", args: []string{"ports"}, code: 2, stderrHas: "Usage: warren ports"},
-		{name: "ports expose without a port", args: []string{"ports", "expose", "web"}, code: 2, stderrHas: "Usage: warren ports"},
+		{name: "ports without a name", args: []string{"ports"}, code: 2, stderrHas: "warren ports: missing NAME"},
+		{name: "ports expose without a port", args: []string{"ports", "expose", "web"}, code: 2, stderrHas: "warren ports expose: missing [HOST:]GUEST"},
 		{name: "ports expose port 0", args: []string{"ports", "expose", "web", "0:80"}, code: 1, stderrHas: `port "0:80": want [HOST:]GUEST`},
 		{name: "ports expose beyond 65535", args: []string{"ports", "expose", "web", "8080:65536"}, code: 1, stderrHas: `port "8080:65536": want [HOST:]GUEST`},
 		{name: "ports unexpose bad port", args: []string{"ports", "unexpose", "web", "http"}, code: 1, stderrHas: `host port "http": want 1-65535`},
-		{name: "ports help", args: []string{"ports", "--help"}, code: 0, stderrHas: "warren ports expose NAME [HOST:]GUEST"},
+		{name: "ports help", args: []string{"ports", "--help"}, code: 0, stdoutHas: "warren ports expose NAME [HOST:]GUEST"},
 		{name: "unknown command", args: []string{"frobnicate"}, code: 2, stderrHas: "unknown command"},
-		{name: "top help", args: []string{"help"}, code: 0, stderrHas: "doctor"},
+		{name: "top help", args: []string{"help"}, code: 0, stdoutHas: "doctor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
@@ -175,6 +187,9 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 			}
 			if !strings.Contains(r.stderr, tc.stderrHas) {
 				t.Errorf("stderr %q lacks %q", r.stderr, tc.stderrHas)
+			}
+			if !strings.Contains(r.stdout, tc.stdoutHas) {
+				t.Errorf("stdout %.200q lacks %q", r.stdout, tc.stdoutHas)
 			}
 		})
 	}
@@ -519,7 +534,54 @@ func main() {
 	if r := run(t, warren(t, dir, "image", "inspect", "no/such"), ""); r.code != 1 || !strings.Contains(r.stderr, "no/such") {
 		t.Errorf("inspect of an unknown image: %+v", r)
 	}
-	if r := run(t, warren(t, dir, "image", "rm", "test/hello"), ""); r.code != 0 {
+	// A second name; the short id 'image ls' prints works where a name does.
+	if r := run(t, warren(t, dir, "image", "import", rootfs, "test/again"), ""); r.code != 0 || !strings.HasPrefix(r.stdout, "imported test/again (sha256:") {
+		t.Fatalf("import again: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "image", "ls", "-q"), ""); r.code != 0 || r.stdout != "test/again\ntest/hello\n" {
+		t.Errorf("ls -q: %+v", r)
+	}
+	shortID := insp.ID[:19]
+	if r := run(t, warren(t, dir, "image", "ls", "--format", "{{.Name}} {{.Layers}} {{.ID}}"), ""); r.code != 0 || r.stdout != "test/again 1 "+insp.ID+"\ntest/hello 1 "+insp.ID+"\n" {
+		t.Errorf("ls --format: %+v", r)
+	}
+	for _, ref := range []string{shortID, strings.TrimPrefix(shortID, "sha256:"), insp.ID} {
+		if r := run(t, warren(t, dir, "image", "inspect", ref), ""); r.code != 0 || !strings.Contains(r.stdout, `"test/again"`) {
+			t.Errorf("inspect %s: %+v", ref, r)
+		}
+	}
+	if r := run(t, warren(t, dir, "image", "rm", shortID), ""); r.code != 1 || !strings.Contains(r.stderr, "has 2 names (test/again, test/hello): remove them by name") {
+		t.Errorf("rm by id of an image with two names: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "image", "rm", "test/again"), ""); r.code != 0 || r.stdout != "removed test/again\n" {
+		t.Fatalf("rm: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "image", "rm", shortID), ""); r.code != 0 || !strings.HasPrefix(r.stdout, "removed test/hello\nimage "+shortID+" has no name left") {
+		t.Fatalf("rm by short id: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "image", "inspect", "sha256:00000000"), ""); r.code != 1 || !strings.Contains(r.stderr, "image not found") {
+		t.Errorf("inspect of a short id no image has: %+v", r)
+	}
+	// A docker-save tarball names its image (RepoTags).
+	img, err := random.Image(1024, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag("test/tagged:v2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tarPath := filepath.Join(t.TempDir(), "saved.tar")
+	if err := tarball.WriteToFile(tarPath, tag, img); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, warren(t, dir, "image", "import", tarPath), ""); r.code != 0 || !strings.HasPrefix(r.stdout, "imported test/tagged:v2 (") {
+		t.Errorf("import without a name: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "image", "import", rootfs), ""); r.code != 1 || !strings.Contains(r.stderr, "no RepoTags") {
+		t.Errorf("import of a root file system without a name: %+v", r)
+	}
+	if r := run(t, warren(t, dir, "image", "rm", "test/tagged:v2"), ""); r.code != 0 {
 		t.Fatalf("rm: %+v", r)
 	}
 	r = run(t, warren(t, dir, "image", "prune"), "")
@@ -557,7 +619,7 @@ func TestImagePullFromRegistry(t *testing.T) {
 	}
 	// Again: nothing to fetch.
 	r = run(t, warren(t, dir, "image", "pull", ref, "test/pulled"), "")
-	if r.code != 0 || !strings.Contains(r.stderr, "fetched 0/0 layers") {
+	if r.code != 0 || r.stderr != "every layer already in the store\n" {
 		t.Errorf("second pull: %+v", r)
 	}
 	r = run(t, warren(t, dir, "image", "pull", "--insecure", "--platform", "linux/"+runtime.GOARCH, ref), "")
@@ -568,7 +630,7 @@ func TestImagePullFromRegistry(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, ref) {
 		t.Fatalf("ls: %+v", r)
 	}
-	if r := run(t, warren(t, dir, "image", "pull", strings.TrimSuffix(ref, "v1")+"nope"), ""); r.code == 0 || !strings.Contains(r.stderr, "not found") {
+	if r := run(t, warren(t, dir, "image", "pull", strings.TrimSuffix(ref, "v1")+"nope"), ""); r.code == 0 || !strings.Contains(r.stderr, "not found") || strings.Contains(r.stderr, "fetched") {
 		t.Errorf("pull of a missing tag: %+v", r)
 	}
 }

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
-	"text/tabwriter"
 )
 
 const nsAbout = `
@@ -23,31 +21,16 @@ own.
 func nsCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren ns", "warren ns [flags]", nsAbout)
 	c, ns := clientFlags(fs)
-	*ns = ""
+	var lf listFlags
+	lf.register(fs, "namespaces")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 0 {
-		fs.Usage()
-		return exitError{2}
+	if err := wantArgs(fs, fs.Args()); err != nil {
+		return err
 	}
 	var out struct {
-		Namespaces []struct {
-			Namespace string  `json:"namespace"`
-			Sandboxes int     `json:"sandboxes"`
-			Running   int     `json:"running"`
-			MemoryMiB int64   `json:"memory_mib"`
-			CPUs      float64 `json:"cpus"`
-			DiskBytes int64   `json:"disk_bytes"`
-			Quota     struct {
-				MaxSandboxes   int     `json:"max_sandboxes"`
-				TotalMemoryMiB int64   `json:"total_memory_mib"`
-				TotalCPUs      float64 `json:"total_cpus"`
-				MaxMemoryMiB   int64   `json:"max_memory_mib"`
-				MaxCPUs        float64 `json:"max_cpus"`
-				DiskBytes      int64   `json:"disk_bytes"`
-			} `json:"quota"`
-		} `json:"namespaces"`
+		Namespaces []nsRow `json:"namespaces"`
 	}
 	params := map[string]any{}
 	if *ns != "" {
@@ -63,18 +46,35 @@ func nsCmd(ctx context.Context, args []string) error {
 		}
 		return used + "/" + l + unit
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tRUNNING\tMEMORY\tCPUS\tDISK\tSANDBOXES\tPER SANDBOX")
-	for _, n := range out.Namespaces {
-		q := n.Quota
-		per := fmt.Sprintf("memory %s MiB, cpus %s, disk %s", orDash(float64(q.MaxMemoryMiB)), orDash(q.MaxCPUs), sizeOrDash(q.DiskBytes))
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Namespace,
-			of(strconv.Itoa(n.Running), float64(q.MaxSandboxes), ""),
-			of(strconv.FormatInt(n.MemoryMiB, 10), float64(q.TotalMemoryMiB), " MiB"),
-			of(strconv.FormatFloat(n.CPUs, 'f', -1, 64), q.TotalCPUs, ""),
-			bytesText(n.DiskBytes), n.Sandboxes, per)
-	}
-	return tw.Flush()
+	return printList(&lf, out.Namespaces, func(n nsRow) string { return n.Namespace }, "NAMESPACE\tRUNNING\tMEMORY\tCPUS\tDISK\tSANDBOXES\tPER SANDBOX",
+		func(n nsRow) string {
+			q := n.Quota
+			per := fmt.Sprintf("memory %s MiB, cpus %s, disk %s", orDash(float64(q.MaxMemoryMiB)), orDash(q.MaxCPUs), sizeOrDash(q.DiskBytes))
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t%s", n.Namespace,
+				of(strconv.Itoa(n.Running), float64(q.MaxSandboxes), ""),
+				of(strconv.FormatInt(n.MemoryMiB, 10), float64(q.TotalMemoryMiB), " MiB"),
+				of(strconv.FormatFloat(n.CPUs, 'f', -1, 64), q.TotalCPUs, ""),
+				bytesText(n.DiskBytes), n.Sandboxes, per)
+		})
+}
+
+// nsRow is a namespace as 'warren ns' shows it (namespace.usage's; its
+// --json and --format fields).
+type nsRow struct {
+	Namespace string  `json:"namespace"`
+	Sandboxes int     `json:"sandboxes"`
+	Running   int     `json:"running"`
+	MemoryMiB int64   `json:"memory_mib"`
+	CPUs      float64 `json:"cpus"`
+	DiskBytes int64   `json:"disk_bytes"`
+	Quota     struct {
+		MaxSandboxes   int     `json:"max_sandboxes"`
+		TotalMemoryMiB int64   `json:"total_memory_mib"`
+		TotalCPUs      float64 `json:"total_cpus"`
+		MaxMemoryMiB   int64   `json:"max_memory_mib"`
+		MaxCPUs        float64 `json:"max_cpus"`
+		DiskBytes      int64   `json:"disk_bytes"`
+	} `json:"quota"`
 }
 
 func orDash(x float64) string {

@@ -30,9 +30,8 @@ func pauseOp(ctx context.Context, args []string, op, about string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return exitError{2}
+	if err := wantArgs(fs, fs.Args(), "NAME (the sandbox)"); err != nil {
+		return err
 	}
 	var out struct {
 		Name  string `json:"name"`

@@ -37,21 +37,23 @@ type portInfo struct {
 }
 
 func portsCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren ports", "warren ports [expose|unexpose] [flags] NAME [PORT]", portsAbout)
-	c, ns := clientFlags(fs)
-	address := fs.String("address", "", "expose, unexpose: the host address (default: the server's publish address; unexpose: every address)")
-	sub := "list"
+	name, synopsis, sub := "warren ports", "warren ports [expose|unexpose] [flags] NAME [PORT]", "list"
+	want := []string{"NAME (the sandbox)"}
 	if len(args) > 0 && (args[0] == "expose" || args[0] == "unexpose") {
 		sub, args = args[0], args[1:]
+		name = "warren ports " + sub
+		synopsis = name + " [flags] NAME " + map[string]string{"expose": "[HOST:]GUEST", "unexpose": "PORT"}[sub]
+		want = append(want, map[string]string{"expose": "[HOST:]GUEST (the port to publish)", "unexpose": "PORT (the host port)"}[sub])
 	}
+	fs := newFlagSet(name, synopsis, portsAbout)
+	c, ns := clientFlags(fs)
+	address := fs.String("address", "", "expose, unexpose: the host address (default: the server's publish address; unexpose: every address)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
-	want := map[string]int{"list": 1, "expose": 2, "unexpose": 2}[sub]
-	if len(pos) != want {
-		fs.Usage()
-		return exitError{2}
+	if err := wantArgs(fs, pos, want...); err != nil {
+		return err
 	}
 	ref := map[string]any{"namespace": *ns, "sandbox": pos[0]}
 	if *address != "" {

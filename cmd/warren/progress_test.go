@@ -39,7 +39,7 @@ func feed(d *pullDisplay) {
 	}
 	d.update(image.Progress{Layer: "sha256:aaaaaaaaaaaaaaaaaaaaaaaa", Done: 50 << 20, Total: 50 << 20, LayersDone: 1, LayersTotal: 2, Finished: true})
 	d.update(image.Progress{Layer: "sha256:bbbbbbbbbbbbbbbbbbbbbbbb", Done: 10 << 20, Total: 10 << 20, LayersDone: 2, LayersTotal: 2, Finished: true})
-	d.finish()
+	d.finish(nil)
 }
 
 func TestPullDisplayTerminal(t *testing.T) {

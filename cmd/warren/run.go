@@ -113,8 +113,7 @@ func runCmd(ctx context.Context, args []string) error {
 	}
 	argv := fs.Args()
 	if len(argv) == 0 && *img == image.HostName {
-		fs.Usage()
-		return exitError{2}
+		return usageError{fs.Name(), "missing CMD (what to run; the host image has no default command)"}
 	}
 	memBytes, err := parseSize(*mem)
 	if err != nil {

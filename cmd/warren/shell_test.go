@@ -139,7 +139,7 @@ func TestShellTerminal(t *testing.T) {
 	go func() { done <- c.Wait() }()
 	select {
 	case err := <-done:
-		if exitCode(err) != 3 {
+		if procExitCode(err) != 3 {
 			t.Fatalf("exit: %v, want 3\n%s", err, scr.String())
 		}
 	case <-time.After(15 * time.Second):
@@ -159,7 +159,7 @@ func TestShellTerminal(t *testing.T) {
 	c = cmd("exec", "-it", "box", "--", "sh", "-c", "stty size; exit 6")
 	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	if err := c.Run(); exitCode(err) != 6 {
+	if err := c.Run(); procExitCode(err) != 6 {
 		t.Fatalf("exec -it: %v, want 6\n%s", err, scr.String()[off4:])
 	}
 	scr.waitFor(t, off4, "40 120")

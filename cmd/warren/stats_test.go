@@ -60,7 +60,7 @@ func TestTopStatsLogsFollow(t *testing.T) {
 		}
 	}
 	_ = f.Process.Signal(os.Interrupt)
-	if err := f.Wait(); exitCode(err) != 130 {
+	if err := f.Wait(); procExitCode(err) != 130 {
 		t.Fatalf("logs -f after Ctrl-C: %v, want 130", err)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"text/tabwriter"
 )
 
 const workspaceAbout = `
@@ -31,24 +30,35 @@ func workspaceCmd(ctx context.Context, args []string) error {
 	c, ns := clientFlags(fs)
 	store := fs.String("store", "", "create: the store (default: the server's)")
 	quota := fs.Int64("quota", 0, "create: the quota in bytes (0: the server's default)")
-	if len(args) == 0 {
-		fs.Usage()
-		return exitError{2}
-	}
-	sub := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
+	var lf listFlags
+	lf.register(fs, "names")
+	sub, err := subcommand(fs, args, "create", "ls", "get", "rm", "push", "pull", "sync")
+	if err != nil {
 		return err
 	}
-	if (sub == "ls") != (fs.NArg() == 0) || fs.NArg() > 1 {
-		fs.Usage()
-		return exitError{2}
+	fs = subFlagSet(fs, sub, "warren workspace "+sub+" [flags]"+map[bool]string{true: "", false: " NAME"}[sub == "ls"], workspaceAbout)
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
+		return err
 	}
-	ref := map[string]any{"namespace": *ns, "workspace": fs.Arg(0)}
+	if sub == "ls" {
+		err = wantArgs(fs, pos)
+	} else {
+		err = wantArgs(fs, pos, "NAME (the workspace)")
+	}
+	if err != nil {
+		return err
+	}
+	name := ""
+	if len(pos) > 0 {
+		name = pos[0]
+	}
+	ref := map[string]any{"namespace": *ns, "workspace": name}
 	var out any
 	switch sub {
 	case "create":
 		out = new(json.RawMessage)
-		if err := c.call(ctx, "workspace.create", map[string]any{"namespace": *ns, "name": fs.Arg(0), "store": *store, "quota": *quota}, out); err != nil {
+		if err := c.call(ctx, "workspace.create", map[string]any{"namespace": *ns, "name": name, "store": *store, "quota": *quota}, out); err != nil {
 			return err
 		}
 	case "get":
@@ -65,40 +75,39 @@ func workspaceCmd(ctx context.Context, args []string) error {
 		return c.call(ctx, "workspace.remove", ref, nil)
 	case "ls":
 		var l struct {
-			Workspaces []struct {
-				Namespace string `json:"namespace"`
-				Name      string `json:"name"`
-				Store     string `json:"store"`
-				Quota     int64  `json:"quota"`
-				InUse     bool   `json:"in_use"`
-			} `json:"workspaces"`
+			Workspaces []workspaceRow `json:"workspaces"`
 		}
 		if err := c.call(ctx, "workspace.list", map[string]any{"namespace": *ns}, &l); err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTORE\tQUOTA\tIN USE")
-		for _, w := range l.Workspaces {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%v\n", w.Namespace, w.Name, w.Store, w.Quota, w.InUse)
-		}
-		return tw.Flush()
+		return printList(&lf, l.Workspaces, func(w workspaceRow) string { return w.Name }, "NAMESPACE\tNAME\tSTORE\tQUOTA\tIN USE",
+			func(w workspaceRow) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%d\t%v", w.Namespace, w.Name, w.Store, w.Quota, w.InUse)
+			})
 	case "push":
-		return c.workspaceTar(ctx, "PUT", *ns, fs.Arg(0), os.Stdin, os.Stdout)
+		return c.workspaceTar(ctx, "PUT", *ns, name, os.Stdin, os.Stdout)
 	case "pull":
-		return c.workspaceTar(ctx, "GET", *ns, fs.Arg(0), nil, os.Stdout)
-	default:
-		fs.Usage()
-		return exitError{2}
+		return c.workspaceTar(ctx, "GET", *ns, name, nil, os.Stdout)
 	}
 	b, _ := json.MarshalIndent(out, "", "  ")
 	fmt.Println(string(b))
 	return nil
 }
 
+// workspaceRow is a workspace as 'workspace ls' shows it (its --json and
+// --format fields).
+type workspaceRow struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Store     string `json:"store"`
+	Quota     int64  `json:"quota"`
+	InUse     bool   `json:"in_use"`
+}
+
 // workspaceTar sends or fetches a workspace's tar (the server's
 // /api/v1/workspaces/{namespace}/{name}/tar route).
 func (c *apiClient) workspaceTar(ctx context.Context, method, ns, name string, body io.Reader, out io.Writer) error {
-	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("%s/api/v1/workspaces/%s/%s/tar", strings.TrimRight(c.url, "/"), ns, name), body)
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("%s/api/v1/workspaces/%s/%s/tar", strings.TrimRight(c.url, "/"), pathNamespace(ns), name), body)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func (st *stats) add(op string, err error) {
 // TestMain removes the warren binary the tests built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	testenv.RemoveWarrenBinary()
+	testenv.RemoveBuilt()
 	os.Exit(code)
 }
 

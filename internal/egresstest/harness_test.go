@@ -274,6 +274,6 @@ func tail(s string, n int) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	testenv.RemoveWarrenBinary()
+	testenv.RemoveBuilt()
 	os.Exit(code)
 }

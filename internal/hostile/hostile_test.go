@@ -225,7 +225,7 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
-	testenv.RemoveWarrenBinary()
+	testenv.RemoveBuilt()
 	if len(verdicts) > 0 {
 		fmt.Println("hostile suite failed:")
 		for _, v := range verdicts {

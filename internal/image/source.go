@@ -167,7 +167,12 @@ func (s *Store) openDockerTar(src string, scan *tarScan) (*source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: docker tarball: %w", ErrFormat, err)
 	}
-	return s.fromImage(img)
+	sc, err := s.fromImage(img)
+	if err != nil {
+		return nil, err
+	}
+	sc.names = m[0].RepoTags
+	return sc, nil
 }
 
 // fromImage turns a go-containerregistry image into a source. Sizes were

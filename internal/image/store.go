@@ -216,6 +216,9 @@ type source struct {
 	id     string
 	config runtimeConfig
 	layers []layerSource // base first
+	// names are the names the source gives the image (a docker-save
+	// tarball's RepoTags), for an import given none.
+	names []string
 }
 
 // budget is the uncompressed bytes an import may still read, shared by
@@ -350,9 +353,13 @@ func diskUsage(root string) (int64, error) {
 // Import imports the image at src under name, replacing what name pointed
 // at. src is a docker-save tarball, an OCI image layout (directory or
 // tarball), or a root filesystem (directory or tarball, gzip allowed).
+// Without a name, the image takes the first name a docker-save tarball
+// gives it (RepoTags); a source that gives none is refused.
 func (s *Store) Import(ctx context.Context, src, name string) (*Record, error) {
-	if err := ValidateName(name); err != nil {
-		return nil, err
+	if name != "" {
+		if err := ValidateName(name); err != nil {
+			return nil, err
+		}
 	}
 	var pinned []string
 	defer func() { s.unpin(pinned) }()
@@ -372,6 +379,15 @@ func (s *Store) importSource(ctx context.Context, src, name string, pinned *[]st
 	srcImg, err := s.open(ctx, src, scratch)
 	if err != nil {
 		return nil, err
+	}
+	if name == "" {
+		if len(srcImg.names) == 0 {
+			return nil, fmt.Errorf("%w: it names no image (no RepoTags): give a name", ErrInvalidName)
+		}
+		name = srcImg.names[0]
+		if err := ValidateName(name); err != nil {
+			return nil, fmt.Errorf("its RepoTags name %q: %w", name, err)
+		}
 	}
 	return s.storeSource(ctx, srcImg, name, pinned, 1, 0, nil)
 }
@@ -868,6 +884,41 @@ type Details struct {
 	Entrypoint []string
 	Cmd        []string
 	UsedBy     []string // sandboxes ("namespace/name") started from it
+}
+
+// ResolveID returns the id of the one image whose id starts with prefix,
+// an id as 'warren image ls' shortens it ("sha256:" and at least 4 hex
+// digits; the "sha256:" may be left out). It is ErrNotFound when no image
+// has such an id, and ErrInvalidName for a prefix that is not one or that
+// several ids share.
+func (s *Store) ResolveID(prefix string) (string, error) {
+	hex := strings.TrimPrefix(prefix, "sha256:")
+	if len(hex) < 4 || len(hex) > 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("%w %.80q: want an image id, sha256: and 4 to 64 hex digits", ErrInvalidName, prefix)
+	}
+	rows, err := s.db.QueryContext(context.Background(), `SELECT id FROM images WHERE substr(id, 1, ?) = ? LIMIT 2`, len("sha256:"+hex), "sha256:"+hex)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = rows.Close() }()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return "", err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	switch len(ids) {
+	case 0:
+		return "", fmt.Errorf("%w: %s", ErrNotFound, prefix)
+	case 1:
+		return ids[0], nil
+	}
+	return "", fmt.Errorf("%w %q: several images have ids starting so; give more digits", ErrInvalidName, prefix)
 }
 
 // Inspect returns the details of the image named (or with id) ref.

@@ -1011,3 +1011,39 @@ func TestHoldPinsImage(t *testing.T) {
 		t.Errorf("layer dirs after prune: %d, want the new image's 1", n)
 	}
 }
+
+// TestImportNameAndShortID: an import without a name takes a docker-save
+// tarball's first RepoTag, and is refused for a source that gives none;
+// ResolveID finds an image by the short id 'warren image ls' prints, with
+// or without "sha256:", and refuses what is not a hex prefix.
+func TestImportNameAndShortID(t *testing.T) {
+	s := newStore(t)
+	img, err := random.Image(256, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Import(context.Background(), dockerTar(t, img), "")
+	if err != nil || rec.Name != "test/image:latest" {
+		t.Fatalf("import without a name: %+v %v", rec, err)
+	}
+	if _, err := s.Import(context.Background(), t.TempDir(), ""); !errors.Is(err, ErrInvalidName) || !strings.Contains(err.Error(), "no RepoTags") {
+		t.Errorf("import of a root file system without a name: %v", err)
+	}
+	for _, p := range []string{rec.ID[:19], rec.ID[7:19], rec.ID, rec.ID[:11]} {
+		if id, err := s.ResolveID(p); err != nil || id != rec.ID {
+			t.Errorf("ResolveID(%q) = %q, %v; want %q", p, id, err, rec.ID)
+		}
+	}
+	for _, p := range []string{"sha256:", "abc", "sha256:xyz123", "test/image:latest", rec.ID + "0"} {
+		if _, err := s.ResolveID(p); !errors.Is(err, ErrInvalidName) {
+			t.Errorf("ResolveID(%q): %v, want ErrInvalidName", p, err)
+		}
+	}
+	other := "0000"
+	if strings.HasPrefix(rec.ID[7:], other) {
+		other = "1111"
+	}
+	if _, err := s.ResolveID(other); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ResolveID(%q) of no image: %v, want ErrNotFound", other, err)
+	}
+}

@@ -20,6 +20,8 @@ import (
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/warren-sandbox/warren/internal/buildinfo"
 )
 
 // Caller runs Warren's JSON-RPC methods for MCP tool calls.
@@ -33,9 +35,6 @@ type Caller interface {
 
 // ServerName is the implementation name reported in the MCP handshake.
 const ServerName = "warren"
-
-// Version is the implementation version reported in the MCP handshake.
-var Version = "dev"
 
 // Handler returns the http.Handler to mount at /mcp (Streamable HTTP).
 // log may be nil.
@@ -112,7 +111,7 @@ func NewServer(c Caller, log *slog.Logger) *sdk.Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := sdk.NewServer(&sdk.Implementation{Name: ServerName, Title: "Warren sandboxes", Version: Version}, &sdk.ServerOptions{
+	s := sdk.NewServer(&sdk.Implementation{Name: ServerName, Title: "Warren sandboxes", Version: buildinfo.Version()}, &sdk.ServerOptions{
 		Instructions: instructions,
 		Logger:       log,
 	})

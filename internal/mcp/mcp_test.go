@@ -18,6 +18,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/warren-sandbox/warren/internal/buildinfo"
 	"github.com/warren-sandbox/warren/internal/mcp"
 )
 
@@ -151,6 +152,9 @@ func callTool(t *testing.T, cs *sdk.ClientSession, name string, args any) (text 
 func TestListTools(t *testing.T) {
 	e := newEnv(t)
 	cs := e.connect(t)
+	if info := cs.InitializeResult().ServerInfo; info.Name != mcp.ServerName || info.Version != buildinfo.Version() {
+		t.Errorf("server info %+v, want %s %s", info, mcp.ServerName, buildinfo.Version())
+	}
 	res, err := cs.ListTools(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/buildinfo"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 )
@@ -51,6 +52,8 @@ func newServerMetrics(reg *metrics.Registry, mgr *sandbox.Manager, methods map[s
 	}
 	reg.GaugeFunc("warren_resource_granted", "What running sandboxes are granted together, by resource (their limits, not their use).", []string{"resource"}, admission(false))
 	reg.GaugeFunc("warren_resource_capacity", "What the server grants running sandboxes at most, by resource (0 = not limited).", []string{"resource"}, admission(true))
+	reg.GaugeFunc("warren_build_info", "The server's build: always 1, with its version and commit as labels.", []string{"version", "commit"},
+		func(emit func(float64, ...string)) { emit(1, buildinfo.Version(), buildinfo.Commit()) })
 	// Without a namespace label: only a key for every namespace sees it.
 	reg.GaugeFunc("go_goroutines", "Goroutines in the server process (a leak shows here first).", nil,
 		func(emit func(float64, ...string)) { emit(float64(runtime.NumGoroutine())) })

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/buildinfo"
 	"github.com/warren-sandbox/warren/internal/metrics"
 )
 
@@ -103,7 +104,8 @@ func TestMetricsSeries(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", c.series, got, ok, c.want)
 		}
 	}
-	for _, s := range []string{startSum, commandSum, "go_goroutines"} {
+	build := `warren_build_info{version="` + buildinfo.Version() + `",commit="` + buildinfo.Commit() + `"}`
+	for _, s := range []string{startSum, commandSum, "go_goroutines", build} {
 		if after[s] <= 0 {
 			t.Errorf("%s = %v, want more than 0", s, after[s])
 		}

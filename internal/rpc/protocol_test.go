@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/buildinfo"
 )
 
 // TestMicrosandboxRuns sends the exact requests of both client
@@ -250,7 +252,7 @@ func TestHostileRequests(t *testing.T) {
 	}
 	b, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
-	if resp.StatusCode != 200 || string(b) != `{"message":"Service is healthy"}` {
+	if want := `{"message":"Service is healthy","version":"` + buildinfo.Version() + `","commit":"` + buildinfo.Commit() + `"}`; resp.StatusCode != 200 || string(b) != want {
 		t.Fatalf("health: %d %s", resp.StatusCode, b)
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/auth"
+	"github.com/warren-sandbox/warren/internal/buildinfo"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/metrics"
@@ -124,9 +125,17 @@ func (s *Server) Shutdown() { s.closing.Store(true) }
 // Handler routes every endpoint.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
+	// The health answer is microsandbox's, with the build's version and
+	// commit added (no secret: the server's build is no more private than
+	// the API it serves).
+	health, _ := json.Marshal(struct {
+		Message string `json:"message"`
+		Version string `json:"version"`
+		Commit  string `json:"commit"`
+	}{"Service is healthy", buildinfo.Version(), buildinfo.Commit()})
 	mux.HandleFunc("GET /api/v1/health", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"message":"Service is healthy"}`)
+		_, _ = w.Write(health)
 	})
 	notPost := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "POST")

@@ -102,6 +102,17 @@ func RemoveWarrenBinary() {
 	}
 }
 
+// RemoveBuilt removes every binary this test process built (warren, the
+// agent, the spawner): a package's TestMain calls it after m.Run, so test
+// runs leave no build directories in the temporary directory.
+func RemoveBuilt() {
+	for _, b := range []*built{&warren, &agent, &spawner} {
+		if b.path != "" {
+			_ = os.RemoveAll(filepath.Dir(b.path))
+		}
+	}
+}
+
 // AgentBinary builds cmd/warren-agent once per test process (statically, as
 // shipped) and returns its path. WARREN_AGENT overrides the build.
 func AgentBinary(t testing.TB) string {
