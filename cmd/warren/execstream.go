@@ -52,11 +52,8 @@ func execCmd(ctx context.Context, args []string) error {
 	if len(argv) > 1 && argv[1] == "--" {
 		argv = append(argv[:1:1], argv[2:]...)
 	}
-	switch len(argv) {
-	case 0:
-		return argsError(fs, "NAME and CMD are missing")
-	case 1:
-		return argsError(fs, "CMD is missing")
+	if err := wantArgs(fs, argv, "NAME (the sandbox)", "CMD (what to run)", "ARGS..."); err != nil {
+		return err
 	}
 	o.ns, o.name, o.argv, o.stdin = *ns, argv[0], argv[1:], *stdin || *it
 	o.tty = o.tty || *it

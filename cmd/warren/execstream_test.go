@@ -43,7 +43,7 @@ func TestExecStreams(t *testing.T) {
 		{name: "user workdir env", args: []string{"exec", "--user", "nobody", "--workdir", "/tmp", "--env", "A=b c", "box", "--", "sh", "-c", `id -u; pwd; echo "$A"`},
 			stdout: "65534\n/tmp\nb c\n"},
 		{name: "no sandbox", args: []string{"exec", "nosuch", "--", "true"}, code: 1, stderrHas: `sandbox "nosuch" in namespace "default" does not exist`},
-		{name: "no command", args: []string{"exec", "box"}, code: 2, stderrHas: "CMD is missing"},
+		{name: "no command", args: []string{"exec", "box"}, code: 2, stderrHas: "missing CMD (what to run)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := client(tc.stdin, tc.args...)

@@ -78,11 +78,10 @@ func createCmd(ctx context.Context, args []string) error {
 	return nil
 }
 
-// argsError prints fs's usage to stderr after what is wrong, and exits 2.
+// argsError is a command line fs cannot run: one line naming what is
+// wrong and pointing to -h, exit 2 (cli.go's usageError).
 func argsError(fs *flag.FlagSet, format string, args ...any) error {
-	fmt.Fprintf(os.Stderr, "error: "+format+"\n\n", args...)
-	fs.Usage()
-	return exitError{2}
+	return usageError{fs.Name(), fmt.Sprintf(format, args...)}
 }
 
 const startAbout = `
