@@ -1,6 +1,6 @@
 // Command leakcheck lists what Warren made on the host and nobody can use
-// any more: nftables tables of Warren's whose services are gone, and
-// mounts of Warren's on deleted directories. `make test` takes a snapshot
+// any more: nftables tables of Warren's whose services are gone, mounts
+// of Warren's on deleted directories, and the tests' build directories. `make test` takes a snapshot
 // before the tests and checks after them: anything new is a leak (the
 // project's rule: what is made for a sandbox is removed when it ends).
 // Both are judged by what is there, not by who runs, so that another
@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -69,6 +70,7 @@ func inventory() ([]string, error) {
 	}
 	out = append(out, tables...)
 	out = append(out, orphanMounts()...)
+	out = append(out, buildDirs()...)
 	sort.Strings(out)
 	return out, nil
 }
@@ -130,6 +132,19 @@ func listening() map[uint16]bool {
 		_ = fh.Close()
 	}
 	return m
+}
+
+// buildDirs: the binaries tests build (internal/testenv) go to the
+// temporary directory, and each package's TestMain removes them.
+func buildDirs() []string {
+	var out []string
+	for _, pat := range []string{"warren-build-*", "warren-agent-build-*", "warren-spawner-build-*"} {
+		m, _ := filepath.Glob(filepath.Join(os.TempDir(), pat))
+		for _, d := range m {
+			out = append(out, "build directory "+d)
+		}
+	}
+	return out
 }
 
 // orphanMounts: mounts of Warren's whose mount point was deleted under

@@ -50,6 +50,7 @@ func newBackend(t testing.TB) *gvisor.Backend {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	testenv.RemoveBuilt()
 	if shared != nil {
 		_, _ = shared.ReapOrphans(nil)
 		_ = shared.Close()

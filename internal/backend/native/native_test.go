@@ -94,6 +94,7 @@ func legacyBackend(t *testing.T) (b *native.Backend, data, run string) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	testenv.RemoveBuilt()
 	if shared != nil {
 		_, _ = shared.ReapOrphans(nil)
 		_ = shared.Close()
