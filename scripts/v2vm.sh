@@ -112,7 +112,7 @@ fi
 # loop and btrfs for disk limits (internal/diskquota's image; btrfs checksums
 # with crc32c too).
 want_modules=(virtio_pci 9pnet_virtio 9p overlay veth crc32c_generic nf_tables nft_chain_nat nft_redir
-  nft_reject_inet nft_ct nft_fib_inet nft_connlimit nft_limit nft_log nfnetlink_log loop btrfs)
+  nft_reject_inet nft_ct nft_fib_inet nft_connlimit nft_socket nft_limit nft_log nfnetlink_log loop btrfs)
 
 # The cache is per kernel package and module list.
 kdir=$cache/$kernel_pkg-$(printf '%s\n' "${want_modules[@]}" | sha256sum | cut -c1-8)
