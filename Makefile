@@ -173,9 +173,14 @@ soak: build
 	$(BIN)/warren bench soak -clients $(SOAK_CLIENTS) -duration $(SOAK_DURATION)
 
 # The same for 30 s as a Go test (TestSoak, also part of `make test`, run
-# there alone after the other packages).
+# there alone after the other packages), with 48 clients: at 64 on 2 cores
+# the queued starts' p99 came to 6-10 s against the backend's 10 s start
+# timeout (8.9 s at e03c3e7, over it in 3 of 7 runs at ca69aaf, on a quiet
+# machine): a test of leaks and errors must not hang on that margin. `make
+# soak` keeps 64 and reports the timeouts.
+SOAK_CI_CLIENTS ?= 48
 soak-ci:
-	WARREN_TEST_PRIVILEGED=1 go test -count=1 -run '^TestSoak$$' -v ./internal/bench
+	WARREN_TEST_PRIVILEGED=1 WARREN_SOAK_CLIENTS=$(SOAK_CI_CLIENTS) go test -count=1 -run '^TestSoak$$' -v ./internal/bench
 
 doctor: build
 	$(BIN)/warren doctor
