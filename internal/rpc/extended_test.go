@@ -432,11 +432,7 @@ func TestWebSocket(t *testing.T) {
 func TestWebSocketHoldsOutput(t *testing.T) {
 	e := newEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "wsh"}, nil)
-	cfg, err := websocket.NewConfig(strings.Replace(e.url, "http", "ws", 1)+"/api/v1/ws?sandbox=wsh", e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := websocket.DialConfig(cfg)
+	c, err := e.wsDial(t, "sandbox=wsh", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,11 +486,7 @@ func TestWebSocketHoldsOutput(t *testing.T) {
 func TestWebSocketReportsDroppedOutput(t *testing.T) {
 	e := newFakeEnv(t, true, nil)
 	e.must("sandbox.start", map[string]any{"sandbox": "wsd"}, nil)
-	cfg, err := websocket.NewConfig(strings.Replace(e.url, "http", "ws", 1)+"/api/v1/ws?sandbox=wsd", e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := websocket.DialConfig(cfg)
+	c, err := e.wsDial(t, "sandbox=wsd", "")
 	if err != nil {
 		t.Fatal(err)
 	}
