@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
@@ -192,9 +194,69 @@ func TestServeRaisesFileMax(t *testing.T) {
 	}
 }
 
-func fileMax(t *testing.T) int64 {
+func fileMax(t *testing.T) int64 { return readProcInt(t, "/proc/sys/fs/file-max") }
+
+// TestServeRaisesKernelLimits: a server whose --max-running sandboxes'
+// terminals and pids do not fit kernel.pty.max and kernel.pid_max raises
+// them at start (the boot defaults hold 168 and 179 sandboxes of 32 pids,
+// and admission would refuse starts on them long before --max-running);
+// with --keep-kernel-limits it keeps them and warns. The test restores the
+// host's values.
+func TestServeRaisesKernelLimits(t *testing.T) {
+	testenv.RequireRoot(t)
+	for _, p := range []string{"/proc/sys/kernel/pty/max", "/proc/sys/kernel/pid_max"} {
+		orig := readProcInt(t, p)
+		t.Cleanup(func() {
+			if err := os.WriteFile(p, []byte(strconv.FormatInt(orig, 10)), 0); err != nil {
+				t.Errorf("restore %s %d: %v", p, orig, err)
+			}
+		})
+	}
+	const running, pids = 300, 64
+	wantPtys := sandbox.PtysNeeded(running) + readProcInt(t, "/proc/sys/kernel/pty/reserve")
+	wantPids := sandbox.PidsNeeded(running, pids)
+	if tm := readProcInt(t, "/proc/sys/kernel/threads-max"); tm < wantPids {
+		t.Fatalf("kernel.threads-max %d is below the %d pids this test asks for", tm, wantPids)
+	}
+	for _, keep := range []bool{true, false} {
+		if err := os.WriteFile("/proc/sys/kernel/pty/max", []byte("4096"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile("/proc/sys/kernel/pid_max", []byte("32768"), 0); err != nil {
+			t.Fatal(err)
+		}
+		dir := stateDir(t)
+		_, srv, stderr := startServe(t, dir, "--max-running", strconv.Itoa(running), "--pids", strconv.Itoa(pids), "--keep-kernel-limits="+strconv.FormatBool(keep))
+		stopServe(t, srv)
+		log := stderr.String()
+		gotPtys, gotPids := readProcInt(t, "/proc/sys/kernel/pty/max"), readProcInt(t, "/proc/sys/kernel/pid_max")
+		raised := strings.Contains(log, `"msg":"raised kernel.pty.max to what --max-running sandboxes' terminals need","max_running":300,"new":`+strconv.FormatInt(wantPtys, 10)) &&
+			strings.Contains(log, `"msg":"raised kernel.pid_max to what --max-running sandboxes' pids need","max_running":300,"pids":64,"new":`+strconv.FormatInt(wantPids, 10))
+		warned := strings.Contains(log, "--keep-kernel-limits is set")
+		switch {
+		case keep && (gotPtys != 4096 || gotPids != 32768 || raised || !warned):
+			t.Errorf("--keep-kernel-limits: kernel.pty.max 4096 -> %d, pid_max 32768 -> %d, raised %v, warned %v\n%s", gotPtys, gotPids, raised, warned, log)
+		case !keep && (gotPtys != wantPtys || gotPids != wantPids || !raised || warned):
+			t.Errorf("kernel.pty.max 4096 -> %d (want %d), pid_max 32768 -> %d (want %d), raised %v, warned %v\n%s", gotPtys, wantPtys, gotPids, wantPids, raised, warned, log)
+		}
+	}
+	// What was raised holds --max-running sandboxes with the host's eighth.
+	host, err := sandbox.ReadHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := host.Capacity(1)
+	if n := int64(running * oci.MaxPtys); c.Ptys < n || c.Ptys > n+oci.MaxPtys {
+		t.Errorf("pty capacity after the raise %d, want %d (one sandbox's worth of slack at most)", c.Ptys, n)
+	}
+	if n := int64(running * (pids + backend.AgentPids)); c.Pids < n || c.Pids > n+pids+backend.AgentPids {
+		t.Errorf("pid capacity after the raise %d, want %d (one sandbox's worth of slack at most)", c.Pids, n)
+	}
+}
+
+func readProcInt(t *testing.T, p string) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/sys/fs/file-max")
+	b, err := os.ReadFile(p) //nolint:gosec // fixed files under /proc/sys
 	if err != nil {
 		t.Fatal(err)
 	}

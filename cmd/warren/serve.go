@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -95,6 +96,9 @@ type serveConfig struct {
 	// keepFileMax keeps fs.file-max even when it is below what the
 	// sandboxes' memory can hold open.
 	keepFileMax bool
+	// keepKernelLimits keeps kernel.pid_max and kernel.pty.max even when
+	// --max-running sandboxes' pids and terminals do not fit them.
+	keepKernelLimits bool
 	// configPath is --config; policy is its live part (serveconfig.go),
 	// nil without a file.
 	configPath string
@@ -165,6 +169,11 @@ func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
 		return nil, err
 	}
 	fs.BoolVar(&c.keepFileMax, "keep-file-max", keepFileMax, "keep the host's fs.file-max when it is below what the sandboxes' memory can hold open (env WARREN_KEEP_FILE_MAX);\nwithout it the server raises fs.file-max at start to the host's memory over "+strconv.Itoa(sandbox.FileBytes)+" bytes")
+	keepKernelLimits, err := envBool("WARREN_KEEP_KERNEL_LIMITS", false)
+	if err != nil {
+		return nil, err
+	}
+	fs.BoolVar(&c.keepKernelLimits, "keep-kernel-limits", keepKernelLimits, "keep the host's kernel.pid_max and kernel.pty.max when they are below what --max-running\nsandboxes' pids and terminals need (env WARREN_KEEP_KERNEL_LIMITS); without it the server raises\nthem at start (with an eighth for the host); with it, starts are refused on pids or ptys\nbefore --max-running is reached")
 	auditOn, err := envBool("WARREN_AUDIT", true)
 	if err != nil {
 		return nil, err
@@ -247,6 +256,15 @@ func serve(ctx context.Context, c *serveConfig) error {
 	// The data directory is this server's: now the host's table of open
 	// files may be made fit, and the capacity read from it.
 	if host.FileMax, err = c.fileMax(log, host); err != nil {
+		return err
+	}
+	// The flags first (the pids per sandbox), then the kernel's tables
+	// made to fit them, then the capacity read from those.
+	limits, _, err := c.admission(host)
+	if err != nil {
+		return err
+	}
+	if host, err = c.kernelLimits(log, host, limits.Pids); err != nil {
 		return err
 	}
 	limits, capacity, err := c.admission(host)
@@ -448,6 +466,70 @@ func (c *serveConfig) fileMax(log *slog.Logger, h sandbox.Host) (int64, error) {
 	}
 	log.Info("raised fs.file-max to what sandboxes' memory can hold open", "old", h.FileMax, "new", need)
 	return need, nil
+}
+
+// kernelLimits makes kernel.pty.max and kernel.pid_max hold every
+// terminal and pid --max-running sandboxes may take (each devpts instance
+// is capped at oci.MaxPtys, each sandbox at --pids and its agent's
+// backend.AgentPids) with the host's reserve left, and returns the host's
+// figures as they then are. Below them the admission control refuses
+// starts on ptys or pids long before --max-running: the boot defaults
+// (4096 ptys, pid_max 32768) hold 168 and 179 sandboxes of 32 pids. A
+// terminal's and a task's kernel memory are charged to the memory cgroup
+// of the sandbox that makes them, so the raise costs nothing until they
+// are used; kernel.threads-max, which the kernel sizes by memory, still
+// bounds the pids and is left as it is. With --keep-kernel-limits the
+// server only warns.
+func (c *serveConfig) kernelLimits(log *slog.Logger, h sandbox.Host, pids int64) (sandbox.Host, error) {
+	needPtys, needPids := sandbox.PtysNeeded(c.maxRunning), sandbox.PidsNeeded(c.maxRunning, pids)
+	if h.Ptys >= needPtys && h.Pids >= needPids {
+		return h, nil
+	}
+	if c.keepKernelLimits {
+		log.Warn("kernel.pty.max or kernel.pid_max is below what --max-running sandboxes need: starts will be refused on ptys or pids before --max-running is reached"+
+			" (--keep-kernel-limits is set, so the server does not raise them)", "ptys", h.Ptys, "need_ptys", needPtys, "pids", h.Pids, "need_pids", needPids, "max_running", c.maxRunning)
+		return h, nil
+	}
+	if h.Ptys < needPtys {
+		n, err := sandbox.SetPtyMax(needPtys)
+		if err != nil {
+			return h, fmt.Errorf("kernel.pty.max is below what %d running sandboxes' terminals need, and raising it failed: %w "+
+				"(lower --max-running, or start with --keep-kernel-limits and have starts refused on ptys)", c.maxRunning, err)
+		}
+		log.Info("raised kernel.pty.max to what --max-running sandboxes' terminals need", "max_running", c.maxRunning, "new", n)
+	}
+	if h.Pids < needPids {
+		pidMax, err := readSysctl("kernel/pid_max")
+		if err != nil {
+			return h, err
+		}
+		if pidMax < min(needPids, sandbox.MaxPidMax) {
+			n, err := sandbox.SetPidMax(needPids)
+			if err != nil {
+				return h, fmt.Errorf("kernel.pid_max is below what %d running sandboxes of %d pids need, and raising it failed: %w "+
+					"(lower --max-running or --pids, or start with --keep-kernel-limits and have starts refused on pids)", c.maxRunning, pids, err)
+			}
+			log.Info("raised kernel.pid_max to what --max-running sandboxes' pids need", "max_running", c.maxRunning, "pids", pids, "new", n)
+		}
+	}
+	nh, err := sandbox.ReadHost()
+	if err != nil {
+		return h, err
+	}
+	h.Ptys, h.Pids = nh.Ptys, nh.Pids
+	if h.Pids < needPids {
+		log.Info("kernel.threads-max bounds the sandboxes' pids below --max-running", "pids_capacity", h.Pids-h.Pids/sandbox.HostReserve, "sandboxes", (h.Pids-h.Pids/sandbox.HostReserve)/(pids+backend.AgentPids))
+	}
+	return h, nil
+}
+
+// readSysctl reads the number in /proc/sys/name.
+func readSysctl(name string) (int64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc/sys", name)) //nolint:gosec // G304: fixed names under /proc/sys
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
 // admission is the caps per sandbox and the capacity of all running

@@ -52,7 +52,7 @@ var serverKeys = map[string]kind{
 	"volume_root": kList, "max_tar_download": kSize, "disk": kSize,
 	"pull": kBool, "pull_max_size": kSize, "pull_timeout": kDuration, "max_output": kSize,
 	"max_memory": kSize, "max_cpus": kNumber, "pids": kNumber, "open_files": kNumber,
-	"cpu_overcommit": kNumber, "keep_file_max": kBool,
+	"cpu_overcommit": kNumber, "keep_file_max": kBool, "keep_kernel_limits": kBool,
 	// hostFlags
 	"data_dir": kString, "run_dir": kString, "userns": kString, "uid_ranges": kString,
 	"agent": kString, "spawner": kString, "verbose": kBool, "disk_pool": kString,

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/oci"
 )
 
 // Host is what the machine offers sandboxes, read once at start-up.
@@ -97,6 +98,59 @@ func (h Host) Capacity(overcommit float64) Capacity {
 	}
 }
 
+// MaxPtyMax and MaxPidMax are the largest kernel.pty.max and
+// kernel.pid_max the kernel takes (NR_UNIX98_PTY_MAX, PID_MAX_LIMIT).
+const (
+	MaxPtyMax = 1 << 20
+	MaxPidMax = 1 << 22
+)
+
+// Needed is the host figure whose Capacity part (the figure less
+// HostReserve) is at least n.
+func Needed(n int64) int64 {
+	f := n + n/(HostReserve-1)
+	for f-f/HostReserve < n {
+		f++
+	}
+	return f
+}
+
+// PtysNeeded is the Ptys figure at which maxRunning sandboxes, each
+// holding every terminal its devpts instance allows (oci.MaxPtys), fit the
+// capacity. Below it admission refuses starts on ptys before --max-running
+// is reached (the boot default, 4096, holds 168).
+func PtysNeeded(maxRunning int) int64 { return Needed(int64(maxRunning) * oci.MaxPtys) }
+
+// PidsNeeded is the Pids figure at which maxRunning sandboxes of pids
+// each (and their agents' backend.AgentPids) fit the capacity.
+func PidsNeeded(maxRunning int, pids int64) int64 {
+	return Needed(int64(maxRunning) * (pids + backend.AgentPids))
+}
+
+// SetPtyMax sets kernel.pty.max so that the Ptys figure is ptys (the
+// kernel's reserve for the host's own devpts comes on top), and returns
+// the value written.
+func SetPtyMax(ptys int64) (int64, error) { return writePtyMax("/proc", ptys) }
+
+func writePtyMax(proc string, ptys int64) (int64, error) {
+	reserve, err := readInt(filepath.Join(proc, "sys/kernel/pty/reserve"))
+	if err != nil {
+		return 0, err
+	}
+	n := ptys + reserve
+	if n > MaxPtyMax {
+		return 0, fmt.Errorf("kernel.pty.max would be %d, above the kernel's largest, %d", n, MaxPtyMax)
+	}
+	return n, writeSysctl(filepath.Join(proc, "sys/kernel/pty/max"), n)
+}
+
+// SetPidMax sets kernel.pid_max to n, at most MaxPidMax, and returns the
+// value written.
+func SetPidMax(n int64) (int64, error) {
+	n = min(n, MaxPidMax)
+	return n, writeSysctl("/proc/sys/kernel/pid_max", n)
+}
+
 // FileBytes is the least memory an open file costs the sandbox that holds
 // it, however it holds it (by a descriptor, as the mapping of a file it
 // closed, in flight on a socket): its struct file, a filp slab object of
@@ -120,7 +174,11 @@ func (h Host) FileMaxNeeded() int64 { return h.MemoryBytes / FileBytes }
 func SetFileMax(n int64) error { return writeFileMax("/proc", n) }
 
 func writeFileMax(proc string, n int64) error {
-	p := filepath.Join(proc, "sys/fs/file-max")
+	return writeSysctl(filepath.Join(proc, "sys/fs/file-max"), n)
+}
+
+// writeSysctl writes n to the file p of /proc/sys.
+func writeSysctl(p string, n int64) error {
 	f, err := os.OpenFile(p, os.O_WRONLY, 0) //nolint:gosec // G304: a fixed file under /proc
 	if err != nil {
 		return err
