@@ -45,13 +45,19 @@ here, whole processes included, and prints others' published figures
 (labelled as such).
 
 'warren bench soak' runs many clients over a server's API for minutes and
-checks that nothing fails, grows or is left behind (see its --help).`
+checks that nothing fails, grows or is left behind (see its --help).
+
+'warren bench density' starts up to 1000 idle sandboxes on a server and
+measures the memory each costs and start and exec latency as they pile up.`
 
 func benchCmd(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "soak" {
 		return soakCmd(ctx, args[1:])
 	}
-	fs := newFlagSet("warren bench", "warren bench [flags] | warren bench soak [flags]", benchAbout)
+	if len(args) > 0 && args[0] == "density" {
+		return densityCmd(ctx, args[1:])
+	}
+	fs := newFlagSet("warren bench", "warren bench [flags] | warren bench soak|density [flags]", benchAbout)
 	var hf hostFlags
 	hf.register(fs)
 	n := fs.Int("n", 200, "iterations per measurement (python: n/4)")

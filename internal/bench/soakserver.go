@@ -32,9 +32,10 @@ type SoakServer struct {
 }
 
 // StartSoakServer runs binary (a warren) with env added to this process's
-// environment: `warren key create` twice, then `warren serve`, and waits
-// until it answers.
-func StartSoakServer(ctx context.Context, binary string, env []string, prewarm int) (_ *SoakServer, err error) {
+// environment: `warren key create` twice, then `warren serve` with
+// serveArgs after its own (a flag given twice takes the last value), and
+// waits until it answers.
+func StartSoakServer(ctx context.Context, binary string, env []string, prewarm int, serveArgs ...string) (_ *SoakServer, err error) {
 	dir, err := os.MkdirTemp("", "warren-soak-")
 	if err != nil {
 		return nil, err
@@ -82,10 +83,10 @@ func StartSoakServer(ctx context.Context, binary string, env []string, prewarm i
 	// would set it: up to two sandboxes per client, each with 128 pids
 	// of 64 open files and half a CPU, must fit the admission sums of a
 	// 2-CPU host (pid_max 32768, fs.file-max ~2M).
-	s.cmd = warren("serve", "--listen", addr, "--prewarm", strconv.Itoa(prewarm),
+	s.cmd = warren(append([]string{"serve", "--listen", addr, "--prewarm", strconv.Itoa(prewarm),
 		"--pids", "128", "--open-files", "64", "--cpu-overcommit", "40",
 		// The soak leaves the host's fs.file-max as it is.
-		"--keep-file-max")
+		"--keep-file-max"}, serveArgs...)...)
 	s.cmd.Cancel = func() error { return s.cmd.Process.Signal(syscall.SIGTERM) }
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
@@ -172,7 +173,7 @@ func (s *SoakServer) Stop() error {
 
 // Close deletes the server's directory (after Stop).
 func (s *SoakServer) Close() {
-	for _, d := range s.cgroupDirs() {
+	for _, d := range s.CgroupDirs() {
 		_ = os.Remove(d)
 	}
 	_ = os.RemoveAll(s.dir)
@@ -228,7 +229,7 @@ func (s *SoakServer) leftovers(pool bool) []string {
 		_ = f.Close()
 	}
 	inPool := func(name string) bool { return strings.HasPrefix(name, ".pool-") }
-	for _, d := range s.cgroupDirs() {
+	for _, d := range s.CgroupDirs() {
 		dirEntries(d, func(n string) bool {
 			fi, err := os.Stat(filepath.Join(d, n))
 			return err != nil || !fi.IsDir() || (!pool && inPool(n))
@@ -262,10 +263,10 @@ func (s *SoakServer) cgroupPrefix() string {
 	return native.InstancePrefix(s.runDir())
 }
 
-// cgroupDirs are the server's sandbox cgroup directories in each
+// CgroupDirs are the server's sandbox cgroup directories in each
 // hierarchy: its prefix below this process's own cgroup, which the server
 // inherited.
-func (s *SoakServer) cgroupDirs() []string {
+func (s *SoakServer) CgroupDirs() []string {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return nil
