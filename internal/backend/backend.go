@@ -250,6 +250,8 @@ func portList(ps []PortMapping) string {
 //     it, the sandbox has loopback only whatever Config.Network says).
 //   - Pauser: a running sandbox paused with its memory kept and no CPU
 //     used, and resumed (without it, pausing is refused as unsupported).
+//   - Pooler: a Backend that keeps agents ready ahead of starts reports
+//     its pool (without it, the backend has none).
 //
 // internal/backend/native is the real backend; internal/backend/fake is an
 // in-memory one for tests of what sits above the contract.
@@ -355,6 +357,23 @@ type DiskLimiter interface {
 // source of its packets as the host sees them), the zero Addr otherwise.
 type Networked interface {
 	NetAddr() netip.Addr
+}
+
+// Pooler is a Backend with a warm pool: agents spawned ahead of time,
+// which starts claim and bind to their sandbox (image, limits, network,
+// name) late, so one pool serves every shape.
+type Pooler interface {
+	PoolStats() PoolStats
+}
+
+// PoolStats is a warm pool's state.
+type PoolStats struct {
+	// Size is how many agents the pool keeps ready; Ready how many are.
+	Size, Ready int
+	// Spawned and Taken count agents spawned for the pool and taken from
+	// it; Misses counts starts that could use the pool and found it empty
+	// (they paid a cold start).
+	Spawned, Taken, Misses int64
 }
 
 // Pauser is a Sandbox that can be paused: every process of a paused

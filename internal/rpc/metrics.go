@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/buildinfo"
 	"github.com/warren-sandbox/warren/internal/metrics"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -52,6 +53,20 @@ func newServerMetrics(reg *metrics.Registry, mgr *sandbox.Manager, methods map[s
 	}
 	reg.GaugeFunc("warren_resource_granted", "What running sandboxes are granted together, by resource (their limits, not their use).", []string{"resource"}, admission(false))
 	reg.GaugeFunc("warren_resource_capacity", "What the server grants running sandboxes at most, by resource (0 = not limited).", []string{"resource"}, admission(true))
+	// The warm pools (--prewarm), per isolation tier: what is ready, and
+	// how many starts found the pool empty and paid a cold start.
+	pools := func(f func(backend.PoolStats) float64) func(emit func(float64, ...string)) {
+		return func(emit func(float64, ...string)) {
+			for tier, p := range mgr.Pools() {
+				emit(f(p), tier)
+			}
+		}
+	}
+	reg.GaugeFunc("warren_pool_size", "Agents the warm pool keeps ready, by isolation tier.", []string{"isolation"}, pools(func(p backend.PoolStats) float64 { return float64(p.Size) }))
+	reg.GaugeFunc("warren_pool_ready", "Agents ready in the warm pool now, by isolation tier.", []string{"isolation"}, pools(func(p backend.PoolStats) float64 { return float64(p.Ready) }))
+	reg.CounterFunc("warren_pool_spawned_total", "Agents spawned for the warm pool, by isolation tier.", []string{"isolation"}, pools(func(p backend.PoolStats) float64 { return float64(p.Spawned) }))
+	reg.CounterFunc("warren_pool_taken_total", "Agents starts took from the warm pool, by isolation tier.", []string{"isolation"}, pools(func(p backend.PoolStats) float64 { return float64(p.Taken) }))
+	reg.CounterFunc("warren_pool_misses_total", "Starts that found the warm pool empty and paid a cold start, by isolation tier.", []string{"isolation"}, pools(func(p backend.PoolStats) float64 { return float64(p.Misses) }))
 	reg.GaugeFunc("warren_build_info", "The server's build: always 1, with its version and commit as labels.", []string{"version", "commit"},
 		func(emit func(float64, ...string)) { emit(1, buildinfo.Version(), buildinfo.Commit()) })
 	// Without a namespace label: only a key for every namespace sees it.

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -183,6 +184,55 @@ func TestMetricsFirstCPUSample(t *testing.T) {
 		t.Logf("%s: first cpu_usage %.1f%%", name, cpu)
 		if cpu < 0 || cpu > 100 {
 			t.Errorf("first sample of idle 1-CPU sandbox %s: cpu_usage %.1f%%, want 0..100", name, cpu)
+		}
+	}
+}
+
+// TestMetricsPool: the warm pool's series, on the real backend keeping one
+// agent warm: its size, what it spawned, and every start that could use it
+// counted as taken or missed; a namespace key sees none of them.
+func TestMetricsPool(t *testing.T) {
+	e := newEnv(t, false, nil)
+	const (
+		size    = `warren_pool_size{isolation="native"}`
+		ready   = `warren_pool_ready{isolation="native"}`
+		spawned = `warren_pool_spawned_total{isolation="native"}`
+		taken   = `warren_pool_taken_total{isolation="native"}`
+		misses  = `warren_pool_misses_total{isolation="native"}`
+	)
+	// The pool fills in the background.
+	var before map[string]float64
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if before = e.scrape(t, e.admin); before[ready] == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if before[size] != 1 || before[ready] != 1 || before[spawned] < 1 || before[taken] != 0 || before[misses] != 0 {
+		t.Fatalf("pool before any start: size %v ready %v spawned %v taken %v misses %v", before[size], before[ready], before[spawned], before[taken], before[misses])
+	}
+	// Two starts at once: one takes the ready agent, the other the one
+	// spawned ahead for the next slot, or finds the pool empty.
+	var wg sync.WaitGroup
+	for _, name := range []string{"p1", "p2"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.must("sandbox.start", map[string]any{"sandbox": name, "namespace": "pool"}, nil)
+		}()
+	}
+	wg.Wait()
+	after := e.scrape(t, e.admin)
+	if after[taken] < 1 || after[taken]+after[misses] != 2 || after[spawned] < before[spawned] {
+		t.Errorf("pool after two starts: taken %v misses %v spawned %v (before %v)", after[taken], after[misses], after[spawned], before[spawned])
+	}
+	keyNS, _, err := e.keys.Create(t.Context(), "pool", time.Hour, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range e.scrape(t, keyNS) {
+		if strings.HasPrefix(s, "warren_pool_") {
+			t.Errorf("a namespace key sees %s", s)
 		}
 	}
 }

@@ -64,6 +64,17 @@ func (m *Manager) initTiers() error {
 // policies aside).
 func (m *Manager) DefaultTier() string { return m.be.Name() }
 
+// Pools reports the warm pool of each tier whose backend has one.
+func (m *Manager) Pools() map[string]backend.PoolStats {
+	out := map[string]backend.PoolStats{}
+	for name, t := range m.tiers {
+		if p, ok := t.Backend.(backend.Pooler); ok {
+			out[name] = p.PoolStats()
+		}
+	}
+	return out
+}
+
 // tier returns the tier named name, or why it cannot be had.
 func (m *Manager) tier(name string) (Tier, error) {
 	if t, ok := m.tiers[name]; ok {

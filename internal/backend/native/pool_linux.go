@@ -28,8 +28,9 @@ type pool struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	dir   string
-	// made and taken count the agents spawned and taken out (settled).
-	made, taken atomic.Int64
+	// made and taken count the agents spawned and taken out (settled);
+	// misses the takes that found none ready.
+	made, taken, misses atomic.Int64
 }
 
 // poolSeq numbers pooled agents across the process's backends: their ids
@@ -101,6 +102,7 @@ func (p *pool) take() *agentProc {
 			}
 			a.discard()
 		default:
+			p.misses.Add(1)
 			return nil
 		}
 	}
@@ -116,6 +118,15 @@ func (p *pool) settled() bool {
 // (false without a pool): a benchmark waits for it so that a pooled
 // start's time is the start's alone, not shared with a refill's spawn.
 func (b *Backend) PoolSettled() bool { return b.pool.settled() }
+
+// PoolStats implements backend.Pooler (a zero PoolStats without a pool).
+func (b *Backend) PoolStats() backend.PoolStats {
+	p := b.pool
+	if p == nil {
+		return backend.PoolStats{}
+	}
+	return backend.PoolStats{Size: cap(p.ready), Ready: len(p.ready), Spawned: p.made.Load(), Taken: p.taken.Load(), Misses: p.misses.Load()}
+}
 
 // close stops refilling and kills the pooled agents.
 func (p *pool) close() {
