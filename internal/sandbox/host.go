@@ -109,6 +109,9 @@ const (
 // HostReserve) is at least n.
 func Needed(n int64) int64 {
 	f := n + n/(HostReserve-1)
+	for f > n && (f-1)-(f-1)/HostReserve >= n {
+		f--
+	}
 	for f-f/HostReserve < n {
 		f++
 	}

@@ -118,6 +118,32 @@ func TestWriteFileMax(t *testing.T) {
 	}
 }
 
+// TestKernelLimitsNeeded: the pty and pid figures the server raises the
+// kernel's to hold exactly --max-running sandboxes once the host's eighth
+// is kept; the write adds the kernel's pty reserve and refuses past the
+// kernel's largest.
+func TestKernelLimitsNeeded(t *testing.T) {
+	for _, n := range []int64{1, 7, 8, 4096, 16000, 294912} {
+		f := Needed(n)
+		if keep := f - f/HostReserve; keep < n || f > 1 && (f-1)-(f-1)/HostReserve >= n {
+			t.Errorf("Needed(%d) = %d: keeps %d; want the least figure keeping %d", n, f, keep, n)
+		}
+	}
+	h := Host{Ptys: PtysNeeded(256), Pids: PidsNeeded(1000, 32)}
+	if c := h.Capacity(1); c.Ptys != 256*16 || c.Pids != 1000*(32+128) {
+		t.Errorf("capacity at the figures needed: ptys %d (want %d), pids %d (want %d)", c.Ptys, 256*16, c.Pids, 1000*160)
+	}
+	root := t.TempDir()
+	writeFiles(t, root, kernel)
+	n, err := writePtyMax(root, PtysNeeded(256))
+	if b, _ := os.ReadFile(filepath.Join(root, "sys/kernel/pty/max")); err != nil || n != 5705 || strings.TrimSpace(string(b)) != "5705" {
+		t.Errorf("kernel.pty.max for 256 sandboxes: wrote %d %q, %v; want 5705 (4681 and the reserve of 1024)", n, b, err)
+	}
+	if _, err := writePtyMax(root, MaxPtyMax); err == nil {
+		t.Error("kernel.pty.max past the kernel's largest: no error")
+	}
+}
+
 // TestFileBytesIsTheLeast: FileBytes is no more than what a struct file
 // costs on this kernel (its filp slab object), so that FileMaxNeeded is
 // never below what sandboxes' memory can hold open.
