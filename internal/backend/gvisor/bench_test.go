@@ -63,3 +63,19 @@ func BenchmarkAgentChannel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPauseResume: pause a running sandbox (runsc pause and the
+// freezer) and resume it.
+func BenchmarkPauseResume(b *testing.B) {
+	sb := harness(b).Sandbox(b, backend.Config{})
+	p := sb.(backend.Pauser)
+	ctx := context.Background()
+	for b.Loop() {
+		if err := p.Pause(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Resume(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

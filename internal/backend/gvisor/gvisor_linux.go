@@ -694,17 +694,33 @@ func tail(p string) string {
 	return s
 }
 
-// sentryPid asks runsc for the sandbox process's pid.
-func (s *Sandbox) sentryPid(ctx context.Context) (int, error) {
+// runscStatus is what `runsc state` says of a container.
+type runscStatus struct {
+	Pid    int    `json:"pid"`
+	Status string `json:"status"` // "running", "paused", "stopped"...
+}
+
+// state asks runsc for the container's state.
+func (s *Sandbox) state(ctx context.Context) (runscStatus, error) {
+	var st runscStatus
 	out, err := s.b.runsc(ctx, "state", s.id).Output()
 	if err != nil {
-		return 0, fmt.Errorf("runsc state: %w", err)
+		return st, fmt.Errorf("runsc state: %w", err)
 	}
-	var st struct {
-		Pid int `json:"pid"`
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("runsc state: %w in %.200q", err, out)
 	}
-	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
-		return 0, fmt.Errorf("runsc state: no pid in %q", out)
+	return st, nil
+}
+
+// sentryPid asks runsc for the sandbox process's pid.
+func (s *Sandbox) sentryPid(ctx context.Context) (int, error) {
+	st, err := s.state(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if st.Pid <= 0 {
+		return 0, fmt.Errorf("runsc state: no pid (%+v)", st)
 	}
 	return st.Pid, nil
 }
