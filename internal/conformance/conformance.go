@@ -131,6 +131,8 @@ func Run(t *testing.T, h *Harness) {
 	t.Run("StopKillsWholeTree", h.stopKillsTree)
 	t.Run("AgentIgnoresSignalsFromSandbox", h.agentIgnoresSignals)
 	t.Run("PauseKeepsMemoryUsesNoCPU", h.pause)
+	t.Run("ReadOnlyRoot", h.readOnlyRoot)
+	t.Run("Volumes", h.volumes)
 	t.Run("NoInheritedDescriptors", h.noInheritedDescriptors)
 	t.Run("NoLeftoversAfterCycles", h.noLeftovers)
 	t.Run("KernelAsDeclared", h.kernelAsDeclared)

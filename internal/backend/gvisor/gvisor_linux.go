@@ -39,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,7 +140,7 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor backend: seccomp profile: %w", err)
 	}
-	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir, filepath.Join(opts.RunDir, runscState)} {
+	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir, filepath.Join(opts.RunDir, runscState), filepath.Join(opts.RunDir, bindsDir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor backend: %w", err)
 		}
@@ -204,14 +205,8 @@ func checkSupported(cfg backend.Config) error {
 	if cfg.Network == backend.NetworkEgress || len(cfg.Ports) > 0 {
 		missing = append(missing, "network egress and ports")
 	}
-	if len(cfg.Volumes) > 0 {
-		missing = append(missing, "volumes")
-	}
 	if cfg.DiskBytes > 0 {
 		missing = append(missing, "disk limits")
-	}
-	if cfg.ReadOnlyRoot {
-		missing = append(missing, "a read-only root")
 	}
 	if len(cfg.TrustCA) > 0 {
 		missing = append(missing, "a trusted CA (proxy-mode secrets)")
@@ -303,6 +298,13 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 		if !strings.HasPrefix(e.Name(), ".") {
 			seen[e.Name()] = true
 		}
+	}
+	// Pinned binds (binds_linux.go).
+	if ents, err = os.ReadDir(filepath.Join(b.opts.RunDir, bindsDir)); err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		seen[e.Name()] = true
 	}
 	ids, err := b.IDs()
 	if err != nil {
@@ -490,6 +492,9 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	}
 	spec, err := buildSpec(b, cfg, rootfs)
 	if err != nil {
+		return err
+	}
+	if err := b.pinBinds(s.id, spec, rootfs, len(cfg.Volumes)); err != nil {
 		return err
 	}
 	rd := b.runDir(s.id)
@@ -745,6 +750,8 @@ func buildSpec(b *Backend, cfg backend.Config, rootfs string) (*specs.Spec, erro
 	spec, err := oci.Build(oci.Params{
 		RootPath: rootfs, Hostname: hostname, Env: env, Cwd: cwd, ImageMounts: img.Mounts,
 		MemoryBytes: cfg.MemoryBytes, CPUs: cfg.CPUs, PidsMax: cfg.PidsMax, NoFile: nofile,
+		Volumes: backend.VolumeMounts(cfg.Volumes), ReadOnlyRoot: cfg.ReadOnlyRoot,
+		WritablePaths: append(slices.Clone(backend.AlwaysWritable), cfg.WritablePaths...),
 	})
 	if err != nil {
 		return nil, err
@@ -840,6 +847,9 @@ func (s *Sandbox) release(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(s.b.runDir(s.id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.b.unpinBinds(s.id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := unmountRoot(filepath.Join(s.b.sandboxDir(s.id), "rootfs")); err != nil {
