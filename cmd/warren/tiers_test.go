@@ -103,6 +103,15 @@ func TestServeIsolationTiers(t *testing.T) {
 	if r := call("sandbox.metrics.get", map[string]any{"namespace": "default", "sandbox": "g"}); r.Error != nil || json.Unmarshal(r.Result, &ms) != nil || len(ms.Sandboxes) != 1 || ms.Sandboxes[0].Isolation != "gvisor" {
 		t.Errorf("metrics of g: %+v %s", r.Error, r.Result)
 	}
+	// Paused over HTTP as a native sandbox is: a command is a conflict,
+	// or resumes it when it says so.
+	if r := call("sandbox.pause", map[string]any{"namespace": "default", "sandbox": "g"}); r.Error != nil || get("default", "g").State != "paused" {
+		t.Fatalf("pause the gvisor sandbox: %+v", r.Error)
+	}
+	wantErr("a command in a paused gvisor sandbox", call("sandbox.command.run", map[string]any{"namespace": "default", "sandbox": "g", "command": "true"}), "conflict", "resume it first")
+	if r := call("sandbox.command.run", map[string]any{"namespace": "default", "sandbox": "g", "command": "true", "resume": true}); r.Error != nil || get("default", "g").State != "running" {
+		t.Errorf("a command with resume in a paused gvisor sandbox: %+v", r.Error)
+	}
 	wantErr("strict asking for native", create("strict", "x", map[string]any{"isolation": "native"}), "forbidden", `isolation "native" is not among namespace "strict"'s isolation tiers (gvisor)`)
 	wantErr("gvisor with a disk limit", create("default", "d", map[string]any{"isolation": "gvisor", "disk_mib": 64}), "unsupported", `isolation "gvisor" has no disk limits: use isolation "native"`)
 	wantErr("unknown tier", create("default", "k", map[string]any{"isolation": "kvm"}), "invalid_params", "want one of native, gvisor")
