@@ -280,7 +280,7 @@ func (b *Backend) IDs() ([]string, error) {
 // and root mounts of sandboxes keep does not claim are removed.
 func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 	seen := map[string]bool{}
-	// runsc's state files are "<sandbox>_sandbox:<container>.state".
+	// runsc's state files (stateFile).
 	ents, err := os.ReadDir(filepath.Join(b.opts.RunDir, runscState))
 	if err != nil {
 		return nil, err
@@ -328,6 +328,12 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 		removed = append(removed, id)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// stateFile is runsc's state file of sandbox id, whose one container has
+// the sandbox's id: "<sandbox>_sandbox:<container>.state".
+func (b *Backend) stateFile(id string) string {
+	return filepath.Join(b.opts.RunDir, runscState, id+"_sandbox:"+id+".state")
 }
 
 // startTied starts cmd from one OS thread that lives as long as the
@@ -565,7 +571,7 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	run := b.runsc(context.Background(), "run", "--bundle="+rd,
 		fmt.Sprintf("--pass-fd=3:%d", boot.FDConfig), fmt.Sprintf("--pass-fd=4:%d", boot.FDListener),
 		fmt.Sprintf("--pass-fd=5:%d", boot.FDStatus), fmt.Sprintf("--pass-fd=6:%d", boot.FDConn),
-		"--exec-fd=7", s.id)
+		"--exec-fd=7", "--pid-file="+filepath.Join(rd, "sentry.pid"), s.id)
 	run.ExtraFiles = []*os.File{cfgAgent, ctlAgent, statusW, connAgent, exe}
 	run.Stdout, run.Stderr = logf, logf
 	// Its own process group, so a signal to the server's group (a
@@ -580,7 +586,15 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	}
 	done := make(chan struct{})
 	go func() {
-		_ = run.Wait()
+		err := run.Wait()
+		s.mu.Lock()
+		stopped := s.run != run // release took it: a stop, not a crash
+		s.mu.Unlock()
+		if !stopped {
+			// Its sentry, gofer or agent died: the sandbox manager
+			// reports the sandbox in error; this says how.
+			b.log.Warn("gvisor sandbox ended by itself", "id", s.id, "runsc", fmt.Sprint(err), "log", tail(filepath.Join(rd, "agent.log")))
+		}
 		close(done)
 	}()
 	s.mu.Lock()
@@ -599,7 +613,7 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	if err := waitReady(ctx, statusR, done, filepath.Join(rd, "agent.log")); err != nil {
 		return err
 	}
-	pid, err := s.sentryPid(ctx)
+	pid, err := sentryPid(filepath.Join(rd, "sentry.pid"))
 	if err != nil {
 		return err
 	}
@@ -699,35 +713,19 @@ func tail(p string) string {
 	return s
 }
 
-// runscStatus is what `runsc state` says of a container.
-type runscStatus struct {
-	Pid    int    `json:"pid"`
-	Status string `json:"status"` // "running", "paused", "stopped"...
-}
-
-// state asks runsc for the container's state.
-func (s *Sandbox) state(ctx context.Context) (runscStatus, error) {
-	var st runscStatus
-	out, err := s.b.runsc(ctx, "state", s.id).Output()
+// sentryPid reads the sandbox process's pid from the file `runsc run
+// --pid-file` wrote when it made the container (a `runsc state` call
+// would cost another runsc process per start).
+func sentryPid(p string) (int, error) {
+	b, err := os.ReadFile(p) //nolint:gosec // our own bundle under RunDir
 	if err != nil {
-		return st, fmt.Errorf("runsc state: %w", err)
+		return 0, fmt.Errorf("the sentry's pid: %w", err)
 	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return st, fmt.Errorf("runsc state: %w in %.200q", err, out)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the sentry's pid: %.40q in %s", b, p)
 	}
-	return st, nil
-}
-
-// sentryPid asks runsc for the sandbox process's pid.
-func (s *Sandbox) sentryPid(ctx context.Context) (int, error) {
-	st, err := s.state(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if st.Pid <= 0 {
-		return 0, fmt.Errorf("runsc state: no pid (%+v)", st)
-	}
-	return st.Pid, nil
+	return pid, nil
 }
 
 // buildSpec is the OCI spec runsc runs: Warren's spec for cfg, with the
@@ -821,14 +819,14 @@ func (s *Sandbox) release(ctx context.Context) error {
 	// SIGKILL to everything in the sandbox's cgroup first (the sentry,
 	// its gofer and stubs): runsc delete would first ask the sentry to
 	// end its processes, which waits for as long as the sentry does not
-	// answer (stopped, or busy). Then runsc removes its state.
+	// answer (stopped, or busy). `runsc run` then sees its sandbox end,
+	// removes runsc's state of it and exits; `runsc delete` is left for
+	// what it did not remove (it was killed, or there was none: a
+	// sandbox an earlier server ran), one runsc process less per stop.
 	if cg, err := s.b.cgroups.Open(s.id); err == nil {
 		if err := cg.Kill(); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if out, err := s.b.runsc(ctx, "delete", "--force", s.id).CombinedOutput(); err != nil && !notExist(out) {
-		errs = append(errs, fmt.Errorf("runsc delete: %w: %s", err, strings.TrimSpace(string(out))))
 	}
 	if run != nil {
 		select {
@@ -836,6 +834,11 @@ func (s *Sandbox) release(ctx context.Context) error {
 		case <-time.After(10 * time.Second):
 			_ = run.Process.Kill()
 			<-done
+		}
+	}
+	if _, err := os.Stat(s.b.stateFile(s.id)); !errors.Is(err, os.ErrNotExist) {
+		if out, err := s.b.runsc(ctx, "delete", "--force", s.id).CombinedOutput(); err != nil && !notExist(out) {
+			errs = append(errs, fmt.Errorf("runsc delete: %w: %s", err, strings.TrimSpace(string(out))))
 		}
 	}
 	if ctl != nil {
