@@ -133,6 +133,7 @@ func Run(t *testing.T, h *Harness) {
 	t.Run("PauseKeepsMemoryUsesNoCPU", h.pause)
 	t.Run("ReadOnlyRoot", h.readOnlyRoot)
 	t.Run("Volumes", h.volumes)
+	t.Run("TmpKeptAcrossRestart", h.tmpKept)
 	t.Run("NoInheritedDescriptors", h.noInheritedDescriptors)
 	t.Run("NoLeftoversAfterCycles", h.noLeftovers)
 	t.Run("KernelAsDeclared", h.kernelAsDeclared)

@@ -157,3 +157,22 @@ func (h *Harness) volumes(t *testing.T) {
 		_ = sb3.Stop(ctx)
 	}
 }
+
+// tmpKept: /tmp is the sandbox's disk (its writable layer), not memory:
+// what is written there is kept across a stop and a start.
+func (h *Harness) tmpKept(t *testing.T) {
+	sb := h.Sandbox(t, backend.Config{})
+	if r := Exec(t, sb, 0, "/bin/sh", "-c", "echo kept > /tmp/f"); r.Code != 0 {
+		t.Fatalf("write /tmp/f: %+v %q", r.ExitStatus, r.Stderr)
+	}
+	ctx := context.Background()
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := Exec(t, sb, 0, "/bin/cat", "/tmp/f"); r.Stdout != "kept\n" {
+		t.Errorf("/tmp/f after a restart: %+v %q %q", r.ExitStatus, r.Stdout, r.Stderr)
+	}
+}

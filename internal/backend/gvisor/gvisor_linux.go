@@ -765,6 +765,16 @@ func buildSpec(b *Backend, cfg backend.Config, rootfs string) (*specs.Spec, erro
 		mounts = append(mounts, m)
 	}
 	spec.Mounts = mounts
+	if !cfg.ReadOnlyRoot {
+		// runsc mounts a tmpfs of its own on an empty /tmp (the
+		// sentry's memory, lost at a stop) unless the spec mounts
+		// something there. Bound from the writable layer (pinBinds),
+		// /tmp is on disk as on the native backend: kept across
+		// restarts, and under a disk limit. Before the volumes, which
+		// may mount over it.
+		tmp := specs.Mount{Destination: "/tmp", Type: "bind", Source: "tmp", Options: []string{"bind", "nosuid", "nodev"}}
+		spec.Mounts = slices.Insert(spec.Mounts, len(spec.Mounts)-len(cfg.Volumes), tmp)
+	}
 	// The namespaces are the sentry's own; the seccomp filter the agent
 	// installs for what it starts (the sentry enforces it).
 	spec.Linux.Namespaces = []specs.LinuxNamespace{
