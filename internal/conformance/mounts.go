@@ -68,7 +68,7 @@ func (h *Harness) volumes(t *testing.T) {
 	// directory above a volume must be searchable by others.
 	host := t.TempDir()
 	for _, d := range []string{filepath.Dir(host), host} {
-		if err := os.Chmod(d, 0o755); err != nil {
+		if err := os.Chmod(d, 0o755); err != nil { //nolint:gosec // searchable by the sandbox's root uid
 			t.Fatal(err)
 		}
 	}
@@ -76,10 +76,10 @@ func (h *Harness) volumes(t *testing.T) {
 	ro := filepath.Join(host, "ro")
 	file := filepath.Join(host, "file.txt")
 	for _, d := range []string{rw, ro} {
-		if err := os.Mkdir(d, 0o777); err != nil {
+		if err := os.Mkdir(d, 0o777); err != nil { //nolint:gosec // writable by the sandbox's root uid
 			t.Fatal(err)
 		}
-		if err := os.Chmod(d, 0o777); err != nil {
+		if err := os.Chmod(d, 0o777); err != nil { //nolint:gosec // writable by the sandbox's root uid
 			t.Fatal(err)
 		}
 	}
