@@ -115,7 +115,21 @@ func pinFD(fd int, p string, ro bool) (pinned, error) {
 	if err := unix.Mount("/proc/self/fd/"+strconv.Itoa(fd), p, "", unix.MS_BIND, ""); err != nil {
 		return pin, fmt.Errorf("pin at %s: %w", p, err)
 	}
+	// A bind remount sets every per-mount flag: the source mount's
+	// own (read-only, noexec, atime) are kept, nosuid and nodev added.
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(p, &sfs); err != nil {
+		return pin, err
+	}
 	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOSUID | unix.MS_NODEV)
+	for _, f := range []struct{ st, ms uintptr }{
+		{unix.ST_RDONLY, unix.MS_RDONLY}, {unix.ST_NOEXEC, unix.MS_NOEXEC}, {unix.ST_NOATIME, unix.MS_NOATIME},
+		{unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if uintptr(sfs.Flags)&f.st != 0 { //nolint:gosec // G115: mount flags, non-negative
+			flags |= f.ms
+		}
+	}
 	if ro {
 		flags |= unix.MS_RDONLY
 	}
