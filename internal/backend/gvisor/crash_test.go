@@ -130,3 +130,17 @@ func goferPid(t *testing.T, id string) int {
 	t.Fatalf("no gofer of %s found", id)
 	return 0
 }
+
+// TestResumeNotPaused: Resume of a running sandbox runsc does not hold
+// paused (never paused, or resumed behind the backend's back) succeeds,
+// as a thaw of a cgroup that is not frozen does on native, rather than
+// leave the sandbox paused for good in the caller's eyes.
+func TestResumeNotPaused(t *testing.T) {
+	sb := harness(t).Sandbox(t, backend.Config{})
+	if err := sb.(backend.Pauser).Resume(context.Background()); err != nil {
+		t.Fatalf("resume of a running sandbox: %v", err)
+	}
+	if r := conformance.Exec(t, sb, 10*time.Second, "/bin/echo", "ok"); r.Stdout != "ok\n" {
+		t.Fatalf("exec after: %+v %q", r.ExitStatus, r.Stderr)
+	}
+}

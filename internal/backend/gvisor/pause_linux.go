@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -61,9 +62,31 @@ func (s *Sandbox) Resume(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, pauseTimeout)
 	defer cancel()
 	if err := s.runscCall(ctx, "resume"); err != nil {
+		// Not paused in runsc's eyes (resumed by hand, say): thawed,
+		// it runs, and saying otherwise would leave it paused for good
+		// in the caller's.
+		if st, serr := s.runscStatus(ctx); serr == nil && st == "running" {
+			return nil
+		}
 		return fmt.Errorf("resume sandbox %s: %w", s.id, err)
 	}
 	return nil
+}
+
+// runscStatus is the container's status as `runsc state` says it
+// ("running", "paused", ...).
+func (s *Sandbox) runscStatus(ctx context.Context) (string, error) {
+	out, err := s.b.runsc(ctx, "state", s.id).Output()
+	if err != nil {
+		return "", fmt.Errorf("runsc state: %w", err)
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "", fmt.Errorf("runsc state: %w in %.200q", err, out)
+	}
+	return st.Status, nil
 }
 
 // Paused implements backend.Pauser: the freezer's state as the kernel
