@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +15,10 @@ import (
 // TestServeIsolationTiers: a real server with both tiers (the pinned
 // runsc) makes a native and a gvisor sandbox over HTTP and says which
 // each got; a namespace that requires gvisor gets it and is forbidden
-// native; what gvisor lacks is unsupported, naming the alternative. A
+// native; the gvisor sandbox pauses (a command is then a conflict, or
+// resumes it on request) and a workspace mounts in one, its writes landing
+// in the workspace's host directory; what gvisor lacks is unsupported,
+// naming the alternative. A
 // server killed with SIGKILL leaves no runsc behind, and the next one
 // shows the gvisor sandbox stopped with the reason, its runtime state
 // gone. A server with a bogus runsc refuses the gvisor tier (and will
@@ -102,6 +106,39 @@ func TestServeIsolationTiers(t *testing.T) {
 	}
 	if r := call("sandbox.metrics.get", map[string]any{"namespace": "default", "sandbox": "g"}); r.Error != nil || json.Unmarshal(r.Result, &ms) != nil || len(ms.Sandboxes) != 1 || ms.Sandboxes[0].Isolation != "gvisor" {
 		t.Errorf("metrics of g: %+v %s", r.Error, r.Result)
+	}
+	// Paused over HTTP as a native sandbox is: a command is a conflict,
+	// or resumes it when it says so.
+	if r := call("sandbox.pause", map[string]any{"namespace": "default", "sandbox": "g"}); r.Error != nil || get("default", "g").State != "paused" {
+		t.Fatalf("pause the gvisor sandbox: %+v", r.Error)
+	}
+	wantErr("a command in a paused gvisor sandbox", call("sandbox.command.run", map[string]any{"namespace": "default", "sandbox": "g", "command": "true"}), "conflict", "resume it first")
+	if r := call("sandbox.command.run", map[string]any{"namespace": "default", "sandbox": "g", "command": "true", "resume": true}); r.Error != nil || get("default", "g").State != "running" {
+		t.Errorf("a command with resume in a paused gvisor sandbox: %+v", r.Error)
+	}
+	// A workspace (a volume at /workspace) mounts in a gvisor sandbox.
+	if r := call("workspace.create", map[string]any{"namespace": "default", "name": "proj"}); r.Error != nil {
+		t.Fatalf("workspace.create: %+v", r.Error)
+	}
+	if r := create("default", "w", map[string]any{"isolation": "gvisor", "workspace": "proj"}); r.Error != nil {
+		t.Fatalf("a gvisor sandbox with a workspace: %+v\n%s", r.Error, stderr.String())
+	}
+	if r := call("sandbox.command.run", map[string]any{"namespace": "default", "sandbox": "w", "command": "sh", "args": []string{"-c", "echo in-ws > /workspace/note && cat /workspace/note"}}); r.Error != nil || !strings.Contains(string(r.Result), "in-ws") {
+		t.Errorf("write in the workspace of a gvisor sandbox: %+v %s", r.Error, r.Result)
+	}
+	// On the host, in the workspace's directory (not the sandbox's layer).
+	var onHost []string
+	_ = filepath.WalkDir(filepath.Join(dir, "data", "workspaces"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "note" {
+			onHost = append(onHost, p)
+		}
+		return nil
+	})
+	if len(onHost) != 1 {
+		t.Errorf("the workspace's note on the host: %q, want one under %s", onHost, filepath.Join(dir, "data", "workspaces"))
+	}
+	if r := call("sandbox.remove", map[string]any{"namespace": "default", "sandbox": "w"}); r.Error != nil {
+		t.Errorf("remove w: %+v", r.Error)
 	}
 	wantErr("strict asking for native", create("strict", "x", map[string]any{"isolation": "native"}), "forbidden", `isolation "native" is not among namespace "strict"'s isolation tiers (gvisor)`)
 	wantErr("gvisor with a disk limit", create("default", "d", map[string]any{"isolation": "gvisor", "disk_mib": 64}), "unsupported", `isolation "gvisor" has no disk limits: use isolation "native"`)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path"
 	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // Volume is a host directory or file bind-mounted into a sandbox.
@@ -94,4 +96,19 @@ func ValidateVolumes(vs []Volume) error {
 		seen[v.Target] = true
 	}
 	return nil
+}
+
+// VolumeMounts are the OCI binds of vs. Not recursive: what is mounted
+// below a volume's source on the host stays out of the sandbox, and
+// read-only applies to all that is visible.
+func VolumeMounts(vs []Volume) []specs.Mount {
+	var ms []specs.Mount
+	for _, v := range vs {
+		opts := []string{"bind", "nosuid", "nodev"}
+		if v.ReadOnly {
+			opts = append(opts, "ro")
+		}
+		ms = append(ms, specs.Mount{Destination: v.Target, Type: "bind", Source: v.Source, Options: opts})
+	}
+	return ms
 }

@@ -4,9 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/bench"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -62,4 +68,95 @@ func BenchmarkAgentChannel(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPauseResume: pause a running sandbox (runsc pause and the
+// freezer) and resume it.
+func BenchmarkPauseResume(b *testing.B) {
+	sb := harness(b).Sandbox(b, backend.Config{})
+	p := sb.(backend.Pauser)
+	ctx := context.Background()
+	for b.Loop() {
+		if err := p.Pause(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := p.Resume(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkVsRunsc weighs the backend against runsc by itself, each
+// iteration one of each interleaved (a loaded host's drift hits both):
+// "cycle" is BenchmarkCycle's create → exec true → remove against a
+// bare `runsc run` of /bin/true (same flags, a root of the host's /usr);
+// "exec" is an exec of true through the agent against `runsc exec` in
+// the same running sandbox. Reported: each side's median and their ratio.
+func BenchmarkVsRunsc(b *testing.B) {
+	h := harness(b)
+	runsc := testenv.RunscBinary(b)
+	ctx := context.Background()
+	report := func(b *testing.B, ours, bare []time.Duration) {
+		m, n := median(ours), median(bare)
+		b.ReportMetric(float64(m.Microseconds())/1000, "warren-ms")
+		b.ReportMetric(float64(n.Microseconds())/1000, "runsc-ms")
+		b.ReportMetric(float64(m)/float64(n), "ratio")
+	}
+	b.Run("cycle", func(b *testing.B) {
+		dir := b.TempDir()
+		bare, cleanup, err := bench.OCIRuntime(runsc, dir, "--root="+filepath.Join(dir, "state"),
+			"--platform=systrap", "--network=none", "--overlay2=none", "--directfs=false")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cleanup()
+		var ours, theirs []time.Duration
+		for i := range b.N {
+			t0 := time.Now()
+			sb, err := h.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("vs-%d-%d", os.Getpid(), i), Image: h.Image})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := sb.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
+				b.Fatal(st, err)
+			}
+			if err := sb.Remove(ctx); err != nil {
+				b.Fatal(err)
+			}
+			ours = append(ours, time.Since(t0))
+			t0 = time.Now()
+			if err := bare(); err != nil {
+				b.Fatal(err)
+			}
+			theirs = append(theirs, time.Since(t0))
+		}
+		report(b, ours, theirs)
+	})
+	b.Run("exec", func(b *testing.B) {
+		sb := h.Sandbox(b, backend.Config{})
+		root := filepath.Join(sharedBase, "run", ".runsc")
+		var ours, theirs []time.Duration
+		for range b.N {
+			t0 := time.Now()
+			if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
+				b.Fatal(st, err)
+			}
+			ours = append(ours, time.Since(t0))
+			t0 = time.Now()
+			if out, err := exec.Command(runsc, "--root="+root, "exec", sb.ID(), "/bin/true").CombinedOutput(); err != nil { //nolint:gosec // the test's runsc
+				b.Fatalf("runsc exec: %v: %s", err, out)
+			}
+			theirs = append(theirs, time.Since(t0))
+		}
+		report(b, ours, theirs)
+	})
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

@@ -39,6 +39,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -139,7 +140,7 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor backend: seccomp profile: %w", err)
 	}
-	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir, filepath.Join(opts.RunDir, runscState)} {
+	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir, filepath.Join(opts.RunDir, runscState), filepath.Join(opts.RunDir, bindsDir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor backend: %w", err)
 		}
@@ -204,14 +205,8 @@ func checkSupported(cfg backend.Config) error {
 	if cfg.Network == backend.NetworkEgress || len(cfg.Ports) > 0 {
 		missing = append(missing, "network egress and ports")
 	}
-	if len(cfg.Volumes) > 0 {
-		missing = append(missing, "volumes")
-	}
 	if cfg.DiskBytes > 0 {
 		missing = append(missing, "disk limits")
-	}
-	if cfg.ReadOnlyRoot {
-		missing = append(missing, "a read-only root")
 	}
 	if len(cfg.TrustCA) > 0 {
 		missing = append(missing, "a trusted CA (proxy-mode secrets)")
@@ -285,7 +280,7 @@ func (b *Backend) IDs() ([]string, error) {
 // and root mounts of sandboxes keep does not claim are removed.
 func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 	seen := map[string]bool{}
-	// runsc's state files are "<sandbox>_sandbox:<container>.state".
+	// runsc's state files (stateFile).
 	ents, err := os.ReadDir(filepath.Join(b.opts.RunDir, runscState))
 	if err != nil {
 		return nil, err
@@ -303,6 +298,13 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 		if !strings.HasPrefix(e.Name(), ".") {
 			seen[e.Name()] = true
 		}
+	}
+	// Pinned binds (binds_linux.go).
+	if ents, err = os.ReadDir(filepath.Join(b.opts.RunDir, bindsDir)); err != nil {
+		return nil, err
+	}
+	for _, e := range ents {
+		seen[e.Name()] = true
 	}
 	ids, err := b.IDs()
 	if err != nil {
@@ -326,6 +328,12 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 		removed = append(removed, id)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// stateFile is runsc's state file of sandbox id, whose one container has
+// the sandbox's id: "<sandbox>_sandbox:<container>.state".
+func (b *Backend) stateFile(id string) string {
+	return filepath.Join(b.opts.RunDir, runscState, id+"_sandbox:"+id+".state")
 }
 
 // startTied starts cmd from one OS thread that lives as long as the
@@ -492,6 +500,9 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	if err != nil {
 		return err
 	}
+	if err := b.pinBinds(s.id, spec, rootfs, len(cfg.Volumes)); err != nil {
+		return err
+	}
 	rd := b.runDir(s.id)
 	if err := os.MkdirAll(rd, 0o700); err != nil {
 		return err
@@ -560,7 +571,7 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	run := b.runsc(context.Background(), "run", "--bundle="+rd,
 		fmt.Sprintf("--pass-fd=3:%d", boot.FDConfig), fmt.Sprintf("--pass-fd=4:%d", boot.FDListener),
 		fmt.Sprintf("--pass-fd=5:%d", boot.FDStatus), fmt.Sprintf("--pass-fd=6:%d", boot.FDConn),
-		"--exec-fd=7", s.id)
+		"--exec-fd=7", "--pid-file="+filepath.Join(rd, "sentry.pid"), s.id)
 	run.ExtraFiles = []*os.File{cfgAgent, ctlAgent, statusW, connAgent, exe}
 	run.Stdout, run.Stderr = logf, logf
 	// Its own process group, so a signal to the server's group (a
@@ -575,7 +586,15 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	}
 	done := make(chan struct{})
 	go func() {
-		_ = run.Wait()
+		err := run.Wait()
+		s.mu.Lock()
+		stopped := s.run != run // release took it: a stop, not a crash
+		s.mu.Unlock()
+		if !stopped {
+			// Its sentry, gofer or agent died: the sandbox manager
+			// reports the sandbox in error; this says how.
+			b.log.Warn("gvisor sandbox ended by itself", "id", s.id, "runsc", fmt.Sprint(err), "log", tail(filepath.Join(rd, "agent.log")))
+		}
 		close(done)
 	}()
 	s.mu.Lock()
@@ -594,7 +613,7 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	if err := waitReady(ctx, statusR, done, filepath.Join(rd, "agent.log")); err != nil {
 		return err
 	}
-	pid, err := s.sentryPid(ctx)
+	pid, err := sentryPid(filepath.Join(rd, "sentry.pid"))
 	if err != nil {
 		return err
 	}
@@ -694,19 +713,19 @@ func tail(p string) string {
 	return s
 }
 
-// sentryPid asks runsc for the sandbox process's pid.
-func (s *Sandbox) sentryPid(ctx context.Context) (int, error) {
-	out, err := s.b.runsc(ctx, "state", s.id).Output()
+// sentryPid reads the sandbox process's pid from the file `runsc run
+// --pid-file` wrote when it made the container (a `runsc state` call
+// would cost another runsc process per start).
+func sentryPid(p string) (int, error) {
+	b, err := os.ReadFile(p) //nolint:gosec // our own bundle under RunDir
 	if err != nil {
-		return 0, fmt.Errorf("runsc state: %w", err)
+		return 0, fmt.Errorf("the sentry's pid: %w", err)
 	}
-	var st struct {
-		Pid int `json:"pid"`
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("the sentry's pid: %.40q in %s", b, p)
 	}
-	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
-		return 0, fmt.Errorf("runsc state: no pid in %q", out)
-	}
-	return st.Pid, nil
+	return pid, nil
 }
 
 // buildSpec is the OCI spec runsc runs: Warren's spec for cfg, with the
@@ -729,6 +748,8 @@ func buildSpec(b *Backend, cfg backend.Config, rootfs string) (*specs.Spec, erro
 	spec, err := oci.Build(oci.Params{
 		RootPath: rootfs, Hostname: hostname, Env: env, Cwd: cwd, ImageMounts: img.Mounts,
 		MemoryBytes: cfg.MemoryBytes, CPUs: cfg.CPUs, PidsMax: cfg.PidsMax, NoFile: nofile,
+		Volumes: backend.VolumeMounts(cfg.Volumes), ReadOnlyRoot: cfg.ReadOnlyRoot,
+		WritablePaths: append(slices.Clone(backend.AlwaysWritable), cfg.WritablePaths...),
 	})
 	if err != nil {
 		return nil, err
@@ -744,6 +765,16 @@ func buildSpec(b *Backend, cfg backend.Config, rootfs string) (*specs.Spec, erro
 		mounts = append(mounts, m)
 	}
 	spec.Mounts = mounts
+	if !cfg.ReadOnlyRoot {
+		// runsc mounts a tmpfs of its own on an empty /tmp (the
+		// sentry's memory, lost at a stop) unless the spec mounts
+		// something there. Bound from the writable layer (pinBinds),
+		// /tmp is on disk as on the native backend: kept across
+		// restarts, and under a disk limit. Before the volumes, which
+		// may mount over it.
+		tmp := specs.Mount{Destination: "/tmp", Type: "bind", Source: "tmp", Options: []string{"bind", "nosuid", "nodev"}}
+		spec.Mounts = slices.Insert(spec.Mounts, len(spec.Mounts)-len(cfg.Volumes), tmp)
+	}
 	// The namespaces are the sentry's own; the seccomp filter the agent
 	// installs for what it starts (the sentry enforces it).
 	spec.Linux.Namespaces = []specs.LinuxNamespace{
@@ -798,14 +829,14 @@ func (s *Sandbox) release(ctx context.Context) error {
 	// SIGKILL to everything in the sandbox's cgroup first (the sentry,
 	// its gofer and stubs): runsc delete would first ask the sentry to
 	// end its processes, which waits for as long as the sentry does not
-	// answer (stopped, or busy). Then runsc removes its state.
+	// answer (stopped, or busy). `runsc run` then sees its sandbox end,
+	// removes runsc's state of it and exits; `runsc delete` is left for
+	// what it did not remove (it was killed, or there was none: a
+	// sandbox an earlier server ran), one runsc process less per stop.
 	if cg, err := s.b.cgroups.Open(s.id); err == nil {
 		if err := cg.Kill(); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	if out, err := s.b.runsc(ctx, "delete", "--force", s.id).CombinedOutput(); err != nil && !notExist(out) {
-		errs = append(errs, fmt.Errorf("runsc delete: %w: %s", err, strings.TrimSpace(string(out))))
 	}
 	if run != nil {
 		select {
@@ -813,6 +844,11 @@ func (s *Sandbox) release(ctx context.Context) error {
 		case <-time.After(10 * time.Second):
 			_ = run.Process.Kill()
 			<-done
+		}
+	}
+	if _, err := os.Stat(s.b.stateFile(s.id)); !errors.Is(err, os.ErrNotExist) {
+		if out, err := s.b.runsc(ctx, "delete", "--force", s.id).CombinedOutput(); err != nil && !notExist(out) {
+			errs = append(errs, fmt.Errorf("runsc delete: %w: %s", err, strings.TrimSpace(string(out))))
 		}
 	}
 	if ctl != nil {
@@ -824,6 +860,9 @@ func (s *Sandbox) release(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(s.b.runDir(s.id)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.b.unpinBinds(s.id); err != nil {
 		errs = append(errs, err)
 	}
 	if err := unmountRoot(filepath.Join(s.b.sandboxDir(s.id), "rootfs")); err != nil {

@@ -742,23 +742,15 @@ func (s *Sandbox) spec() (*specs.Spec, *boot.Config, error) {
 	}, nil
 }
 
-// volumeBinds are the binds of vs. Not recursive: what is mounted below a
-// volume's source on the host stays out of the sandbox, and read-only
-// applies to all that is visible. With hostMounted, the host makes each
-// bind's mount (volumeMounts), and the binds have no source
-// (boot.Config.BindMounts).
+// volumeBinds are the binds of vs (backend.VolumeMounts). With
+// hostMounted, the host makes each bind's mount (volumeMounts), and the
+// binds have no source (boot.Config.BindMounts).
 func volumeBinds(vs []backend.Volume, hostMounted bool) []specs.Mount {
-	var ms []specs.Mount
-	for _, v := range vs {
-		opts := []string{"bind", "nosuid", "nodev"}
-		if v.ReadOnly {
-			opts = append(opts, "ro")
+	ms := backend.VolumeMounts(vs)
+	if hostMounted {
+		for i := range ms {
+			ms[i].Source = ""
 		}
-		src := v.Source
-		if hostMounted {
-			src = ""
-		}
-		ms = append(ms, specs.Mount{Destination: v.Target, Type: "bind", Source: src, Options: opts})
 	}
 	return ms
 }

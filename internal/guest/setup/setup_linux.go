@@ -271,7 +271,7 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 		// missing, as the sandbox's root; reached without symlinks, so
 		// one the sandbox left there fails the start rather than binds
 		// some other directory writable.
-		sfd, err := ensureInRoot(rootFD, m.Source, false, true)
+		sfd, err := EnsureInRoot(rootFD, m.Source, false, true)
 		if err != nil {
 			return fmt.Errorf("writable path /%s: %w", m.Source, err)
 		}
@@ -302,7 +302,7 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 	// sandbox left in its upper layer (/data -> /proc, say) would otherwise
 	// send a volume over the sandbox's own /proc or /dev. Nothing of the
 	// sandbox runs during setup, so what is resolved here stays.
-	fd, err := ensureInRoot(rootFD, m.Destination, isFile, bind)
+	fd, err := EnsureInRoot(rootFD, m.Destination, isFile, bind)
 	if err != nil {
 		return err
 	}
@@ -317,7 +317,7 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 		// clear nosuid/nodev/noexec inherited from the host). The fd above
 		// names the directory under the new mount, so reopen to reach it.
 		if rest := flags &^ (unix.MS_REC | unix.MS_BIND); rest != 0 {
-			top, err := ensureInRoot(rootFD, m.Destination, isFile, true)
+			top, err := EnsureInRoot(rootFD, m.Destination, isFile, true)
 			if err != nil {
 				return err
 			}
@@ -338,7 +338,7 @@ func attachInRoot(rootFD int, m specs.Mount, mnt int) error {
 	if err := unix.Fstat(mnt, &st); err != nil {
 		return err
 	}
-	fd, err := ensureInRoot(rootFD, m.Destination, st.Mode&unix.S_IFMT != unix.S_IFDIR, true)
+	fd, err := EnsureInRoot(rootFD, m.Destination, st.Mode&unix.S_IFMT != unix.S_IFDIR, true)
 	if err != nil {
 		return err
 	}
@@ -399,11 +399,12 @@ func parseMountOptions(opts []string) (flags uintptr, data string, bind bool) {
 	return flags, strings.Join(extra, ","), flags&unix.MS_BIND != 0
 }
 
-// ensureInRoot opens (creating when missing) the directory or file at p
+// EnsureInRoot opens (creating when missing) the directory or file at p
 // inside the root, never leaving it, and returns an O_PATH fd. With
 // noSymlinks a symlink anywhere on the way is an error rather than
-// followed (within the root).
-func ensureInRoot(rootFD int, p string, file, noSymlinks bool) (int, error) {
+// followed (within the root). The gvisor backend uses it on the host, for
+// the writable paths of a read-only root it binds before runsc starts.
+func EnsureInRoot(rootFD int, p string, file, noSymlinks bool) (int, error) {
 	p = strings.TrimPrefix(path.Clean("/"+p), "/")
 	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
 	if noSymlinks {
@@ -422,7 +423,7 @@ func ensureInRoot(rootFD int, p string, file, noSymlinks bool) (int, error) {
 	dir, base := path.Split(p)
 	parent := rootFD
 	if dir != "" {
-		fd, err := ensureInRoot(rootFD, dir, false, noSymlinks)
+		fd, err := EnsureInRoot(rootFD, dir, false, noSymlinks)
 		if err != nil {
 			return -1, err
 		}
@@ -450,7 +451,7 @@ func ensureInRoot(rootFD int, p string, file, noSymlinks bool) (int, error) {
 }
 
 func makeDevLinks(rootFD int) error {
-	dev, err := ensureInRoot(rootFD, "/dev", false, false)
+	dev, err := EnsureInRoot(rootFD, "/dev", false, false)
 	if err != nil {
 		return err
 	}

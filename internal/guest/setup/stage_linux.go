@@ -152,7 +152,7 @@ func (st *Staged) fits(s *boot.Spec) (int, bool) {
 // each destination inside the root as mountInRoot does.
 func (st *Staged) moveInto(rootFD int) error {
 	for _, top := range stagedTops {
-		fd, err := ensureInRoot(rootFD, top, false, false)
+		fd, err := EnsureInRoot(rootFD, top, false, false)
 		if err != nil {
 			return fmt.Errorf("staged %s: %w", top, err)
 		}
