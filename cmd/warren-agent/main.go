@@ -156,7 +156,7 @@ func run(status *os.File) error {
 	srv := service.NewServer(runner, root, rm)
 	if attach != nil {
 		srv.Detach = attach.Detach
-		if err := attach.ServeAttach(); err != nil {
+		if err := attach.ServeAttach(boot.AttachSocket); err != nil {
 			return err
 		}
 	}
@@ -180,5 +180,5 @@ func attach(hostname string) error {
 	if err := unix.Sethostname([]byte(hostname)); err != nil {
 		return fmt.Errorf("hostname: %w", err)
 	}
-	return boot.Attach(passed(boot.FDAttach, "control"))
+	return boot.Attach(boot.AttachSocket, passed(boot.FDAttach, "control"))
 }

@@ -186,16 +186,12 @@ func (s *Sandbox) restore(ctx context.Context, cfg backend.Config, image string)
 	s.run, s.done = run, done
 	s.mu.Unlock()
 	_ = logf.Close()
-	if err := s.waitRunning(ctx, done, filepath.Join(rd, "agent.log")); err != nil {
+	pid, err := s.waitRunning(ctx, done, filepath.Join(rd, "agent.log"))
+	if err != nil {
 		return err
 	}
 	ctl, err := s.attach(ctx, cfg)
 	if err != nil {
-		return err
-	}
-	pid, err := s.sentryPid(ctx)
-	if err != nil {
-		_ = ctl.Close()
 		return err
 	}
 	cg, err := b.cgroups.Open(s.id)
@@ -211,23 +207,26 @@ func (s *Sandbox) restore(ctx context.Context, cfg backend.Config, image string)
 
 // waitRunning waits for runsc to record the restored container running,
 // reading its state file (a runsc state per poll would cost a process
-// each).
-func (s *Sandbox) waitRunning(ctx context.Context, done <-chan struct{}, logPath string) error {
+// each), and returns the sentry's pid from it.
+func (s *Sandbox) waitRunning(ctx context.Context, done <-chan struct{}, logPath string) (int, error) {
 	state := filepath.Join(s.b.opts.RunDir, runscState, s.id+"_sandbox:"+s.id+".state")
 	for {
 		if b, err := os.ReadFile(state); err == nil { //nolint:gosec // runsc's state under our RunDir
 			var st struct {
-				Status string `json:"status"`
+				Status  string `json:"status"`
+				Sandbox struct {
+					Pid int `json:"pid"`
+				} `json:"sandbox"`
 			}
-			if json.Unmarshal(b, &st) == nil && st.Status == "running" {
-				return nil
+			if json.Unmarshal(b, &st) == nil && st.Status == "running" && st.Sandbox.Pid > 0 {
+				return st.Sandbox.Pid, nil
 			}
 		}
 		select {
 		case <-done:
-			return fmt.Errorf("runsc restore exited: %s", tail(logPath))
+			return 0, fmt.Errorf("runsc restore exited: %s", tail(logPath))
 		case <-ctx.Done():
-			return fmt.Errorf("the restore did not finish in time: %w (%s)", ctx.Err(), tail(logPath))
+			return 0, fmt.Errorf("the restore did not finish in time: %w (%s)", ctx.Err(), tail(logPath))
 		case <-time.After(2 * time.Millisecond):
 		}
 	}

@@ -11,8 +11,9 @@
 // control socket instead and sends each new connection over it as a
 // descriptor (boot.SendConn): one socket pair and one sendmsg per
 // connection, which the agent client pools. No path inside the sandbox
-// leads to the agent, and no host socket is visible to sandbox code
-// (runsc's --host-uds stays off).
+// leads to the host, and no host socket is visible to sandbox code
+// (runsc's --host-uds stays off). A checkpoint drops these descriptors
+// and the host passes a new control socket after (checkpoint_linux.go).
 //
 // On-disk layout, all owned by one sandbox and removed with it:
 //
@@ -181,6 +182,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		// The agent's control socket is this process's: a restarted
 		// server finds the sandbox stopped (files kept).
 		Reattach: false,
+		// runsc checkpoint and restore (checkpoint_linux.go).
+		Checkpoint: true,
 	}
 }
 
@@ -771,8 +774,9 @@ func buildSpec(b *Backend, cfg backend.Config, rootfs string) (*specs.Spec, erro
 }
 
 // agentInSandbox is where the agent's binary is in a sandbox: in /dev,
-// the sentry's own memory file system, so no trace of it lands in the
-// sandbox's writable layer.
+// the sentry's own memory file system, out of the way of the sandbox's
+// files (runsc's empty mount point under it in the writable layer is
+// hidden by that /dev).
 const agentInSandbox = "/dev/.warren-agent"
 
 // agentConfig is the config the agent reads at start.

@@ -41,6 +41,7 @@ type AttachListener struct {
 	conns   map[net.Conn]struct{} // accepted through cur, closed by Detach
 	first   net.Conn
 	closing bool
+	attachL net.Listener // ServeAttach's, closed by Close
 }
 
 // NewAttachListener returns a listener for the connections the host sends
@@ -165,6 +166,9 @@ func (l *AttachListener) Close() error {
 	l.Detach()
 	l.mu.Lock()
 	l.closing = true
+	if l.attachL != nil {
+		_ = l.attachL.Close()
+	}
 	select {
 	case <-l.ready:
 	default:
@@ -177,14 +181,17 @@ func (l *AttachListener) Close() error {
 // Addr implements net.Listener.
 func (l *AttachListener) Addr() net.Addr { return &net.UnixAddr{Name: "host", Net: "unix"} }
 
-// ServeAttach takes new control sockets on AttachSocket until the listener
-// is closed, each from a root peer. It returns once the socket listens;
+// ServeAttach takes new control sockets on the unix socket name
+// (AttachSocket) until the listener is closed, each from a root peer. It returns once the socket listens;
 // the serving goes on in the background.
-func (l *AttachListener) ServeAttach() error {
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: AttachSocket, Net: "unix"})
+func (l *AttachListener) ServeAttach(name string) error {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("attach socket: %w", err)
 	}
+	l.mu.Lock()
+	l.attachL = ln
+	l.mu.Unlock()
 	go func() {
 		defer func() { _ = ln.Close() }()
 		for {
@@ -263,10 +270,10 @@ func rootPeer(c *net.UnixConn) error {
 	return nil
 }
 
-// Attach sends ctl to the agent's AttachSocket and returns the agent's
-// answer (what `warren-agent attach` runs).
-func Attach(ctl *os.File) error {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: AttachSocket, Net: "unix"})
+// Attach sends ctl to the agent's socket name (AttachSocket) and returns
+// the agent's answer (what `warren-agent attach` runs).
+func Attach(name string, ctl *os.File) error {
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: name, Net: "unix"})
 	if err != nil {
 		return fmt.Errorf("reach the agent: %w", err)
 	}
