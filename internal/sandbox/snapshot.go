@@ -197,15 +197,15 @@ func (m *Manager) checkSnapshotQuota(ns string, p NamespacePolicy, adding int64)
 	return nil
 }
 
-// dirBytes is the space dir's files take (their allocated blocks).
+// dirBytes is the size of dir's files.
 func dirBytes(dir string) int64 {
 	var n int64
+	// An entry that cannot be read is not counted; the walk goes on.
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if fi, err := d.Info(); err == nil && fi.Mode().IsRegular() {
-			n += fi.Size()
+		if err == nil && d.Type().IsRegular() {
+			if fi, ierr := d.Info(); ierr == nil {
+				n += fi.Size()
+			}
 		}
 		return nil
 	})

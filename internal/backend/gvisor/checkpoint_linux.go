@@ -140,7 +140,8 @@ func (b *Backend) Restore(ctx context.Context, cfg backend.Config, dir string) (
 	}
 	s := sb.(*Sandbox)
 	upper := filepath.Join(b.sandboxDir(s.id), "upper")
-	if err := os.Remove(upper); err == nil {
+	err = os.Remove(upper)
+	if err == nil {
 		err = copyTree(ctx, filepath.Join(dir, upperDir), upper)
 	}
 	if err == nil {
