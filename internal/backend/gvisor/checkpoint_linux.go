@@ -27,9 +27,14 @@ import (
 // sandbox would not have: the agent drops them first (boot.AttachListener)
 // and the host hands it a new control socket after (attach), the source
 // as well as every copy; a copy never sees its source's.
+//
+// The restored agent's code is the binary its sandbox mounted, read again
+// after a restore: agentFile records which (agentbin names each build's
+// by its hash), and a restore by another build's agent is refused.
 const (
 	checkpointDir = "checkpoint"
 	upperDir      = "upper"
+	agentFile     = "agent"
 )
 
 // Checkpoint implements backend.Checkpointer: the running sandbox's state
@@ -46,6 +51,9 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string) (err error) {
 		return fmt.Errorf("sandbox %s is not running", s.id)
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, agentFile), []byte(s.b.opts.AgentPath), 0o600); err != nil {
 		return err
 	}
 	if err := client.Detach(ctx); err != nil {
@@ -133,6 +141,11 @@ func copyTree(ctx context.Context, src, dst string) error {
 func (b *Backend) Restore(ctx context.Context, cfg backend.Config, dir string) (backend.Sandbox, error) {
 	if _, err := os.Stat(filepath.Join(dir, checkpointDir)); err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	if a, err := os.ReadFile(filepath.Join(dir, agentFile)); err != nil { //nolint:gosec // the snapshot's own file
+		return nil, fmt.Errorf("snapshot: %w", err)
+	} else if string(a) != b.opts.AgentPath {
+		return nil, fmt.Errorf("the snapshot's sandbox ran another warren build's agent (%s; this server's is %s): restore it with that build: %w", a, b.opts.AgentPath, backend.ErrUnsupported)
 	}
 	sb, err := b.Create(ctx, cfg)
 	if err != nil {

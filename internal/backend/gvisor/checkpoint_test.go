@@ -2,6 +2,7 @@ package gvisor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/gvisor"
 	"github.com/warren-sandbox/warren/internal/conformance"
+	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
@@ -186,7 +188,18 @@ func TestRestoreBadSnapshot(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "checkpoint", "checkpoint.img"), []byte("not a checkpoint"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = b.Restore(context.Background(), backend.Config{ID: fmt.Sprintf("bad-%d", os.Getpid()), Image: h.Image}, dir)
+	cfg := backend.Config{ID: fmt.Sprintf("bad-%d", os.Getpid()), Image: h.Image}
+	// Another build's agent: refused before anything runs.
+	if err := os.WriteFile(filepath.Join(dir, "agent"), []byte("/old/warren-agent-0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Restore(context.Background(), cfg, dir); !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "another warren build") {
+		t.Errorf("restore with another agent: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "agent"), []byte(testenv.AgentBinary(t)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Restore(context.Background(), cfg, dir)
 	if err == nil {
 		t.Fatal("restore of garbage succeeded")
 	}

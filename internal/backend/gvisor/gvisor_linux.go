@@ -488,7 +488,7 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	}
 
 	// The agent's descriptors (boot.FD*): config, control, status, the
-	// first connection; and the agent binary runsc executes (--exec-fd).
+	// first connection.
 	cfgHost, cfgAgent, err := socketPair()
 	if err != nil {
 		return err
