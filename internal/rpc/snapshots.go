@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/errdefs"
 	"github.com/warren-sandbox/warren/internal/sandbox"
@@ -42,7 +43,23 @@ type snapshotListParams struct {
 }
 
 type snapshotList struct {
-	Snapshots []sandbox.SnapshotInfo `json:"snapshots"`
+	Snapshots []snapshotInfo `json:"snapshots"`
+}
+
+// snapshotInfo is a snapshot as the API shows it (docs/api.md#snapshots).
+type snapshotInfo struct {
+	Name      string    `json:"name"`
+	Namespace string    `json:"namespace"`
+	Source    string    `json:"source"`
+	Isolation string    `json:"isolation"`
+	Image     string    `json:"image"`
+	Created   time.Time `json:"created"`
+	Bytes     int64     `json:"bytes"`
+}
+
+func toSnapshotInfo(in sandbox.SnapshotInfo) snapshotInfo {
+	return snapshotInfo{Name: in.Name, Namespace: in.Namespace, Source: in.Source, Isolation: in.Isolation,
+		Image: in.Image, Created: in.Created, Bytes: in.Bytes}
 }
 
 func (s *Server) sandboxCheckpoint(ctx context.Context, c *call, p *checkpointParams) (any, error) {
@@ -53,7 +70,11 @@ func (s *Server) sandboxCheckpoint(ctx context.Context, c *call, p *checkpointPa
 	if err := snapshotName(p.Snapshot); err != nil {
 		return nil, err
 	}
-	return s.mgr.Checkpoint(ctx, ns, name, p.Snapshot)
+	info, err := s.mgr.Checkpoint(ctx, ns, name, p.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	return toSnapshotInfo(info), nil
 }
 
 func (s *Server) sandboxRestore(ctx context.Context, c *call, p *restoreParams) (any, error) {
@@ -110,10 +131,11 @@ func (s *Server) snapshotList(_ context.Context, c *call, p *snapshotListParams)
 	if err != nil {
 		return nil, err
 	}
-	if list == nil {
-		list = []sandbox.SnapshotInfo{}
+	out := snapshotList{Snapshots: []snapshotInfo{}}
+	for _, in := range list {
+		out.Snapshots = append(out.Snapshots, toSnapshotInfo(in))
 	}
-	return snapshotList{Snapshots: list}, nil
+	return out, nil
 }
 
 func (s *Server) snapshotGet(_ context.Context, c *call, p *snapshotRef) (any, error) {
@@ -124,7 +146,11 @@ func (s *Server) snapshotGet(_ context.Context, c *call, p *snapshotRef) (any, e
 	if err != nil {
 		return nil, err
 	}
-	return s.mgr.Snapshot(ns, p.Snapshot)
+	info, err := s.mgr.Snapshot(ns, p.Snapshot)
+	if err != nil {
+		return nil, err
+	}
+	return toSnapshotInfo(info), nil
 }
 
 func (s *Server) snapshotRemove(_ context.Context, c *call, p *snapshotRef) (any, error) {
