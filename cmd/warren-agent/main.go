@@ -24,6 +24,16 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "attach" {
+		// Run by the host in a running sandbox (boot.Attach): sets the
+		// sandbox's hostname (a restored copy's own; the agent lacks the
+		// capability) and hands the agent a new control socket.
+		if err := attach(os.Args[2]); err != nil {
+			fmt.Fprintf(os.Stderr, "warren-agent attach: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	status := inherited(boot.FDStatus, "status")
 	if err := run(status); err != nil {
 		fmt.Fprintf(status, "%v\n", err)
@@ -92,25 +102,29 @@ func run(status *os.File) error {
 			os.Exit(0)
 		}()
 	}
-	var l net.Listener
-	if cfg.ConnsByFD {
-		// A connected socket the host sends connections on; the
-		// listener owns it, and the host's end closing ends it.
-		l, err = boot.ConnListener(inherited(boot.FDListener, "listener"))
-	} else {
-		lf := passed(boot.FDListener, "listener")
-		l, err = net.FileListener(lf)
-		_ = lf.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("listener: %w", err)
-	}
 	cf := passed(boot.FDConn, "conn")
 	first, err := net.FileConn(cf)
 	if err != nil {
 		return fmt.Errorf("first connection: %w", err)
 	}
 	_ = cf.Close()
+	var l net.Listener
+	var attach *boot.AttachListener
+	if cfg.ConnsByFD {
+		// A connected socket the host sends connections on; the
+		// listener owns it, and the host's end closing ends it unless
+		// the host detached first (a checkpoint) to attach again.
+		attach, err = boot.NewAttachListener(inherited(boot.FDListener, "listener"), first)
+		l = attach
+	} else {
+		lf := passed(boot.FDListener, "listener")
+		l, err = net.FileListener(lf)
+		_ = lf.Close()
+		l = service.FirstConn(l, first)
+	}
+	if err != nil {
+		return fmt.Errorf("listener: %w", err)
+	}
 	phases := map[string]float64{}
 	launcher, err := setup.Apply(cfg, staged, phases)
 	if err != nil {
@@ -140,6 +154,12 @@ func run(status *os.File) error {
 		},
 	})
 	srv := service.NewServer(runner, root, rm)
+	if attach != nil {
+		srv.Detach = attach.Detach
+		if err := attach.ServeAttach(boot.AttachSocket); err != nil {
+			return err
+		}
+	}
 	// "ok" and the setup phases' timings, for the host's start log.
 	report, _ := json.Marshal(phases)
 	if _, err := status.WriteString("ok " + string(report) + "\n"); err != nil {
@@ -152,5 +172,13 @@ func run(status *os.File) error {
 		}
 		runtime.GOMAXPROCS(n)
 	}
-	return srv.Serve(service.FirstConn(l, first))
+	return srv.Serve(l)
+}
+
+// attach is `warren-agent attach HOSTNAME`.
+func attach(hostname string) error {
+	if err := unix.Sethostname([]byte(hostname)); err != nil {
+		return fmt.Errorf("hostname: %w", err)
+	}
+	return boot.Attach(boot.AttachSocket, passed(boot.FDAttach, "control"))
 }

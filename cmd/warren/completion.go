@@ -71,6 +71,7 @@ var subcommands = map[string][]string{
 	"image":      {"import", "pull", "build-base", "ls", "inspect", "rm", "prune"},
 	"key":        {"create", "list", "revoke"},
 	"workspace":  {"create", "ls", "get", "rm", "push", "pull", "sync"},
+	"snapshot":   {"create", "restore", "fork", "ls", "get", "rm"},
 	"egress":     {"get", "set", "log"},
 	"ports":      {"expose", "unexpose"},
 	"audit":      {"export", "verify", "checkpoints"},

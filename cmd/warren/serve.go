@@ -380,7 +380,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	}
 	mopts := sandbox.Options{
 		Backend: tiers.def, Tiers: tiers.on, TiersOff: tiers.off, DB: db.DB(), Images: tiers.defImages, Pull: res.Pull,
-		LogDir: filepath.Join(c.hf.dataDir, "logs"), Logger: log,
+		LogDir: filepath.Join(c.hf.dataDir, "logs"), SnapshotDir: filepath.Join(c.hf.dataDir, "snapshots"), Logger: log,
 		IdleTimeout: c.idleTimeout, IdleAction: c.idleAction, MaxLifetime: c.maxLifetime, StoppedRetention: c.stoppedRetention,
 		MaxSandboxes: c.maxSandboxes, MaxRunning: c.maxRunning, VolumeRoots: roots,
 		Limits: limits, Capacity: capacity, Egress: egressReg, PublishAddress: publish,

@@ -146,6 +146,7 @@ func namespacePolicy(f *config.File, n *config.Namespace) sandbox.NamespacePolic
 		p.WorkspaceStore = n.WorkspaceStore
 	}
 	p.WorkspaceQuota = n.WorkspaceQuota.Bytes
+	p.MaxSnapshots, p.SnapshotBytes = n.MaxSnapshots, n.SnapshotBytes.Bytes
 	return p
 }
 

@@ -455,6 +455,12 @@ func (c *Client) Wait(ctx context.Context, id string, timeout time.Duration) (wi
 	return info, err
 }
 
+// Detach asks the agent to drop its host connections, this client's among
+// them (boot.AttachListener.Detach): the client is of no use after.
+func (c *Client) Detach(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/detach", nil, nil, nil, maxSmallAnswer)
+}
+
 // Signal sends a signal ("SIGTERM", "9") to a process's group.
 func (c *Client) Signal(ctx context.Context, id, sig string) error {
 	return c.call(ctx, http.MethodPost, "/v1/processes/"+url.PathEscape(id)+"/signal", nil, wire.SignalRequest{Signal: sig}, nil, maxSmallAnswer)

@@ -252,6 +252,10 @@ func portList(ps []PortMapping) string {
 //     used, and resumed (without it, pausing is refused as unsupported).
 //   - Pooler: a Backend that keeps agents ready ahead of starts reports
 //     its pool (without it, the backend has none).
+//   - Checkpointer and Restorer: a running sandbox's memory and files
+//     written to a snapshot, and new sandboxes started from one (without
+//     them, Capabilities.Checkpoint is false and both are refused as
+//     unsupported).
 //
 // internal/backend/native is the real backend; internal/backend/fake is an
 // in-memory one for tests of what sits above the contract.
@@ -302,6 +306,9 @@ type Capabilities struct {
 	// and Backend.Open attaches to its agent (false: Open finds it
 	// stopped, its files kept).
 	Reattach bool
+	// Checkpoint: the backend's sandboxes are Checkpointers and the
+	// backend a Restorer.
+	Checkpoint bool
 }
 
 // ErrUnsupported marks a setting the backend cannot honour (a sandbox
@@ -385,6 +392,24 @@ type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 	Paused() (bool, error)
+}
+
+// Checkpointer is a Sandbox whose running state can be written to a
+// snapshot: Checkpoint makes dir (which must not exist) and writes the
+// sandbox's memory, processes and files to it; the sandbox runs on after.
+// A failed checkpoint leaves dir to the caller to remove.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, dir string) error
+}
+
+// Restorer is a Backend that starts sandboxes from snapshots: Restore
+// creates cfg.ID from the snapshot in dir and returns it running, its
+// processes and files as they were at the checkpoint, under cfg's
+// identity (hostname) and with an agent connection of its own. cfg's
+// image must be the one the snapshot's sandbox ran. On failure nothing
+// of cfg.ID is left.
+type Restorer interface {
+	Restore(ctx context.Context, cfg Config, dir string) (Sandbox, error)
 }
 
 // Stats is a sandbox's resource usage.

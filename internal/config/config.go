@@ -128,6 +128,9 @@ type Namespace struct {
 	WorkspaceStore string    `toml:"workspace_store"`
 	WorkspaceQuota Size      `toml:"workspace_quota"`
 	Secrets        []Grant   `toml:"secrets"`
+	// MaxSnapshots and SnapshotBytes cap the namespace's snapshots.
+	MaxSnapshots  int  `toml:"max_snapshots"`
+	SnapshotBytes Size `toml:"snapshot_bytes"`
 }
 
 // Grant is one [[namespaces.NAME.secrets]]: the secret Name, as

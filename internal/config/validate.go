@@ -291,6 +291,8 @@ func (v *validator) namespace(name string, n *Namespace, providers, stores map[s
 	v.nonNegative(at+".max_cpus", n.MaxCPUs)
 	v.nonNegative(at+".total_cpus", n.TotalCPUs)
 	v.nonNegative(at+".max_sandboxes", float64(n.MaxSandboxes))
+	v.nonNegative(at+".max_snapshots", float64(n.MaxSnapshots))
+	v.size(at+".snapshot_bytes", n.SnapshotBytes)
 	if n.DiskInodes != nil {
 		v.inodes(at+".disk_inodes", *n.DiskInodes)
 	}

@@ -228,6 +228,15 @@ http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()
 		t.Error(err)
 	}
 
+	// Snapshots: a sandbox with secrets is not checkpointed (the values
+	// would be in the snapshot); the refusals are scanned like answers.
+	try(s.key, "sandbox.checkpoint", sb(map[string]any{"snapshot": "scan"}))
+	try(s.key, "sandbox.fork", sb(map[string]any{"count": 1}))
+	try(s.key, "sandbox.restore", map[string]any{"snapshot": "scan", "name": "scan-copy", "namespace": ns})
+	try(s.key, "snapshot.get", map[string]any{"snapshot": "scan", "namespace": ns})
+	try(s.key, "snapshot.remove", map[string]any{"snapshot": "scan", "namespace": ns})
+	must("snapshot.list", map[string]any{"namespace": ns})
+
 	// Paused and resumed: the answers (its info, paused) scanned too.
 	must("sandbox.pause", sb(nil))
 	must("sandbox.get", sb(nil))

@@ -284,7 +284,9 @@ type Options struct {
 	Pull ImagePuller
 	// LogDir holds each sandbox's log file.
 	LogDir string
-	Logger *slog.Logger
+	// SnapshotDir holds the snapshots (snapshot.go); "" keeps none.
+	SnapshotDir string
+	Logger      *slog.Logger
 	// Defaults for sandboxes that ask for none.
 	IdleTimeout time.Duration // default DefaultIdleTimeout
 	// IdleAction is what an idle timeout does: IdleStop ("" too) or
@@ -421,6 +423,9 @@ type entry struct {
 	// paused: a Running sandbox is paused (pause.go); meaningless in
 	// other states.
 	paused bool
+	// from is the snapshot a new sandbox's first start restores
+	// (snapshot.go); nil after it.
+	from *snapshotRef
 
 	busy       atomic.Int32
 	lastActive atomic.Int64 // unix nanoseconds
@@ -466,6 +471,7 @@ func New(ctx context.Context, opts Options) (*Manager, error) {
 	if err := m.recover(ctx); err != nil {
 		return nil, err
 	}
+	m.sweepSnapshots()
 	m.wg.Add(1)
 	go m.janitor()
 	return m, nil
@@ -604,6 +610,12 @@ func newID() string {
 // stopped or errored one is started again with its files kept. With
 // create set, an existing sandbox is a conflict instead.
 func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create bool) (Info, error) {
+	return m.start(ctx, ns, name, spec, create, nil)
+}
+
+// start is Start; from, when set, is the snapshot a new sandbox is
+// restored from (snapshot.go), spec then the snapshot's.
+func (m *Manager) start(ctx context.Context, ns, name string, spec Spec, create bool, from *snapshotRef) (Info, error) {
 	if !ValidName(ns) || !ValidName(name) {
 		return Info{}, errdefs.Errorf(errdefs.ErrInvalid, "sandbox and namespace names are 1-63 of [A-Za-z0-9_-] starting with a letter or digit")
 	}
@@ -700,7 +712,10 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 			return Info{}, errdefs.Errorf(errdefs.ErrLimit, "this server holds %d sandboxes, its maximum; remove some", len(m.entries))
 		}
 		now := time.Now()
-		e = &entry{id: newID(), ns: ns, name: name, state: Starting, spec: spec, created: now}
+		e = &entry{id: newID(), ns: ns, name: name, state: Starting, spec: spec, created: now, from: from}
+		if from != nil {
+			e.imageID = from.meta.ImageID
+		}
 		e.lastActive.Store(now.UnixNano())
 		// Held before anyone can see e: a stop or removal of the new
 		// name waits until its row is written and its start is done.
@@ -736,7 +751,7 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 		// Removed while this start waited for the removal to finish: the
 		// name is free again, and the start makes a new sandbox of it.
 		e.life.Unlock()
-		return m.Start(ctx, ns, name, spec, create)
+		return m.start(ctx, ns, name, spec, create, from)
 	}
 	defer e.life.Unlock()
 	t0 := time.Now()
@@ -745,7 +760,7 @@ func (m *Manager) Start(ctx context.Context, ns, name string, spec Spec, create 
 	if err == nil {
 		e.usage.reset(e.sb, started)
 	}
-	if err != nil && fresh && (errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errdefs.Kind(err) == errdefs.ErrUnsupported.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError)) || errors.As(err, new(secretsError)) || errors.As(err, new(workspaceError))) {
+	if err != nil && fresh && (from != nil || errdefs.Kind(err) == errdefs.ErrInvalid.Error() || errdefs.Kind(err) == errdefs.ErrUnsupported.Error() || errors.As(err, new(pullError)) || errors.As(err, new(portError)) || errors.As(err, new(secretsError)) || errors.As(err, new(workspaceError))) {
 		// The request was refused (an image the store lacks or could not
 		// pull, a volume the policy forbids, a host port taken, a secret
 		// its provider would not give, a workspace missing or over its quota): it leaves no record, no
@@ -851,7 +866,18 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	if err := m.workspaceUp(ctx, e, &cfg); err != nil {
 		return err
 	}
-	if e.sb == nil {
+	restored := false
+	if e.sb == nil && e.from != nil {
+		sb, err := m.restoreOnHost(ctx, be, e, cfg)
+		if err != nil {
+			m.workspaceDown(ctx, e)
+			return err
+		}
+		m.mu.Lock()
+		e.sb = sb
+		m.mu.Unlock()
+		restored = true
+	} else if e.sb == nil {
 		sb, err := be.Open(ctx, cfg)
 		if err != nil {
 			sb, err = be.Create(ctx, cfg)
@@ -875,7 +901,9 @@ func (m *Manager) startLocked(ctx context.Context, e *entry) error {
 	}
 	// The request's cancellation must not leave a half-started sandbox:
 	// the start runs to its own deadline.
-	if err := e.sb.Start(context.WithoutCancel(ctx)); err != nil {
+	if restored {
+		// Restored running.
+	} else if err := e.sb.Start(context.WithoutCancel(ctx)); err != nil {
 		closePorts(ports)
 		m.workspaceDown(ctx, e)
 		return err

@@ -65,6 +65,10 @@ type NamespacePolicy struct {
 	// store and byte quota (carried).
 	WorkspaceStore string
 	WorkspaceQuota int64
+	// MaxSnapshots and SnapshotBytes cap the namespace's snapshots, in
+	// number and in bytes on disk (snapshot.go).
+	MaxSnapshots  int
+	SnapshotBytes int64
 }
 
 // policy is ns's policy (the zero one without Options.Policy).

@@ -11,8 +11,9 @@
 // control socket instead and sends each new connection over it as a
 // descriptor (boot.SendConn): one socket pair and one sendmsg per
 // connection, which the agent client pools. No path inside the sandbox
-// leads to the agent, and no host socket is visible to sandbox code
-// (runsc's --host-uds stays off).
+// leads to the host, and no host socket is visible to sandbox code
+// (runsc's --host-uds stays off). A checkpoint drops these descriptors
+// and the host passes a new control socket after (checkpoint_linux.go).
 //
 // On-disk layout, all owned by one sandbox and removed with it:
 //
@@ -182,6 +183,8 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		// The agent's control socket is this process's: a restarted
 		// server finds the sandbox stopped (files kept).
 		Reattach: false,
+		// runsc checkpoint and restore (checkpoint_linux.go).
+		Checkpoint: true,
 	}
 }
 
@@ -487,36 +490,13 @@ func (s *Sandbox) Start(ctx context.Context) error {
 
 func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	b := s.b
-	img := cfg.Image
-	if img == nil || len(img.Layers) == 0 {
-		return errors.New("no image")
-	}
-	dir := b.sandboxDir(s.id)
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := mountRoot(rootfs, img.Layers, filepath.Join(dir, "upper"), filepath.Join(dir, "work")); err != nil {
-		return err
-	}
-	spec, err := buildSpec(b, cfg, rootfs)
+	rd, spec, err := s.prepareBundle(cfg)
 	if err != nil {
-		return err
-	}
-	if err := b.pinBinds(s.id, spec, rootfs, len(cfg.Volumes)); err != nil {
-		return err
-	}
-	rd := b.runDir(s.id)
-	if err := os.MkdirAll(rd, 0o700); err != nil {
-		return err
-	}
-	js, err := json.Marshal(spec)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(rd, "config.json"), js, 0o600); err != nil {
 		return err
 	}
 
 	// The agent's descriptors (boot.FD*): config, control, status, the
-	// first connection; and the agent binary runsc executes (--exec-fd).
+	// first connection.
 	cfgHost, cfgAgent, err := socketPair()
 	if err != nil {
 		return err
@@ -554,11 +534,6 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 			_ = first.Close()
 		}
 	}()
-	exe, err := os.Open(b.opts.AgentPath)
-	if err != nil {
-		return fmt.Errorf("agent binary: %w", err)
-	}
-	defer func() { _ = exe.Close() }()
 	logf, err := os.OpenFile(filepath.Join(rd, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600) //nolint:gosec // under our own RunDir
 	if err != nil {
 		return err
@@ -566,13 +541,12 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	defer func() { _ = logf.Close() }()
 
 	// ExtraFiles start at 3: config 3, control 4, status 5, first
-	// connection 6 land where the agent expects them (boot.FD*), and
-	// the agent binary is 7.
+	// connection 6 land where the agent expects them (boot.FD*).
 	run := b.runsc(context.Background(), "run", "--bundle="+rd,
 		fmt.Sprintf("--pass-fd=3:%d", boot.FDConfig), fmt.Sprintf("--pass-fd=4:%d", boot.FDListener),
 		fmt.Sprintf("--pass-fd=5:%d", boot.FDStatus), fmt.Sprintf("--pass-fd=6:%d", boot.FDConn),
-		"--exec-fd=7", "--pid-file="+filepath.Join(rd, "sentry.pid"), s.id)
-	run.ExtraFiles = []*os.File{cfgAgent, ctlAgent, statusW, connAgent, exe}
+		"--pid-file="+filepath.Join(rd, "sentry.pid"), s.id)
+	run.ExtraFiles = []*os.File{cfgAgent, ctlAgent, statusW, connAgent}
 	run.Stdout, run.Stderr = logf, logf
 	// Its own process group, so a signal to the server's group (a
 	// terminal's Ctrl-C) does not reach it: the server stops sandboxes.
@@ -604,7 +578,6 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	_ = ctlAgent.Close()
 	_ = statusW.Close()
 	_ = connAgent.Close()
-	_ = exe.Close()
 
 	if err := boot.SendConfig(cfgHost, agentConfig(b, cfg, spec), nil, nil); err != nil {
 		return fmt.Errorf("send the agent's config: %w", err)
@@ -628,6 +601,40 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 	s.ctl, s.client, s.cg, s.pid = ctl, client, cg, pid
 	s.mu.Unlock()
 	return nil
+}
+
+// prepareBundle mounts the sandbox's root and writes the OCI bundle runsc
+// runs (or restores) it from; it returns the bundle's directory.
+func (s *Sandbox) prepareBundle(cfg backend.Config) (string, *specs.Spec, error) {
+	b := s.b
+	img := cfg.Image
+	if img == nil || len(img.Layers) == 0 {
+		return "", nil, errors.New("no image")
+	}
+	dir := b.sandboxDir(s.id)
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := mountRoot(rootfs, img.Layers, filepath.Join(dir, "upper"), filepath.Join(dir, "work")); err != nil {
+		return "", nil, err
+	}
+	spec, err := buildSpec(b, cfg, rootfs)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := b.pinBinds(s.id, spec, rootfs, len(cfg.Volumes)); err != nil {
+		return "", nil, err
+	}
+	rd := b.runDir(s.id)
+	if err := os.MkdirAll(rd, 0o700); err != nil {
+		return "", nil, err
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := os.WriteFile(filepath.Join(rd, "config.json"), js, 0o600); err != nil {
+		return "", nil, err
+	}
+	return rd, spec, nil
 }
 
 // dialer makes each connection to the agent: first, then a new socket
@@ -764,6 +771,10 @@ func buildSpec(b *Backend, cfg backend.Config, rootfs string) (*specs.Spec, erro
 		}
 		mounts = append(mounts, m)
 	}
+	// The agent, from the host read-only: a file the sentry reads through
+	// its gofer (checkpointed and restored with the mount), not a host
+	// descriptor (--exec-fd), whose mapped pages a checkpoint cannot keep.
+	mounts = append(mounts, specs.Mount{Destination: agentInSandbox, Type: "bind", Source: b.opts.AgentPath, Options: []string{"bind", "ro"}})
 	spec.Mounts = mounts
 	if !cfg.ReadOnlyRoot {
 		// runsc mounts a tmpfs of its own on an empty /tmp (the
@@ -790,9 +801,15 @@ func buildSpec(b *Backend, cfg backend.Config, rootfs string) (*specs.Spec, erro
 		n := *l.Limit + runtimePids
 		l.Limit = &n
 	}
-	spec.Process.Args = []string{"/warren-agent"}
+	spec.Process.Args = []string{agentInSandbox}
 	return spec, nil
 }
+
+// agentInSandbox is where the agent's binary is in a sandbox: in /dev,
+// the sentry's own memory file system, out of the way of the sandbox's
+// files (runsc's empty mount point under it in the writable layer is
+// hidden by that /dev).
+const agentInSandbox = "/dev/.warren-agent"
 
 // agentConfig is the config the agent reads at start.
 func agentConfig(b *Backend, cfg backend.Config, spec *specs.Spec) *boot.Config {

@@ -510,6 +510,10 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		PidsLimitFailsFork: true,
 		// With ExitWithHost every agent ends with this process.
 		Reattach: !b.opts.ExitWithHost,
+		// No checkpoint: Debian's CRIU (3.17) cannot start on this
+		// host's kernels ("Unexpected rt vDSO area bounds"), see
+		// docs/isolation.md; isolation gvisor checkpoints.
+		Checkpoint: false,
 	}
 }
 

@@ -27,6 +27,10 @@ type Server struct {
 	procs  *Procs
 	root   *confined.Root
 	repl   *repl.Manager
+	// Detach, when set, drops the host's control socket and every
+	// connection through it (boot.AttachListener.Detach): POST
+	// /v1/detach, before a checkpoint.
+	Detach func()
 }
 
 // NewServer wires the services. root confines the file API.
@@ -77,7 +81,20 @@ func (s *Server) Handler() *httpd.Mux {
 	mux.HandleFunc("GET /v1/files/tar", s.downloadTar)
 	mux.HandleFunc("PUT /v1/files/tar", s.uploadTar)
 	mux.HandleFunc("POST /v1/repl/run", s.replRun)
+	mux.HandleFunc("POST /v1/detach", s.detach)
 	return mux
+}
+
+// detach answers, then drops every connection, this one among them: the
+// host reads the answer before its end closes.
+func (s *Server) detach(w httpd.ResponseWriter, r *httpd.Request) {
+	if s.Detach == nil {
+		writeError(w, invalidf("this agent cannot detach (it was not started by an OCI runtime)"))
+		return
+	}
+	w.WriteHeader(204)
+	w.Flush()
+	s.Detach()
 }
 
 func (s *Server) exec(w httpd.ResponseWriter, r *httpd.Request) {
