@@ -774,7 +774,10 @@ func buildSpec(b *Backend, cfg backend.Config, rootfs string) (*specs.Spec, erro
 	// The agent, from the host read-only: a file the sentry reads through
 	// its gofer (checkpointed and restored with the mount), not a host
 	// descriptor (--exec-fd), whose mapped pages a checkpoint cannot keep.
-	mounts = append(mounts, specs.Mount{Destination: agentInSandbox, Type: "bind", Source: b.opts.AgentPath, Options: []string{"bind", "ro"}})
+	// Before the volumes, which pinBinds finds last (no volume may
+	// target /dev: backend.Volume.Validate).
+	agentBind := specs.Mount{Destination: agentInSandbox, Type: "bind", Source: b.opts.AgentPath, Options: []string{"bind", "ro"}}
+	mounts = slices.Insert(mounts, len(mounts)-len(cfg.Volumes), agentBind)
 	spec.Mounts = mounts
 	if !cfg.ReadOnlyRoot {
 		// runsc mounts a tmpfs of its own on an empty /tmp (the
