@@ -61,7 +61,7 @@ func auditCmd(ctx context.Context, args []string) error {
 		fs.Var(&methods, "method", "calls of these methods (comma-separated)")
 		fs.StringVar(&since, "since", "", "records at or after T (RFC 3339, or a duration ago: 2h)")
 		fs.StringVar(&until, "until", "", "records before T")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		if err := wantArgs(fs, fs.Args()); err != nil {
@@ -98,12 +98,12 @@ func auditCmd(ctx context.Context, args []string) error {
 		pub := fs.String("pub", "", "the checkpoint public key (default <dir>/checkpoint.pub; keep a copy where the server cannot write)")
 		anchor := fs.String("anchor", "", "a file of checkpoint lines kept outside the log (warren audit checkpoints): each must be in the log")
 		asJSON := fs.Bool("json", false, "print the report as JSON")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		return auditVerify(logDir(*dir, *dataDir), *pub, *anchor, *asJSON)
 	case "checkpoints":
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		w := bufio.NewWriter(os.Stdout)

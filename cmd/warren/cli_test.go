@@ -168,6 +168,14 @@ func TestCLIAgainstServer(t *testing.T) {
 	}{
 		{[]string{"ps", "-q"}, "up\n"},
 		{[]string{"ps", "-a", "-q"}, "down\nup\n"},
+		{[]string{"ps", "-aq"}, "down\nup\n"}, // one-letter flags together, as docker takes them
+		{[]string{"ps", "-qa"}, "down\nup\n"},
+		{[]string{"stats", "--no-stream", "-q"}, "down\nup\n"},
+		{[]string{"stats", "--no-stream", "up", "--format", "{{.Name}} {{.State}} {{.Running}}"}, "up running true\n"},
+		{[]string{"stats", "--no-stream", "--json", "down"}, "[\n  {\n    \"namespace\": \"team\",\n    \"name\": \"down\",\n    \"running\": false,..."},
+		{[]string{"ports", "up", "--json"}, "[]\n"},
+		{[]string{"ports", "-q", "up"}, ""},
+		{[]string{"ports", "up"}, "ADDRESS  HOST  GUEST  ORIGIN  PUBLISHED\n"},
 		{[]string{"ps", "--state", "stopped", "-q"}, "down\n"},
 		{[]string{"ps", "-a", "--format", `{{.Namespace}}/{{.Name}}\t{{.State}}`}, "team/down\tstopped\nteam/up\trunning\n"},
 		{[]string{"ps", "--json"}, "[\n  {\n    \"namespace\": \"team\",\n    \"name\": \"up\",\n    \"state\": \"running\",..."},
@@ -204,6 +212,9 @@ func TestCLIAgainstServer(t *testing.T) {
 	}
 	if r := client("ps", "--json", "-q"); r.code != 1 || !strings.Contains(r.stderr, "exclude each other") {
 		t.Errorf("--json and -q: %+v", r)
+	}
+	if r := client("ps", "-aqz"); r.code != 2 || !strings.Contains(r.stderr, "warren ps: unknown flag -z; see 'warren ps -h'") {
+		t.Errorf("-aqz: %+v", r)
 	}
 	if r := client("ps", "--format", "{{.Nope}}"); r.code != 1 || !strings.Contains(r.stderr, "--format") {
 		t.Errorf("a template naming no field: %+v", r)

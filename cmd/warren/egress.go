@@ -3,9 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
+	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -23,11 +22,30 @@ A rule is a host name (pypi.org), a suffix wildcard (*.githubusercontent.com),
 or an address or CIDR (203.0.113.7, 10.0.0.0/8), each with an optional
 :PORT (none = 80 and 443; :* = any port).`
 
+// egressRecord is one record of sandbox.egress.log (its --json and
+// --format fields).
+type egressRecord struct {
+	Seq      uint64    `json:"seq"`
+	Time     time.Time `json:"time"`
+	Kind     string    `json:"kind"`
+	Name     string    `json:"name"`
+	Addr     string    `json:"addr"`
+	Port     uint16    `json:"port"`
+	Verdict  string    `json:"verdict"`
+	Rule     string    `json:"rule"`
+	Reason   string    `json:"reason"`
+	BytesOut int64     `json:"bytes_out"`
+	BytesIn  int64     `json:"bytes_in"`
+	Duration float64   `json:"duration_ms"`
+}
+
 func egressCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren egress", "warren egress get|set|log [flags] NAME [RULE...]", egressAbout)
 	c, ns := clientFlags(fs)
 	since := fs.Uint64("since", 0, "log: only records after this sequence number")
 	limit := fs.Int("limit", 0, "log: at most this many records (0 = up to 1000)")
+	var lf listFlags
+	lf.register(fs, "rules (log: sequence numbers)")
 	sub, err := subcommand(fs, args, "get", "set", "log")
 	if err != nil {
 		return err
@@ -37,13 +55,14 @@ func egressCmd(ctx context.Context, args []string) error {
 		want = append(want, "RULE...")
 	}
 	fs = subFlagSet(fs, sub, "warren egress "+sub+" [flags] "+strings.Join(want, " "), egressAbout)
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := parseInterspersed(fs, args[1:]) // flags after NAME too: egress log web --json
+	if err != nil {
 		return err
 	}
-	if err := wantArgs(fs, fs.Args(), want...); err != nil {
+	if err := wantArgs(fs, pos, want...); err != nil {
 		return err
 	}
-	ref := map[string]any{"namespace": *ns, "sandbox": fs.Arg(0)}
+	ref := map[string]any{"namespace": *ns, "sandbox": pos[0]}
 	var rules struct {
 		Rules []string `json:"rules"`
 	}
@@ -53,51 +72,36 @@ func egressCmd(ctx context.Context, args []string) error {
 			return err
 		}
 	case "set":
-		ref["rules"] = append([]string{}, fs.Args()[1:]...)
+		ref["rules"] = append([]string{}, pos[1:]...)
 		if err := c.call(ctx, "sandbox.egress.set", ref, &rules); err != nil {
 			return err
 		}
 	case "log":
 		ref["since"], ref["limit"] = *since, *limit
 		var out struct {
-			Records []struct {
-				Seq      uint64    `json:"seq"`
-				Time     time.Time `json:"time"`
-				Kind     string    `json:"kind"`
-				Name     string    `json:"name"`
-				Addr     string    `json:"addr"`
-				Port     uint16    `json:"port"`
-				Verdict  string    `json:"verdict"`
-				Rule     string    `json:"rule"`
-				Reason   string    `json:"reason"`
-				BytesOut int64     `json:"bytes_out"`
-				BytesIn  int64     `json:"bytes_in"`
-				Duration float64   `json:"duration_ms"`
-			} `json:"records"`
+			Records []egressRecord `json:"records"`
 		}
 		if err := c.call(ctx, "sandbox.egress.log", ref, &out); err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tNAME\tADDRESS\tVERDICT\tRULE/REASON\tOUT\tIN\tMS")
-		for _, r := range out.Records {
-			addr := r.Addr
-			if r.Port != 0 {
-				addr = fmt.Sprintf("%s:%d", r.Addr, r.Port)
-			}
-			why := r.Rule
-			if r.Reason != "" {
-				why = strings.TrimSpace(why + " " + r.Reason)
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\n", r.Seq, r.Time.Local().Format("15:04:05.000"),
-				r.Kind, dash(r.Name), dash(addr), r.Verdict, dash(why), r.BytesOut, r.BytesIn, r.Duration)
-		}
-		return tw.Flush()
+		return printList(&lf, out.Records, func(r egressRecord) string { return strconv.FormatUint(r.Seq, 10) },
+			"SEQ\tTIME\tKIND\tNAME\tADDRESS\tVERDICT\tRULE/REASON\tOUT\tIN\tMS",
+			func(r egressRecord) string {
+				addr := r.Addr
+				if r.Port != 0 {
+					addr = fmt.Sprintf("%s:%d", r.Addr, r.Port)
+				}
+				why := r.Rule
+				if r.Reason != "" {
+					why = strings.TrimSpace(why + " " + r.Reason)
+				}
+				return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f", r.Seq, r.Time.Local().Format("15:04:05.000"),
+					r.Kind, dash(r.Name), dash(addr), r.Verdict, dash(why), r.BytesOut, r.BytesIn, r.Duration)
+			})
 	}
-	for _, r := range rules.Rules {
-		fmt.Println(r)
-	}
-	return nil
+	// The rules, one per line; --format's dot is the rule.
+	rule := func(r string) string { return r }
+	return printList(&lf, rules.Rules, rule, "", rule)
 }
 
 func dash(s string) string {

@@ -45,8 +45,6 @@ func execCmd(ctx context.Context, args []string) error {
 	fs.Var((*stringList)(&o.env), "env", "set an environment variable K=V (repeatable)")
 	stdin := fs.Bool("i", !isTerminal(os.Stdin), "pass standard input to CMD (default: when it is not a terminal)")
 	fs.BoolVar(&o.tty, "t", false, "run CMD on a terminal (with -i: an interactive session)")
-	// -it, as docker spells it.
-	it := fs.Bool("it", false, "-i and -t")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -57,8 +55,7 @@ func execCmd(ctx context.Context, args []string) error {
 	if err := wantArgs(fs, argv, "NAME (the sandbox)", "CMD (what to run)", "ARGS..."); err != nil {
 		return err
 	}
-	o.ns, o.name, o.argv, o.stdin = *ns, argv[0], argv[1:], *stdin || *it
-	o.tty = o.tty || *it
+	o.ns, o.name, o.argv, o.stdin = *ns, argv[0], argv[1:], *stdin
 	return c.stream(ctx, o)
 }
 

@@ -27,7 +27,7 @@ func (l *listFlags) register(fs *flag.FlagSet, idName string) {
 }
 
 // printList writes rows as l asks: id gives -q's column, header and line
-// the table's.
+// the table's (no header: a plain list).
 func printList[T any](l *listFlags, rows []T, id func(T) string, header string, line func(T) string) error {
 	w := os.Stdout
 	n := 0
@@ -58,7 +58,9 @@ func printList[T any](l *listFlags, rows []T, id func(T) string, header string, 
 		return printTemplate(w, l.format, rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
+	if header != "" { // none for a plain list, one item per line
+		fmt.Fprintln(tw, header)
+	}
 	for _, r := range rows {
 		fmt.Fprintln(tw, line(r))
 	}
