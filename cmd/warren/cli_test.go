@@ -232,7 +232,13 @@ func TestCLIAgainstServer(t *testing.T) {
 		{[]string{"image", "i"}, "import\ninspect\n"},
 		{[]string{"run", "--image", "h"}, "host\n"},
 		{[]string{"--server", url, "pause", "d"}, "down\n"},
-		{[]string{"ps", "--j"}, ""},
+		// Flags, from each command's (and subcommand's) flag set.
+		{[]string{"ps", "--j"}, "--json\n"},
+		{[]string{"run", "--mem"}, "--memory\n"},
+		{[]string{"exec", "-"}, "--env\n-i\n--key\n--namespace\n--resume\n--server\n-t\n--timeout\n--user\n-v\n--workdir\n"},
+		{[]string{"egress", "log", "up", "--li"}, "--limit\n"},
+		{[]string{"image", "ls", "--f"}, "--format\n"},
+		{[]string{"completion", "-"}, ""},
 	} {
 		if r := client(append([]string{"__complete"}, tc.words...)...); r.code != 0 || r.stdout != tc.want {
 			t.Errorf("__complete %q: %+v, want %q", tc.words, r, tc.want)
@@ -244,6 +250,12 @@ func TestCLIAgainstServer(t *testing.T) {
 	cmd.Env = append(cmd.Env, "MSB_SERVER_URL="+url, "MSB_API_KEY="+key, "PATH="+filepath.Dir(warrenBin)+":/usr/bin:/bin")
 	if r := run(t, cmd, ""); r.code != 0 || r.stdout != "down\nup\n" {
 		t.Errorf("bash completion of logs: %+v", r)
+	}
+	cmd = warren(t, dir)
+	cmd.Path, cmd.Args = "/bin/bash", []string{"bash", "-c", script + `COMP_WORDS=(warren run --me); COMP_CWORD=2; _warren; printf '%s\n' "${COMPREPLY[@]}"`}
+	cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(warrenBin)+":/usr/bin:/bin")
+	if r := run(t, cmd, ""); r.code != 0 || r.stdout != "--memory\n" {
+		t.Errorf("bash completion of run's flags: %+v", r)
 	}
 	// The server's build, as /api/v1/health says it.
 	resp, err := http.Get(url + "/api/v1/health")
