@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/warren-sandbox/warren/internal/rpc"
 )
 
 const egressAbout = `
@@ -21,23 +22,6 @@ network (docs/network.md), and prints its connection log.
 A rule is a host name (pypi.org), a suffix wildcard (*.githubusercontent.com),
 or an address or CIDR (203.0.113.7, 10.0.0.0/8), each with an optional
 :PORT (none = 80 and 443; :* = any port).`
-
-// egressRecord is one record of sandbox.egress.log (its --json and
-// --format fields).
-type egressRecord struct {
-	Seq      uint64    `json:"seq"`
-	Time     time.Time `json:"time"`
-	Kind     string    `json:"kind"`
-	Name     string    `json:"name"`
-	Addr     string    `json:"addr"`
-	Port     uint16    `json:"port"`
-	Verdict  string    `json:"verdict"`
-	Rule     string    `json:"rule"`
-	Reason   string    `json:"reason"`
-	BytesOut int64     `json:"bytes_out"`
-	BytesIn  int64     `json:"bytes_in"`
-	Duration float64   `json:"duration_ms"`
-}
 
 func egressCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren egress", "warren egress get|set|log [flags] NAME [RULE...]", egressAbout)
@@ -79,14 +63,14 @@ func egressCmd(ctx context.Context, args []string) error {
 	case "log":
 		ref["since"], ref["limit"] = *since, *limit
 		var out struct {
-			Records []egressRecord `json:"records"`
+			Records []rpc.EgressRecord `json:"records"`
 		}
 		if err := c.call(ctx, "sandbox.egress.log", ref, &out); err != nil {
 			return err
 		}
-		return printList(&lf, out.Records, func(r egressRecord) string { return strconv.FormatUint(r.Seq, 10) },
+		return printList(&lf, out.Records, func(r rpc.EgressRecord) string { return strconv.FormatUint(r.Seq, 10) },
 			"SEQ\tTIME\tKIND\tNAME\tADDRESS\tVERDICT\tRULE/REASON\tOUT\tIN\tMS",
-			func(r egressRecord) string {
+			func(r rpc.EgressRecord) string {
 				addr := r.Addr
 				if r.Port != 0 {
 					addr = fmt.Sprintf("%s:%d", r.Addr, r.Port)
