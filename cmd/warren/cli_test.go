@@ -235,7 +235,7 @@ func TestCLIAgainstServer(t *testing.T) {
 		// Flags, from each command's (and subcommand's) flag set.
 		{[]string{"ps", "--j"}, "--json\n"},
 		{[]string{"run", "--mem"}, "--memory\n"},
-		{[]string{"exec", "-"}, "--env\n-i\n--key\n--namespace\n--resume\n--server\n-t\n--timeout\n--user\n-v\n--workdir\n"},
+		{[]string{"exec", "-"}, "-e\n--env\n-i\n--key\n--namespace\n--resume\n--server\n-t\n--timeout\n-u\n--user\n-v\n-w\n--workdir\n"},
 		{[]string{"egress", "log", "up", "--li"}, "--limit\n"},
 		{[]string{"image", "ls", "--f"}, "--format\n"},
 		{[]string{"completion", "-"}, ""},

@@ -45,6 +45,7 @@ func execCmd(ctx context.Context, args []string) error {
 	fs.Var((*stringList)(&o.env), "env", "set an environment variable K=V (repeatable)")
 	stdin := fs.Bool("i", !isTerminal(os.Stdin), "pass standard input to CMD (default: when it is not a terminal)")
 	fs.BoolVar(&o.tty, "t", false, "run CMD on a terminal (with -i: an interactive session)")
+	dockerShort(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

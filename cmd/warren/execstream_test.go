@@ -50,6 +50,9 @@ func TestExecStreams(t *testing.T) {
 		{name: "timeout", args: []string{"exec", "--timeout", "500ms", "box", "--", "sleep", "30"}, code: 124, stderrHas: "timeout"},
 		{name: "user workdir env", args: []string{"exec", "--user", "nobody", "--workdir", "/tmp", "--env", "A=b c", "box", "--", "sh", "-c", `id -u; pwd; echo "$A"`},
 			stdout: "65534\n/tmp\nb c\n"},
+		// docker's one-letter names, -ti together.
+		{name: "docker short flags", args: []string{"exec", "-u", "nobody", "-w", "/tmp", "-e", "A=b c", "box", "--", "sh", "-c", `id -u; pwd; echo "$A"`},
+			stdout: "65534\n/tmp\nb c\n"},
 		{name: "no sandbox", args: []string{"exec", "nosuch", "--", "true"}, code: 1, stderrHas: `sandbox "nosuch" in namespace "default" does not exist`},
 		{name: "no command", args: []string{"exec", "box"}, code: 2, stderrHas: "missing CMD (what to run)"},
 	} {

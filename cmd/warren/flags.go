@@ -228,6 +228,17 @@ func splitShort(fs *flag.FlagSet, args []string) []string {
 	return out
 }
 
+// dockerShort registers docker's one-letter names for fs's flags that
+// have them (-e for --env, -w for --workdir, ...), sharing their values:
+// docker users type them. Not -v, which is warren's verbose flag.
+func dockerShort(fs *flag.FlagSet) {
+	for short, long := range map[string]string{"e": "env", "w": "workdir", "u": "user", "m": "memory", "p": "publish", "l": "label"} {
+		if f := fs.Lookup(long); f != nil {
+			fs.Var(f.Value, short, "short for --"+long)
+		}
+	}
+}
+
 func isBoolFlag(f *flag.Flag) bool {
 	if f == nil {
 		return false

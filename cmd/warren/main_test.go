@@ -142,6 +142,7 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		{name: "out of memory", args: []string{"run", "--memory", "48M", "--", "/usr/bin/python3", "-c", "b = bytearray(400 << 20)"}, code: 137, stderrHas: "out of memory"},
 		{name: "stdin", args: []string{"run", "-i", "--", "/usr/bin/wc", "-c"}, stdin: "12345", stdout: "5\n"},
 		{name: "env and workdir", args: []string{"run", "--env", "A=b c", "--workdir", "/tmp", "--", "/bin/sh", "-c", `echo "$A"; pwd`}, stdout: "b c\n/tmp\n"},
+		{name: "docker short flags", args: []string{"run", "-ie", "A=b c", "-w", "/tmp", "-m", "64M", "--", "/bin/sh", "-c", `echo "$A"; pwd; cat`}, stdin: "in\n", stdout: "b c\n/tmp\nin\n"},
 		{name: "python", args: []string{"run", "--", "/usr/bin/python3", "-c", "print(6*7)"}, stdout: "42\n"},
 		{name: "volume", args: []string{"run", "--volume", vol + ":/v:ro", "--", "/bin/sh", "-c", "cat /v/f; touch /v/g || echo refused"}, stdout: "from the host\nrefused\n"},
 		{name: "bad volume", args: []string{"run", "--volume", vol + "-missing:/v", "--", "true"}, code: 1, stderrHas: "no such file"},
