@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ dir>/audit, or --dir): no server is needed, and they change nothing.
 
 Subcommands:
   (none)        print the records the filters select, one line each
+                (or --json, -q: sequence numbers, --format: docs/cli.md)
   export        print them as stored: JSON lines, each verifiable
   verify        check the log: the chain of hashes, sequence numbers,
                 checkpoint signatures and its end; say where it is damaged
@@ -46,6 +48,8 @@ func auditCmd(ctx context.Context, args []string) error {
 		sub, args = args[0], args[1:]
 	}
 	fs := newFlagSet("warren audit "+sub, "warren audit [export|verify|checkpoints] [flags]", auditAbout)
+	w := bufio.NewWriter(os.Stdout)
+	defer func() { _ = w.Flush() }()
 	dataDir := fs.String("data-dir", envOr("WARREN_DATA_DIR", "/var/lib/warren"), "the server's data directory (env WARREN_DATA_DIR)")
 	dir := fs.String("dir", "", "the audit log's directory (default <data dir>/audit)")
 	switch sub {
@@ -61,13 +65,20 @@ func auditCmd(ctx context.Context, args []string) error {
 		fs.Var(&methods, "method", "calls of these methods (comma-separated)")
 		fs.StringVar(&since, "since", "", "records at or after T (RFC 3339, or a duration ago: 2h)")
 		fs.StringVar(&until, "until", "", "records before T")
-		if err := fs.Parse(args); err != nil {
+		var lf listFlags
+		if sub == "" {
+			lf.register(fs, "sequence numbers")
+		}
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		rs, err := newRowStream(&lf, w, func(e *audit.Entry) string { return strconv.FormatUint(e.Seq, 10) })
+		if err != nil {
 			return err
 		}
 		if err := wantArgs(fs, fs.Args()); err != nil {
 			return err
 		}
-		var err error
 		if f.Labels, err = parseLabels(labels); err != nil {
 			return err
 		}
@@ -81,33 +92,36 @@ func auditCmd(ctx context.Context, args []string) error {
 		if f.Until, err = parseWhen(until); err != nil {
 			return fmt.Errorf("--until: %w", err)
 		}
-		w := bufio.NewWriter(os.Stdout)
-		defer func() { _ = w.Flush() }()
-		return audit.Scan(logDir(*dir, *dataDir), f, func(line []byte, e *audit.Entry) error {
+		err = audit.Scan(logDir(*dir, *dataDir), f, func(line []byte, e *audit.Entry) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if sub == "export" {
+			switch {
+			case sub == "export":
 				_, err := w.Write(append(line, '\n'))
 				return err
+			case lf != (listFlags{}):
+				return rs.write(e)
 			}
 			_, err := fmt.Fprintln(w, summary(e))
 			return err
 		})
+		if err != nil {
+			return err
+		}
+		return rs.close()
 	case "verify":
 		pub := fs.String("pub", "", "the checkpoint public key (default <dir>/checkpoint.pub; keep a copy where the server cannot write)")
 		anchor := fs.String("anchor", "", "a file of checkpoint lines kept outside the log (warren audit checkpoints): each must be in the log")
 		asJSON := fs.Bool("json", false, "print the report as JSON")
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
 		return auditVerify(logDir(*dir, *dataDir), *pub, *anchor, *asJSON)
 	case "checkpoints":
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return err
 		}
-		w := bufio.NewWriter(os.Stdout)
-		defer func() { _ = w.Flush() }()
 		return audit.Scan(logDir(*dir, *dataDir), audit.Filter{Kinds: []audit.Kind{audit.KindCheckpoint}}, func(line []byte, _ *audit.Entry) error {
 			_, err := w.Write(append(line, '\n'))
 			return err

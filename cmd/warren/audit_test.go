@@ -44,6 +44,24 @@ func TestAuditCommands(t *testing.T) {
 	if q.code != 0 || !strings.Contains(q.stdout, "sandbox.exec ok") || !strings.Contains(q.stdout, `exec: "true" ok exit 0`) || strings.Count(q.stdout, "\n") != 4 {
 		t.Fatalf("query by label: %+v", q)
 	}
+	// The same records for scripts: -q, --format and --json agree.
+	seqs := audit("--label", "team=t1", "--kind", "exec,api_call", "-q")
+	format := audit("--label", "team=t1", "--kind", "exec,api_call", "--format", "{{.Seq}}")
+	var entries []struct {
+		Seq  uint64 `json:"seq"`
+		Kind string `json:"kind"`
+	}
+	js := audit("--label", "team=t1", "--kind", "exec,api_call", "--json")
+	if err := json.Unmarshal([]byte(js.stdout), &entries); err != nil || len(entries) != 4 || seqs.code != 0 || seqs.stdout != format.stdout ||
+		strings.Count(seqs.stdout, "\n") != 4 || !strings.HasPrefix(seqs.stdout, strconv.FormatUint(entries[0].Seq, 10)+"\n") {
+		t.Fatalf("-q %+v, --format %+v, --json %+v: %v", seqs, format, js, err)
+	}
+	if r := audit("--sandbox", "nosuch", "--json"); r.code != 0 || r.stdout != "[]\n" {
+		t.Fatalf("--json of no records: %+v", r)
+	}
+	if r := audit("export", "-q"); r.code != 2 || !strings.Contains(r.stderr, "unknown flag -q") {
+		t.Fatalf("export -q: %+v", r)
+	}
 	if r := audit("export", "--kind", "key"); r.code != 0 || !strings.Contains(r.stdout, `"by":"cli"`) || !strings.Contains(r.stdout, `"namespace":"n1"`) {
 		t.Fatalf("export of key records: %+v", r)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/bench"
 	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/egress"
+	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/image/layer"
 	"github.com/warren-sandbox/warren/internal/network"
 	"github.com/warren-sandbox/warren/internal/timerslack"
@@ -50,6 +51,26 @@ checks that nothing fails, grows or is left behind (see its --help).
 'warren bench density' starts up to 1000 idle sandboxes on a server and
 measures the memory each costs and start and exec latency as they pile up.`
 
+// benchBackends opens what bench and bench --compare both measure: a
+// backend whose sandboxes start cold, one with a warm pool of two (what a
+// daemon uses), and the host's image; closeAll closes both.
+func (h *hostFlags) benchBackends() (cold, pooled *native.Backend, img *image.Image, closeAll func(), err error) {
+	if cold, err = h.backend(native.Options{ExitWithHost: true}); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if pooled, err = h.backend(native.Options{ExitWithHost: true, Prewarm: 2}); err != nil {
+		_ = cold.Close()
+		return nil, nil, nil, nil, err
+	}
+	closeAll = func() { _ = cold.Close(); _ = pooled.Close() }
+	_, _ = cold.ReapOrphans(nil)
+	if img, err = cold.HostImage(); err != nil {
+		closeAll()
+		return nil, nil, nil, nil, err
+	}
+	return cold, pooled, img, closeAll, nil
+}
+
 func benchCmd(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "soak" {
 		return soakCmd(ctx, args[1:])
@@ -63,7 +84,7 @@ func benchCmd(ctx context.Context, args []string) error {
 	n := fs.Int("n", 200, "iterations per measurement (python: n/4)")
 	compare := fs.Bool("compare", false, "instead: run /bin/true in a fresh sandbox every way this host has (warren native cold, pooled\nand as a whole warren run; warren gvisor; bubblewrap, crun, runc, runsc, podman where installed),\ninterleaved, with medians, p99 and ratios to fork+exec; -n rounds")
 	runsc := fs.String("runsc", "", "with --compare: the runsc binary (default: runsc in PATH)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *n < 5 || *n > 100000 {
@@ -72,22 +93,11 @@ func benchCmd(ctx context.Context, args []string) error {
 	if *compare {
 		return benchCompare(ctx, hf, *n, *runsc)
 	}
-	be, err := hf.backend(native.Options{ExitWithHost: true})
+	be, pooled, img, closeAll, err := hf.benchBackends()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = be.Close() }()
-	// With a warm pool as well: what a daemon uses.
-	pooled, err := hf.backend(native.Options{ExitWithHost: true, Prewarm: 2})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = pooled.Close() }()
-	_, _ = be.ReapOrphans(nil)
-	img, err := be.HostImage()
-	if err != nil {
-		return err
-	}
+	defer closeAll()
 	env := &bench.Env{Backend: be, Image: img, HostPid: func(sb backend.Sandbox) int { return sb.(*native.Sandbox).Pid() }}
 	tmp, err := os.MkdirTemp("", "warren-bench-")
 	if err != nil {

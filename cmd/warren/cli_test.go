@@ -168,6 +168,14 @@ func TestCLIAgainstServer(t *testing.T) {
 	}{
 		{[]string{"ps", "-q"}, "up\n"},
 		{[]string{"ps", "-a", "-q"}, "down\nup\n"},
+		{[]string{"ps", "-aq"}, "down\nup\n"}, // one-letter flags together, as docker takes them
+		{[]string{"ps", "-qa"}, "down\nup\n"},
+		{[]string{"stats", "--no-stream", "-q"}, "down\nup\n"},
+		{[]string{"stats", "--no-stream", "up", "--format", "{{.Name}} {{.State}} {{.Running}}"}, "up running true\n"},
+		{[]string{"stats", "--no-stream", "--json", "down"}, "[\n  {\n    \"namespace\": \"team\",\n    \"name\": \"down\",\n    \"running\": false,..."},
+		{[]string{"ports", "up", "--json"}, "[]\n"},
+		{[]string{"ports", "-q", "up"}, ""},
+		{[]string{"ports", "up"}, "ADDRESS  HOST  GUEST  ORIGIN  PUBLISHED\n"},
 		{[]string{"ps", "--state", "stopped", "-q"}, "down\n"},
 		{[]string{"ps", "-a", "--format", `{{.Namespace}}/{{.Name}}\t{{.State}}`}, "team/down\tstopped\nteam/up\trunning\n"},
 		{[]string{"ps", "--json"}, "[\n  {\n    \"namespace\": \"team\",\n    \"name\": \"up\",\n    \"state\": \"running\",..."},
@@ -205,6 +213,9 @@ func TestCLIAgainstServer(t *testing.T) {
 	if r := client("ps", "--json", "-q"); r.code != 1 || !strings.Contains(r.stderr, "exclude each other") {
 		t.Errorf("--json and -q: %+v", r)
 	}
+	if r := client("ps", "-aqz"); r.code != 2 || !strings.Contains(r.stderr, "warren ps: unknown flag -z; see 'warren ps -h'") {
+		t.Errorf("-aqz: %+v", r)
+	}
 	if r := client("ps", "--format", "{{.Nope}}"); r.code != 1 || !strings.Contains(r.stderr, "--format") {
 		t.Errorf("a template naming no field: %+v", r)
 	}
@@ -221,7 +232,13 @@ func TestCLIAgainstServer(t *testing.T) {
 		{[]string{"image", "i"}, "import\ninspect\n"},
 		{[]string{"run", "--image", "h"}, "host\n"},
 		{[]string{"--server", url, "pause", "d"}, "down\n"},
-		{[]string{"ps", "--j"}, ""},
+		// Flags, from each command's (and subcommand's) flag set.
+		{[]string{"ps", "--j"}, "--json\n"},
+		{[]string{"run", "--mem"}, "--memory\n"},
+		{[]string{"exec", "-"}, "-e\n--env\n-i\n--key\n--namespace\n--resume\n--server\n-t\n--timeout\n-u\n--user\n-v\n-w\n--workdir\n"},
+		{[]string{"egress", "log", "up", "--li"}, "--limit\n"},
+		{[]string{"image", "ls", "--f"}, "--format\n"},
+		{[]string{"completion", "-"}, ""},
 	} {
 		if r := client(append([]string{"__complete"}, tc.words...)...); r.code != 0 || r.stdout != tc.want {
 			t.Errorf("__complete %q: %+v, want %q", tc.words, r, tc.want)
@@ -233,6 +250,12 @@ func TestCLIAgainstServer(t *testing.T) {
 	cmd.Env = append(cmd.Env, "MSB_SERVER_URL="+url, "MSB_API_KEY="+key, "PATH="+filepath.Dir(warrenBin)+":/usr/bin:/bin")
 	if r := run(t, cmd, ""); r.code != 0 || r.stdout != "down\nup\n" {
 		t.Errorf("bash completion of logs: %+v", r)
+	}
+	cmd = warren(t, dir)
+	cmd.Path, cmd.Args = "/bin/bash", []string{"bash", "-c", script + `COMP_WORDS=(warren run --me); COMP_CWORD=2; _warren; printf '%s\n' "${COMPREPLY[@]}"`}
+	cmd.Env = append(cmd.Env, "PATH="+filepath.Dir(warrenBin)+":/usr/bin:/bin")
+	if r := run(t, cmd, ""); r.code != 0 || r.stdout != "--memory\n" {
+		t.Errorf("bash completion of run's flags: %+v", r)
 	}
 	// The server's build, as /api/v1/health says it.
 	resp, err := http.Get(url + "/api/v1/health")

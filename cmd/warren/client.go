@@ -111,7 +111,7 @@ func psCmd(ctx context.Context, args []string) error {
 	state := fs.String("state", "", "only sandboxes in this state (starting, running, paused, stopping, stopped, error)")
 	var lf listFlags
 	lf.register(fs, "names")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := wantArgs(fs, fs.Args()); err != nil {
@@ -163,7 +163,7 @@ func logsCmd(ctx context.Context, args []string) error {
 	c, ns := clientFlags(fs)
 	tail := fs.Int("tail", 0, "only the last N lines (0 = all kept)")
 	follow := fs.Bool("f", false, "follow: print new lines as they are written, until interrupted")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := wantArgs(fs, fs.Args(), "NAME (the sandbox)"); err != nil {

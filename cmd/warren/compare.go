@@ -11,7 +11,6 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/agentbin"
 	"github.com/warren-sandbox/warren/internal/backend/gvisor"
-	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/bench"
 	"github.com/warren-sandbox/warren/internal/timerslack"
 )
@@ -47,21 +46,11 @@ func benchCompare(ctx context.Context, hf hostFlags, n int, runsc string) error 
 	cs := []contender{{"fork+exec /bin/true (the floor)", baseline(bench.Command("/bin/true"))}}
 	var skipped []string
 
-	be, err := hf.backend(native.Options{ExitWithHost: true})
+	be, pooled, img, closeAll, err := hf.benchBackends()
 	if err != nil {
 		return err
 	}
-	defer func() { _ = be.Close() }()
-	pooled, err := hf.backend(native.Options{ExitWithHost: true, Prewarm: 2})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = pooled.Close() }()
-	_, _ = be.ReapOrphans(nil)
-	img, err := be.HostImage()
-	if err != nil {
-		return err
-	}
+	defer closeAll()
 	cold, warm := &bench.Env{Backend: be, Image: img}, &bench.Env{Backend: pooled, Image: img}
 	cs = append(cs,
 		contender{"warren native, cold (in process)", func() error { return cold.ColdCycle(ctx) }},

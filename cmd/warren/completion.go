@@ -3,6 +3,8 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -14,7 +16,8 @@ import (
 
 const completionAbout = `
 Prints a script that makes SHELL (bash, zsh or fish) complete warren's
-commands, subcommands and global flags, the sandbox names of a server
+commands, subcommands, global flags and each command's flags (those its
+-h lists: 'warren run --<TAB>'), the sandbox names of a server
 (from 'warren ps -a', with the same --server and key) and the image names
 of the local store. Load it:
 
@@ -52,7 +55,7 @@ complete -c warren -f -a '(warren __complete (commandline -opc)[2..-1] (commandl
 
 func completionCmd(_ context.Context, args []string) error {
 	fs := newFlagSet("warren completion", "warren completion bash|zsh|fish", completionAbout)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := wantArgs(fs, fs.Args(), "SHELL (bash, zsh or fish)"); err != nil {
@@ -120,7 +123,7 @@ func completeCmd(ctx context.Context, words []string) error {
 	case before[len(before)-1] == "--image" || before[len(before)-1] == "-image":
 		out = localImages()
 	case strings.HasPrefix(cur, "-"):
-		return nil // flags: each command's -h lists them
+		out = commandFlags(ctx, before[0], positional(before[1:]))
 	default:
 		out = completeArgs(ctx, before[0], positional(before[1:]))
 	}
@@ -130,6 +133,27 @@ func completeCmd(ctx context.Context, words []string) error {
 		}
 	}
 	return nil
+}
+
+// commandFlags are the flags of command name, or of its subcommand in
+// pos[0], as its flag set defines them: the command runs with -h, which
+// parses no further and records the set (usageFS) for its help.
+func commandFlags(ctx context.Context, name string, pos []string) []string {
+	c, err := lookup(name)
+	if err != nil || c.name == "help" || c.name == "completion" || strings.HasPrefix(c.name, "_") {
+		return nil // no flags, or arguments that are not subcommands
+	}
+	args := []string{"-h"}
+	if len(pos) > 0 && slices.Contains(subcommands[name], pos[0]) {
+		args = []string{pos[0], "-h"}
+	}
+	usageFS = nil
+	if err := c.run(ctx, args); !errors.Is(err, flag.ErrHelp) || usageFS == nil {
+		return nil
+	}
+	var out []string
+	usageFS.VisitAll(func(f *flag.Flag) { out = append(out, dashed(f.Name)) })
+	return out
 }
 
 // positional is args without flags (a flag's separate value is not told

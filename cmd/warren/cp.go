@@ -235,17 +235,18 @@ func renameTar(r io.Reader, name string) io.Reader {
 	return pr
 }
 
-// sandboxTarURL is the server's tar route for a sandbox's path.
-func (c *apiClient) sandboxTarURL(ns, name, p string) string {
-	if ns == "" {
-		ns = "-" // the key's own namespace, or default
+// tarURL is the server's tar route of a sandbox's path (kind
+// "sandboxes", query path) or of a workspace (kind "workspaces").
+func (c *apiClient) tarURL(kind, ns, name string, query url.Values) string {
+	u := fmt.Sprintf("%s/api/v1/%s/%s/%s/tar", strings.TrimRight(c.url, "/"), kind, url.PathEscape(pathNamespace(ns)), url.PathEscape(name))
+	if len(query) > 0 {
+		u += "?" + query.Encode()
 	}
-	return fmt.Sprintf("%s/api/v1/sandboxes/%s/%s/tar?%s", strings.TrimRight(c.url, "/"), url.PathEscape(ns), url.PathEscape(name),
-		url.Values{"path": {p}}.Encode())
+	return u
 }
 
 func (c *apiClient) putTar(ctx context.Context, ns, name, p string, body io.Reader) error {
-	resp, err := c.tarRequest(ctx, "PUT", c.sandboxTarURL(ns, name, p), body)
+	resp, err := c.tarRequest(ctx, "PUT", c.tarURL("sandboxes", ns, name, url.Values{"path": {p}}), body)
 	if err != nil {
 		return err
 	}
@@ -254,7 +255,7 @@ func (c *apiClient) putTar(ctx context.Context, ns, name, p string, body io.Read
 }
 
 func (c *apiClient) getTar(ctx context.Context, ns, name, p string) (io.ReadCloser, error) {
-	resp, err := c.tarRequest(ctx, "GET", c.sandboxTarURL(ns, name, p), nil)
+	resp, err := c.tarRequest(ctx, "GET", c.tarURL("sandboxes", ns, name, url.Values{"path": {p}}), nil)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ func doctorCmd(ctx context.Context, args []string) error {
 	hf.diskPoolDefault = "auto" // warren serve's
 	hf.register(fs)
 	tf.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	var checks []check

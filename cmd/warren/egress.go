@@ -3,10 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
+	"strconv"
 	"strings"
-	"text/tabwriter"
-	"time"
+
+	"github.com/warren-sandbox/warren/internal/rpc"
 )
 
 const egressAbout = `
@@ -28,6 +28,8 @@ func egressCmd(ctx context.Context, args []string) error {
 	c, ns := clientFlags(fs)
 	since := fs.Uint64("since", 0, "log: only records after this sequence number")
 	limit := fs.Int("limit", 0, "log: at most this many records (0 = up to 1000)")
+	var lf listFlags
+	lf.register(fs, "rules (log: sequence numbers)")
 	sub, err := subcommand(fs, args, "get", "set", "log")
 	if err != nil {
 		return err
@@ -37,13 +39,14 @@ func egressCmd(ctx context.Context, args []string) error {
 		want = append(want, "RULE...")
 	}
 	fs = subFlagSet(fs, sub, "warren egress "+sub+" [flags] "+strings.Join(want, " "), egressAbout)
-	if err := fs.Parse(args[1:]); err != nil {
+	pos, err := parseInterspersed(fs, args[1:]) // flags after NAME too: egress log web --json
+	if err != nil {
 		return err
 	}
-	if err := wantArgs(fs, fs.Args(), want...); err != nil {
+	if err := wantArgs(fs, pos, want...); err != nil {
 		return err
 	}
-	ref := map[string]any{"namespace": *ns, "sandbox": fs.Arg(0)}
+	ref := map[string]any{"namespace": *ns, "sandbox": pos[0]}
 	var rules struct {
 		Rules []string `json:"rules"`
 	}
@@ -53,51 +56,36 @@ func egressCmd(ctx context.Context, args []string) error {
 			return err
 		}
 	case "set":
-		ref["rules"] = append([]string{}, fs.Args()[1:]...)
+		ref["rules"] = append([]string{}, pos[1:]...)
 		if err := c.call(ctx, "sandbox.egress.set", ref, &rules); err != nil {
 			return err
 		}
 	case "log":
 		ref["since"], ref["limit"] = *since, *limit
 		var out struct {
-			Records []struct {
-				Seq      uint64    `json:"seq"`
-				Time     time.Time `json:"time"`
-				Kind     string    `json:"kind"`
-				Name     string    `json:"name"`
-				Addr     string    `json:"addr"`
-				Port     uint16    `json:"port"`
-				Verdict  string    `json:"verdict"`
-				Rule     string    `json:"rule"`
-				Reason   string    `json:"reason"`
-				BytesOut int64     `json:"bytes_out"`
-				BytesIn  int64     `json:"bytes_in"`
-				Duration float64   `json:"duration_ms"`
-			} `json:"records"`
+			Records []rpc.EgressRecord `json:"records"`
 		}
 		if err := c.call(ctx, "sandbox.egress.log", ref, &out); err != nil {
 			return err
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SEQ\tTIME\tKIND\tNAME\tADDRESS\tVERDICT\tRULE/REASON\tOUT\tIN\tMS")
-		for _, r := range out.Records {
-			addr := r.Addr
-			if r.Port != 0 {
-				addr = fmt.Sprintf("%s:%d", r.Addr, r.Port)
-			}
-			why := r.Rule
-			if r.Reason != "" {
-				why = strings.TrimSpace(why + " " + r.Reason)
-			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f\n", r.Seq, r.Time.Local().Format("15:04:05.000"),
-				r.Kind, dash(r.Name), dash(addr), r.Verdict, dash(why), r.BytesOut, r.BytesIn, r.Duration)
-		}
-		return tw.Flush()
+		return printList(&lf, out.Records, func(r rpc.EgressRecord) string { return strconv.FormatUint(r.Seq, 10) },
+			"SEQ\tTIME\tKIND\tNAME\tADDRESS\tVERDICT\tRULE/REASON\tOUT\tIN\tMS",
+			func(r rpc.EgressRecord) string {
+				addr := r.Addr
+				if r.Port != 0 {
+					addr = fmt.Sprintf("%s:%d", r.Addr, r.Port)
+				}
+				why := r.Rule
+				if r.Reason != "" {
+					why = strings.TrimSpace(why + " " + r.Reason)
+				}
+				return fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%.1f", r.Seq, r.Time.Local().Format("15:04:05.000"),
+					r.Kind, dash(r.Name), dash(addr), r.Verdict, dash(why), r.BytesOut, r.BytesIn, r.Duration)
+			})
 	}
-	for _, r := range rules.Rules {
-		fmt.Println(r)
-	}
-	return nil
+	// The rules, one per line; --format's dot is the rule.
+	rule := func(r string) string { return r }
+	return printList(&lf, rules.Rules, rule, "", rule)
 }
 
 func dash(s string) string {

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/net/websocket"
+
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 const execAbout = `
@@ -43,8 +45,7 @@ func execCmd(ctx context.Context, args []string) error {
 	fs.Var((*stringList)(&o.env), "env", "set an environment variable K=V (repeatable)")
 	stdin := fs.Bool("i", !isTerminal(os.Stdin), "pass standard input to CMD (default: when it is not a terminal)")
 	fs.BoolVar(&o.tty, "t", false, "run CMD on a terminal (with -i: an interactive session)")
-	// -it, as docker spells it.
-	it := fs.Bool("it", false, "-i and -t")
+	dockerShort(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -55,8 +56,7 @@ func execCmd(ctx context.Context, args []string) error {
 	if err := wantArgs(fs, argv, "NAME (the sandbox)", "CMD (what to run)", "ARGS..."); err != nil {
 		return err
 	}
-	o.ns, o.name, o.argv, o.stdin = *ns, argv[0], argv[1:], *stdin || *it
-	o.tty = o.tty || *it
+	o.ns, o.name, o.argv, o.stdin = *ns, argv[0], argv[1:], *stdin
 	return c.stream(ctx, o)
 }
 
@@ -80,6 +80,7 @@ type wsMessage struct {
 	Signal  string `json:"signal,omitempty"`
 	Message string `json:"message,omitempty"`
 	Kind    string `json:"kind,omitempty"`
+	Cause   string `json:"cause,omitempty"`
 	Stream  string `json:"stream,omitempty"`
 	Dropped int64  `json:"dropped,omitempty"`
 	Exit    *struct {
@@ -209,13 +210,10 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 				}
 				return nil
 			case "error":
-				if !started && m.Kind == "not_found" {
-					// The agent found no CMD to run: the shell's codes.
+				if code := startExitCode(started, m); code != 0 {
+					// CMD could not be started: the shell's codes.
 					warn("%s", m.Message)
-					if strings.Contains(m.Message, "permission denied") || strings.Contains(m.Message, "working directory") {
-						return exitError{126}
-					}
-					return exitError{127}
+					return exitError{code}
 				}
 				return errors.New(m.Message)
 			}
@@ -242,6 +240,33 @@ func (c *apiClient) stream(ctx context.Context, o streamOptions) error {
 			_ = send(wsMessage{Type: "signal", Signal: unixSignalName(s)})
 		}
 	}
+}
+
+// startExitCode is the shell's exit code for an error message m that says
+// the command could not be started (127 not found, 126 not executable),
+// or 0 for any other error.
+func startExitCode(started bool, m wsMessage) int {
+	if started || m.Kind != "not_found" {
+		return 0
+	}
+	switch m.Cause {
+	case wire.CauseNotFound:
+		return 127
+	case wire.CauseNotExecutable:
+		return 126
+	case "":
+		// No cause: a user or group the sandbox lacks, or a sandbox agent
+		// older than the field (a sandbox started before an upgrade),
+		// which only its text tells apart.
+		switch {
+		case strings.Contains(m.Message, "not found in /etc/passwd") || strings.Contains(m.Message, "not found in /etc/group"):
+			return 0
+		case strings.Contains(m.Message, "permission denied") || strings.Contains(m.Message, "working directory"):
+			return 126
+		}
+		return 127
+	}
+	return 126 // a cause newer than this client: still not started
 }
 
 func hasEnv(env []string, k string) bool {

@@ -21,6 +21,9 @@ func TestExecStreams(t *testing.T) {
 		t.Fatalf("create: %+v", r)
 	}
 	defer client("", "rm", "-f", "box")
+	if r := client("", "exec", "box", "--", "sh", "-c", "echo no program > /tmp/junk; echo '#!/no/such/interpreter' > /tmp/script; chmod +x /tmp/junk /tmp/script"); r.code != 0 {
+		t.Fatalf("setup: %+v", r)
+	}
 	big := strings.Repeat("0123456789", 300000)
 	for _, tc := range []struct {
 		name      string
@@ -38,9 +41,17 @@ func TestExecStreams(t *testing.T) {
 		{name: "streams apart", args: []string{"exec", "box", "--", "sh", "-c", "echo out; echo err >&2; exit 3"}, code: 3, stdout: "out\n", stderrHas: "err"},
 		{name: "not found", args: []string{"exec", "box", "--", "no-such-command"}, code: 127, stderrHas: "not found"},
 		{name: "not executable", args: []string{"exec", "box", "--", "/etc/passwd"}, code: 126, stderrHas: "not an executable"},
+		// Told by execve's errno (the agent's cause), not by the text.
+		{name: "exec format", args: []string{"exec", "box", "--", "/tmp/junk"}, code: 126, stderrHas: "exec format error"},
+		{name: "interpreter missing", args: []string{"exec", "box", "--", "/tmp/script"}, code: 127, stderrHas: "no such file"},
+		{name: "no workdir", args: []string{"exec", "--workdir", "/nowhere", "box", "--", "true"}, code: 126, stderrHas: "working directory"},
+		{name: "unknown user", args: []string{"exec", "--user", "nosuch", "box", "--", "true"}, code: 1, stderrHas: `user "nosuch" not found`},
 		{name: "signal", args: []string{"exec", "box", "--", "sh", "-c", "kill -TERM $$"}, code: 143},
 		{name: "timeout", args: []string{"exec", "--timeout", "500ms", "box", "--", "sleep", "30"}, code: 124, stderrHas: "timeout"},
 		{name: "user workdir env", args: []string{"exec", "--user", "nobody", "--workdir", "/tmp", "--env", "A=b c", "box", "--", "sh", "-c", `id -u; pwd; echo "$A"`},
+			stdout: "65534\n/tmp\nb c\n"},
+		// docker's one-letter names, -ti together.
+		{name: "docker short flags", args: []string{"exec", "-u", "nobody", "-w", "/tmp", "-e", "A=b c", "box", "--", "sh", "-c", `id -u; pwd; echo "$A"`},
 			stdout: "65534\n/tmp\nb c\n"},
 		{name: "no sandbox", args: []string{"exec", "nosuch", "--", "true"}, code: 1, stderrHas: `sandbox "nosuch" in namespace "default" does not exist`},
 		{name: "no command", args: []string{"exec", "box"}, code: 2, stderrHas: "missing CMD (what to run)"},
@@ -141,5 +152,28 @@ func readLineWithin(br *bufio.Reader, d time.Duration) (string, error) {
 		return r.s, r.err
 	case <-time.After(d):
 		return "", os.ErrDeadlineExceeded
+	}
+}
+
+// TestStartExitCode: the agent's cause decides 127 or 126; without one (a
+// sandbox agent older than the field) the text still does.
+func TestStartExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		m       wsMessage
+		started bool
+		want    int
+	}{
+		{m: wsMessage{Kind: "not_found", Cause: "not_found", Message: "x: permission denied"}, want: 127},
+		{m: wsMessage{Kind: "not_found", Cause: "not_executable", Message: "fork/exec /x: exec format error"}, want: 126},
+		{m: wsMessage{Kind: "not_found", Cause: "some_later_cause"}, want: 126},
+		{m: wsMessage{Kind: "not_found", Message: "x: command not found in PATH"}, want: 127},
+		{m: wsMessage{Kind: "not_found", Message: "/etc/passwd: permission denied (not an executable file)"}, want: 126},
+		{m: wsMessage{Kind: "not_found", Message: `user "x" not found in /etc/passwd`}, want: 0},
+		{m: wsMessage{Kind: "not_found", Cause: "not_found"}, started: true, want: 0},
+		{m: wsMessage{Kind: "internal", Message: "not found"}, want: 0},
+	} {
+		if got := startExitCode(tc.started, tc.m); got != tc.want {
+			t.Errorf("%+v started %v: %d, want %d", tc.m, tc.started, got, tc.want)
+		}
 	}
 }

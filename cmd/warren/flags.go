@@ -174,11 +174,14 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
-// parseFlags parses args like fs.Parse, but first refuses a flag that takes
-// a value and is followed by "--" or by another of fs's flags: the flag
-// package would take that as the value (`--net -- CMD` sets the network to
-// "--"), so a missing value would surface later as a strange one.
+// parseFlags parses args like fs.Parse (every command parses with it),
+// but splits one-letter flags written together as docker users do (-it,
+// -ti, -aq: see splitShort), and refuses a flag that takes a value and is
+// followed by "--" or by another of fs's flags: the flag package would
+// take that as the value (`--net -- CMD` sets the network to "--"), so a
+// missing value would surface later as a strange one.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	args = splitShort(fs, args)
 	isFlag := func(a string) bool {
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		return strings.HasPrefix(a, "-") && name != "" && fs.Lookup(name) != nil
@@ -188,11 +191,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		if a == "--" || !isFlag(a) {
 			break // the flag package reports what it must
 		}
-		if strings.Contains(a, "=") {
-			continue
-		}
-		f := fs.Lookup(strings.TrimLeft(a, "-"))
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		if strings.Contains(a, "=") || isBoolFlag(fs.Lookup(strings.TrimLeft(a, "-"))) {
 			continue
 		}
 		if i+1 < len(args) && (args[i+1] == "--" || isFlag(args[i+1])) {
@@ -201,4 +200,49 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		i++
 	}
 	return fs.Parse(args)
+}
+
+// splitShort returns args with each "-abc" among the flags (those before
+// the first argument or "--") written "-a -b -c" when fs has no flag
+// "abc" and its first letter is a one-letter boolean flag of fs; a later
+// letter fs lacks is then what the flag package refuses, by name.
+func splitShort(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
+			return append(out, args[i:]...)
+		}
+		name, _, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if f := fs.Lookup(name); f != nil || hasVal || strings.HasPrefix(a, "--") || len(name) < 2 || !isBoolFlag(fs.Lookup(name[:1])) {
+			out = append(out, a)
+			if f != nil && !hasVal && !isBoolFlag(f) && i+1 < len(args) {
+				out, i = append(out, args[i+1]), i+1 // its value
+			}
+			continue
+		}
+		for _, c := range name {
+			out = append(out, "-"+string(c))
+		}
+	}
+	return out
+}
+
+// dockerShort registers docker's one-letter names for fs's flags that
+// have them (-e for --env, -w for --workdir, ...), sharing their values:
+// docker users type them. Not -v, which is warren's verbose flag.
+func dockerShort(fs *flag.FlagSet) {
+	for short, long := range map[string]string{"e": "env", "w": "workdir", "u": "user", "m": "memory", "p": "publish", "l": "label"} {
+		if f := fs.Lookup(long); f != nil {
+			fs.Var(f.Value, short, "short for --"+long)
+		}
+	}
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	if f == nil {
+		return false
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }

@@ -54,7 +54,7 @@ func imageCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren image", "warren image import|pull|build-base|ls|inspect|rm|prune [flags] [args]", imageAbout)
 	var hf hostFlags
 	hf.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	sub, err := subcommand(fs, fs.Args(), "import", "pull", "build-base", "ls", "inspect", "rm", "prune")
@@ -78,7 +78,7 @@ func imageCmd(ctx context.Context, args []string) error {
 		run, err = imageRef(fs, sub, args)
 	case "prune":
 		sfs := subFlagSet(fs, sub, "warren image prune [flags]", "Deletes images without a name or a sandbox, and layers no image uses, and\nreports the bytes freed.")
-		if err = sfs.Parse(args); err == nil {
+		if err = parseFlags(sfs, args); err == nil {
 			err = wantArgs(sfs, sfs.Args())
 		}
 		run = func(st *image.Store) error {
@@ -148,7 +148,7 @@ func imageList(parent *flag.FlagSet, args []string) (func(*image.Store) error, e
 	fs := subFlagSet(parent, "ls", "warren image ls [flags]", "Lists the images of the local store by name: an image with several names is\nlisted under each. -q prints the names.")
 	var lf listFlags
 	lf.register(fs, "names")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if err := wantArgs(fs, fs.Args()); err != nil {

@@ -33,7 +33,7 @@ in the audit log (<data dir>/audit) when it exists.`
 func keyCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren key", "warren key create|list|revoke [flags]", keyAbout)
 	dataDir := fs.String("data-dir", envOr("WARREN_DATA_DIR", "/var/lib/warren"), "where the key database and the signing secret are (env WARREN_DATA_DIR)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	sub, err := subcommand(fs, fs.Args(), "create", "list", "revoke")
@@ -115,7 +115,7 @@ func keyCmd(ctx context.Context, args []string) error {
 func parseArgs(fs *flag.FlagSet, args []string, want ...string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		if fs.NArg() == 0 {

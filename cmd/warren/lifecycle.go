@@ -39,6 +39,7 @@ func createCmd(ctx context.Context, args []string) error {
 	fs.Var(&ports, "publish", "publish a port on the host: HOST:GUEST or PORT (repeatable; needs the server's network)")
 	fs.Var(&egress, "egress", "allow outbound traffic matching RULE (repeatable; none given: nothing leaves)")
 	fs.Var(&secrets, "secret", "give it the secret NAME granted to its namespace (repeatable)")
+	dockerShort(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"archive/tar"
+	"bytes"
 	"encoding/json"
+	"io"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -95,5 +99,93 @@ func TestLifecycleCommands(t *testing.T) {
 	}
 	if r := client("", "ps", "--namespace", "*"); strings.Contains(r.stdout, "box") || strings.Contains(r.stdout, "two") {
 		t.Fatalf("ps after rm: %+v", r)
+	}
+}
+
+// TestEgressAndPortsListings: egress get/set/log and ports print for
+// scripts as every listing does (--json, -q, --format), with the flags
+// after the sandbox's name too.
+func TestEgressAndPortsListings(t *testing.T) {
+	_, client, _ := serverClient(t)
+	if r := client("", "create", "--egress", "pypi.org", "box"); r.code != 0 {
+		t.Fatalf("create: %+v", r)
+	}
+	defer client("", "rm", "-f", "box")
+	for _, tc := range []struct {
+		args   []string
+		stdout string
+	}{
+		{[]string{"egress", "get", "box"}, "pypi.org\n"},
+		{[]string{"egress", "get", "box", "--json"}, "[\n  \"pypi.org\"\n]\n"},
+		{[]string{"egress", "set", "-q", "box", "a.example", "10.0.0.0/8:*"}, "a.example\n10.0.0.0/8:*\n"},
+		{[]string{"egress", "get", "box", "--format", "rule {{.}}"}, "rule a.example\nrule 10.0.0.0/8:*\n"},
+		{[]string{"egress", "log", "box", "-q"}, "1\n"},
+		{[]string{"egress", "log", "box", "--format", "{{.Seq}} {{.Kind}} {{.Verdict}} {{.Reason}}"}, "1 policy set 2 rules\n"},
+		{[]string{"ports", "box", "--json"}, "[]\n"},
+	} {
+		if r := client("", tc.args...); r.code != 0 || r.stdout != tc.stdout {
+			t.Errorf("warren %s: %+v, want stdout %q", strings.Join(tc.args, " "), r, tc.stdout)
+		}
+	}
+	if r := client("", "egress", "log", "box", "--json"); r.code != 0 || !strings.HasPrefix(r.stdout, "[\n  {\n    \"seq\": 1,\n") {
+		t.Errorf("egress log --json: %+v", r)
+	}
+	r := client("", "ports", "expose", "box", "80")
+	if r.code != 0 || !strings.Contains(r.stdout, "expose  yes") {
+		t.Fatalf("ports expose: %+v", r)
+	}
+	host := strings.TrimSpace(client("", "ports", "-q", "box").stdout)
+	var ports []portInfo
+	r = client("", "ports", "box", "--json")
+	if err := json.Unmarshal([]byte(r.stdout), &ports); err != nil || len(ports) != 1 || ports[0].GuestPort != 80 || strconv.Itoa(ports[0].HostPort) != host {
+		t.Fatalf("ports -q %q and --json %+v: %v", host, r, err)
+	}
+	if r := client("", "ports", "box", "--format", "{{.GuestPort}} {{.Origin}} {{.Published}}"); r.stdout != "80 expose true\n" {
+		t.Errorf("ports --format: %+v", r)
+	}
+}
+
+// TestWorkspacePushPull: a tar pushed into a workspace comes back from
+// pull with its file, and a workspace that does not exist is the server's
+// error.
+func TestWorkspacePushPull(t *testing.T) {
+	_, client, _ := serverClient(t)
+	if r := client("", "workspace", "create", "w"); r.code != 0 {
+		t.Fatalf("workspace create: %+v", r)
+	}
+	defer client("", "workspace", "rm", "w")
+	var in bytes.Buffer
+	tw := tar.NewWriter(&in)
+	if err := tw.WriteHeader(&tar.Header{Name: "hello.txt", Mode: 0o644, Size: 3, Typeflag: tar.TypeReg}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write([]byte("hi\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r := client(in.String(), "workspace", "push", "w"); r.code != 0 {
+		t.Fatalf("push: %+v", r)
+	}
+	r := client("", "workspace", "pull", "w")
+	if r.code != 0 {
+		t.Fatalf("pull: %+v", r)
+	}
+	tr := tar.NewReader(strings.NewReader(r.stdout))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("pull's tar has no hello.txt: %v", err)
+		}
+		if strings.TrimPrefix(h.Name, "./") == "hello.txt" {
+			if b, _ := io.ReadAll(tr); string(b) != "hi\n" {
+				t.Fatalf("hello.txt: %q", b)
+			}
+			break
+		}
+	}
+	if r := client("", "workspace", "pull", "nosuch"); r.code != 1 || !strings.Contains(r.stderr, "nosuch") {
+		t.Errorf("pull of a missing workspace: %+v", r)
 	}
 }

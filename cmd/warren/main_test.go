@@ -112,8 +112,10 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 	if err := os.Mkdir(vol, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(vol, "f"), []byte("from the host\n"), 0o644); err != nil {
-		t.Fatal(err)
+	for name, text := range map[string]string{"f": "from the host\n", "junk": "no program\n", "script": "#!/no/such/interpreter\n"} {
+		if err := os.WriteFile(filepath.Join(vol, name), []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, tc := range []struct {
 		name       string
@@ -131,10 +133,16 @@ func TestRunPassesOutputAndExitCodes(t *testing.T) {
 		{name: "exit code", args: []string{"run", "--", "/bin/sh", "-c", "exit 7"}, code: 7},
 		{name: "signal", args: []string{"run", "--", "/bin/sh", "-c", "kill -TERM $$"}, code: 143},
 		{name: "not found", args: []string{"run", "--", "no-such-command"}, code: 127, stderrHas: "not found"},
+		// The shell's codes from execve's errno: ENOEXEC (no program) is
+		// not executable, ENOENT (its interpreter missing) not found.
+		{name: "not executable", args: []string{"run", "--", "/etc/passwd"}, code: 126, stderrHas: "not an executable"},
+		{name: "exec format", args: []string{"run", "--volume", vol + ":/v:ro", "--", "/v/junk"}, code: 126, stderrHas: "exec format error"},
+		{name: "interpreter missing", args: []string{"run", "--volume", vol + ":/v:ro", "--", "/v/script"}, code: 127, stderrHas: "no such file"},
 		{name: "timeout", args: []string{"run", "--timeout", "300ms", "--", "/bin/sleep", "30"}, code: 124, stderrHas: "timeout"},
 		{name: "out of memory", args: []string{"run", "--memory", "48M", "--", "/usr/bin/python3", "-c", "b = bytearray(400 << 20)"}, code: 137, stderrHas: "out of memory"},
 		{name: "stdin", args: []string{"run", "-i", "--", "/usr/bin/wc", "-c"}, stdin: "12345", stdout: "5\n"},
 		{name: "env and workdir", args: []string{"run", "--env", "A=b c", "--workdir", "/tmp", "--", "/bin/sh", "-c", `echo "$A"; pwd`}, stdout: "b c\n/tmp\n"},
+		{name: "docker short flags", args: []string{"run", "-ie", "A=b c", "-w", "/tmp", "-m", "64M", "--", "/bin/sh", "-c", `echo "$A"; pwd; cat`}, stdin: "in\n", stdout: "b c\n/tmp\nin\n"},
 		{name: "python", args: []string{"run", "--", "/usr/bin/python3", "-c", "print(6*7)"}, stdout: "42\n"},
 		{name: "volume", args: []string{"run", "--volume", vol + ":/v:ro", "--", "/bin/sh", "-c", "cat /v/f; touch /v/g || echo refused"}, stdout: "from the host\nrefused\n"},
 		{name: "bad volume", args: []string{"run", "--volume", vol + "-missing:/v", "--", "true"}, code: 1, stderrHas: "no such file"},

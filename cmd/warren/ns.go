@@ -23,7 +23,7 @@ func nsCmd(ctx context.Context, args []string) error {
 	c, ns := clientFlags(fs)
 	var lf listFlags
 	lf.register(fs, "namespaces")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := wantArgs(fs, fs.Args()); err != nil {

@@ -27,7 +27,7 @@ func resumeCmd(ctx context.Context, args []string) error {
 func pauseOp(ctx context.Context, args []string, op, about string) error {
 	fs := newFlagSet("warren "+op, "warren "+op+" [--namespace NS] NAME", about)
 	c, ns := clientFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := wantArgs(fs, fs.Args(), "NAME (the sandbox)"); err != nil {

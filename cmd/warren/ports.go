@@ -4,9 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"strconv"
-	"text/tabwriter"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 )
@@ -48,6 +46,8 @@ func portsCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet(name, synopsis, portsAbout)
 	c, ns := clientFlags(fs)
 	address := fs.String("address", "", "expose, unexpose: the host address (default: the server's publish address; unexpose: every address)")
+	var lf listFlags
+	lf.register(fs, "host ports")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -88,16 +88,14 @@ func portsCmd(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ADDRESS\tHOST\tGUEST\tORIGIN\tPUBLISHED")
-	for _, p := range list.Ports {
-		published := "yes"
-		if !p.Published {
-			published = "no"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", p.HostAddress, p.HostPort, p.GuestPort, p.Origin, published)
-	}
-	return tw.Flush()
+	return printList(&lf, list.Ports, func(p portInfo) string { return strconv.Itoa(p.HostPort) }, "ADDRESS\tHOST\tGUEST\tORIGIN\tPUBLISHED",
+		func(p portInfo) string {
+			published := "yes"
+			if !p.Published {
+				published = "no"
+			}
+			return fmt.Sprintf("%s\t%d\t%d\t%s\t%s", p.HostAddress, p.HostPort, p.GuestPort, p.Origin, published)
+		})
 }
 
 // exposeArg reads [HOST:]GUEST; no HOST is 0, any free port (unlike a
@@ -119,7 +117,7 @@ func exposeArg(s string) (host, guest uint16, err error) {
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()

@@ -97,6 +97,7 @@ func runCmd(ctx context.Context, args []string) error {
 	readOnly := fs.Bool("read-only", false, "make the root file system read-only except /tmp, /workspace and --write-path")
 	var writePaths stringList
 	fs.Var(&writePaths, "write-path", "with --read-only: keep this absolute path writable too (repeatable)")
+	dockerShort(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

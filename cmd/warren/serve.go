@@ -116,7 +116,7 @@ func serveCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

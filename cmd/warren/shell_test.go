@@ -163,4 +163,24 @@ func TestShellTerminal(t *testing.T) {
 		t.Fatalf("exec -it: %v, want 6\n%s", err, scr.String()[off4:])
 	}
 	scr.waitFor(t, off4, "40 120")
+
+	// -ti, as docker takes it too, and a PTY's stdin passed on (-i): the
+	// command reads the line typed on the local terminal.
+	off5 := len(scr.String())
+	c = cmd("exec", "-ti", "box", "--", "sh", "-c", "stty size; read l; echo \"got $l\"; exit 7")
+	c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	scr.waitFor(t, off5, "40 120")
+	if _, err := master.Write([]byte("typed\r")); err != nil {
+		t.Fatal(err)
+	}
+	kill := time.AfterFunc(20*time.Second, func() { _ = c.Process.Kill() }) // stdin not passed: read waits
+	defer kill.Stop()
+	if err := c.Wait(); procExitCode(err) != 7 {
+		t.Fatalf("exec -ti: %v, want 7\n%s", err, scr.String()[off5:])
+	}
+	scr.waitFor(t, off5, "got typed")
 }

@@ -44,7 +44,7 @@ func soakCmd(ctx context.Context, args []string) error {
 	ns := fs.String("namespace", "soak", "with -url: namespace of the clients' sandboxes (it should hold none)")
 	pid := fs.Int("pid", 0, "with -url: the server's pid, to sample its memory and open files (0 = none)")
 	prewarm := fs.Int("prewarm", 2, "without -url: the server's --prewarm")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *clients < 1 || *clients > 1024 {

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
+
+	"github.com/warren-sandbox/warren/internal/rpc"
 )
 
 const topAbout = `
@@ -24,7 +25,7 @@ const procScript = `echo "PID CMD"; for d in /proc/[0-9]*; do c=$(tr '\0' ' ' <"
 func topCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren top", "warren top [--namespace NS] NAME [PS_OPTIONS...]", topAbout)
 	c, ns := clientFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() < 1 {
@@ -68,10 +69,12 @@ refreshed every 2 seconds until interrupted, or once with --no-stream.
 Without NAME, every sandbox of the namespace ('*': all the key may see).`
 
 func statsCmd(ctx context.Context, args []string) error {
-	fs := newFlagSet("warren stats", "warren stats [--namespace NS|'*'] [--no-stream] [NAME...]", statsAbout)
+	fs := newFlagSet("warren stats", "warren stats [--namespace NS|'*'] [--no-stream] [--json|-q|--format T] [NAME...]", statsAbout)
 	c, ns := clientFlags(fs)
 	once := fs.Bool("no-stream", false, "print the figures once and exit")
 	interval := fs.Duration("interval", 2*time.Second, "time between refreshes")
+	var lf listFlags
+	lf.register(fs, "names")
 	names, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -79,7 +82,8 @@ func statsCmd(ctx context.Context, args []string) error {
 	if *interval < 100*time.Millisecond {
 		return fmt.Errorf("--interval %s: want at least 100ms", *interval)
 	}
-	term := isTerminal(os.Stdout)
+	// A screen that updates in place: a table on a terminal only.
+	redraw := isTerminal(os.Stdout) && !*once && lf == (listFlags{})
 	for {
 		rows, err := c.metrics(ctx, *ns, names)
 		if errors.Is(ctx.Err(), context.Canceled) {
@@ -88,22 +92,18 @@ func statsCmd(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if term && !*once {
-			fmt.Print("\x1b[H\x1b[2J") // a screen that updates in place
+		if redraw {
+			fmt.Print("\x1b[H\x1b[2J")
 		}
-		tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tCPU %\tMEMORY\tDISK\tDISK LIMIT")
-		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Namespace, r.Name, r.state(),
-				figure(r.CPU, func(v float64) string { return fmt.Sprintf("%.1f", v) }),
-				figure(r.Memory, func(v float64) string { return fmt.Sprintf("%.0f MiB", v) }),
-				figure(r.Disk, humanBytes), figure(r.DiskLimit, humanBytes))
-		}
-		if err := tw.Flush(); err != nil {
+		err = printList(&lf, rows, func(r rpc.SandboxMetrics) string { return r.Name }, "NAMESPACE\tNAME\tSTATE\tCPU %\tMEMORY\tDISK\tDISK LIMIT",
+			func(r rpc.SandboxMetrics) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", r.Namespace, r.Name, r.State(),
+					figure(r.CPUUsage, func(v float64) string { return fmt.Sprintf("%.1f", v) }),
+					figure(r.MemoryUsage, func(v int64) string { return fmt.Sprintf("%d MiB", v) }),
+					figure(r.DiskUsage, bytesText), figure(r.DiskLimit, bytesText))
+			})
+		if err != nil || *once {
 			return err
-		}
-		if *once {
-			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -113,38 +113,15 @@ func statsCmd(ctx context.Context, args []string) error {
 	}
 }
 
-// metricsRow is one sandbox of sandbox.metrics.get; null figures could not
-// be measured.
-type metricsRow struct {
-	Namespace string   `json:"namespace"`
-	Name      string   `json:"name"`
-	Running   bool     `json:"running"`
-	Paused    bool     `json:"paused"`
-	CPU       *float64 `json:"cpu_usage"`
-	Memory    *float64 `json:"memory_usage"`
-	Disk      *float64 `json:"disk_usage"`
-	DiskLimit *float64 `json:"disk_limit"`
-}
-
-func (r metricsRow) state() string {
-	switch {
-	case r.Paused:
-		return "paused"
-	case r.Running:
-		return "running"
-	}
-	return "stopped"
-}
-
 // metrics returns the figures of names (all of ns when none).
-func (c *apiClient) metrics(ctx context.Context, ns string, names []string) ([]metricsRow, error) {
-	var rows []metricsRow
+func (c *apiClient) metrics(ctx context.Context, ns string, names []string) ([]rpc.SandboxMetrics, error) {
+	var rows []rpc.SandboxMetrics
 	if len(names) == 0 {
 		names = []string{""}
 	}
 	for _, n := range names {
 		var out struct {
-			Sandboxes []metricsRow `json:"sandboxes"`
+			Sandboxes []rpc.SandboxMetrics `json:"sandboxes"`
 		}
 		p := map[string]any{"namespace": ns}
 		if n != "" {
@@ -159,11 +136,9 @@ func (c *apiClient) metrics(ctx context.Context, ns string, names []string) ([]m
 }
 
 // figure is f(*v), "-" when v could not be measured.
-func figure(v *float64, f func(float64) string) string {
+func figure[T any](v *T, f func(T) string) string {
 	if v == nil {
 		return "-"
 	}
 	return f(*v)
 }
-
-func humanBytes(v float64) string { return bytesText(int64(v)) }

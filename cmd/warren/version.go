@@ -16,7 +16,7 @@ warren_build_info metric.`
 
 func versionCmd(_ context.Context, args []string) error {
 	fs := newFlagSet("warren version", "warren version", versionAbout)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := wantArgs(fs, fs.Args()); err != nil {

@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"strings"
 )
 
 const workspaceAbout = `
@@ -107,30 +104,11 @@ type workspaceRow struct {
 // workspaceTar sends or fetches a workspace's tar (the server's
 // /api/v1/workspaces/{namespace}/{name}/tar route).
 func (c *apiClient) workspaceTar(ctx context.Context, method, ns, name string, body io.Reader, out io.Writer) error {
-	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("%s/api/v1/workspaces/%s/%s/tar", strings.TrimRight(c.url, "/"), pathNamespace(ns), name), body)
+	resp, err := c.tarRequest(ctx, method, c.tarURL("workspaces", ns, name, nil), body)
 	if err != nil {
 		return err
 	}
-	if c.key != "" {
-		req.Header.Set("Authorization", "Bearer "+c.key)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("cannot reach the server at %s (is 'warren serve' running?): %w", c.url, err)
-	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		var e struct {
-			Error struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
-			return errors.New(e.Error.Message)
-		}
-		return fmt.Errorf("server answered %s: %.200s", resp.Status, raw)
-	}
 	if _, err := io.Copy(out, resp.Body); err != nil {
 		return fmt.Errorf("workspace %s: %w", name, err)
 	}

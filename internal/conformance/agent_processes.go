@@ -8,6 +8,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -497,16 +498,22 @@ func (s *agentSuite) procUnknown(t *testing.T) {
 }
 
 func (s *agentSuite) procStartErrors(t *testing.T) {
+	s.sh(t, fmt.Sprintf("printf 'no program\\n' > %[1]s/junk && printf '#!/warren/no/such/interpreter\\n' > %[1]s/badinterp && chmod 755 %[1]s/junk %[1]s/badinterp", s.tmp))
 	for _, tc := range []struct {
-		name string
-		req  wire.ExecRequest
-		kind string
+		name  string
+		req   wire.ExecRequest
+		kind  string
+		cause string // why the program did not start, for a client's 127 or 126
 	}{
-		{"empty argv", wire.ExecRequest{}, wire.ErrInvalid},
-		{"NUL in argv", wire.ExecRequest{Argv: []string{"sleep", "1\x00"}}, wire.ErrInvalid},
-		{"missing binary", wire.ExecRequest{Argv: []string{"warren-no-such-command"}}, wire.ErrNotFound},
-		{"unknown user", wire.ExecRequest{Argv: []string{"true"}, User: "warren-no-such-user"}, wire.ErrNotFound},
-		{"stdin too large", wire.ExecRequest{Argv: []string{"cat"}, Stdin: make([]byte, wire.MaxStdin+1)}, wire.ErrTooLarge},
+		{"empty argv", wire.ExecRequest{}, wire.ErrInvalid, ""},
+		{"NUL in argv", wire.ExecRequest{Argv: []string{"sleep", "1\x00"}}, wire.ErrInvalid, ""},
+		{"missing binary", wire.ExecRequest{Argv: []string{"warren-no-such-command"}}, wire.ErrNotFound, wire.CauseNotFound},
+		{"missing interpreter", wire.ExecRequest{Argv: []string{s.tmp + "/badinterp"}}, wire.ErrNotFound, wire.CauseNotFound},
+		{"not executable", wire.ExecRequest{Argv: []string{"/etc/passwd"}}, wire.ErrNotFound, wire.CauseNotExecutable},
+		{"no program", wire.ExecRequest{Argv: []string{s.tmp + "/junk"}}, wire.ErrNotFound, wire.CauseNotExecutable},
+		{"missing cwd", wire.ExecRequest{Argv: []string{"true"}, Cwd: "/warren/no/such/dir"}, wire.ErrNotFound, wire.CauseNotExecutable},
+		{"unknown user", wire.ExecRequest{Argv: []string{"true"}, User: "warren-no-such-user"}, wire.ErrNotFound, ""},
+		{"stdin too large", wire.ExecRequest{Argv: []string{"cat"}, Stdin: make([]byte, wire.MaxStdin+1)}, wire.ErrTooLarge, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &tc.req)
@@ -514,15 +521,11 @@ func (s *agentSuite) procStartErrors(t *testing.T) {
 				s.remove(t, info.ID)
 			}
 			wantKind(t, err, tc.kind, "start "+tc.name)
+			if ae := (*agent.Error)(nil); errors.As(err, &ae) && ae.Cause != tc.cause {
+				t.Errorf("start %s: cause %q, want %q (%s)", tc.name, ae.Cause, tc.cause, ae.Message)
+			}
 		})
 	}
-	t.Run("missing cwd", func(t *testing.T) {
-		info, err := s.c.StartProcess(ctxFor(t, 30*time.Second), &wire.ExecRequest{Argv: []string{"true"}, Cwd: "/warren/no/such/dir"})
-		if err == nil {
-			s.remove(t, info.ID)
-			t.Errorf("start in a missing directory succeeded: %+v", info)
-		}
-	})
 }
 
 // procFDLeak starts processes that fail at execve and checks the agent

@@ -56,12 +56,12 @@ type egressLogParams struct {
 }
 
 type egressLog struct {
-	Records []egressRecord `json:"records"`
+	Records []EgressRecord `json:"records"`
 }
 
-// egressRecord is one entry of a sandbox's connection log (egress.Record)
-// as the API shows it.
-type egressRecord struct {
+// EgressRecord is one entry of a sandbox's connection log (egress.Record)
+// as the API shows it, and as 'warren egress log' reads it.
+type EgressRecord struct {
 	Seq       uint64    `json:"seq"`
 	Time      time.Time `json:"time"`
 	Kind      string    `json:"kind"`
@@ -79,8 +79,8 @@ type egressRecord struct {
 	Duration  float64   `json:"duration_ms,omitempty"`
 }
 
-func toEgressRecord(r egress.Record) egressRecord {
-	return egressRecord{Seq: r.Seq, Time: r.Time.UTC(), Kind: r.Kind, Namespace: r.Namespace, Sandbox: r.Sandbox, Name: r.Name,
+func toEgressRecord(r egress.Record) EgressRecord {
+	return EgressRecord{Seq: r.Seq, Time: r.Time.UTC(), Kind: r.Kind, Namespace: r.Namespace, Sandbox: r.Sandbox, Name: r.Name,
 		Addr: r.Addr, Port: r.Port, Verdict: r.Verdict, Rule: r.Rule, Reason: r.Reason, Rules: r.Rules,
 		BytesOut: r.BytesOut, BytesIn: r.BytesIn, Duration: r.Duration}
 }
@@ -101,7 +101,7 @@ func (s *Server) egressLog(_ context.Context, c *call, p *egressLogParams) (any,
 	if err != nil {
 		return nil, err
 	}
-	out := egressLog{Records: make([]egressRecord, len(recs))}
+	out := egressLog{Records: make([]EgressRecord, len(recs))}
 	for i, r := range recs {
 		out.Records[i] = toEgressRecord(r)
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/errdefs"
 )
 
@@ -64,7 +65,21 @@ func toErrorObject(err error) (*errorObject, int) {
 	if !ok {
 		kind, w = errdefs.Internal, kindWire[errdefs.Internal]
 	}
-	return &errorObject{Code: w.code, Message: err.Error(), Data: map[string]any{"kind": kind}}, w.status
+	obj := &errorObject{Code: w.code, Message: err.Error(), Data: map[string]any{"kind": kind}}
+	if c := causeOf(err); c != "" {
+		obj.Data["cause"] = c
+	}
+	return obj, w.status
+}
+
+// causeOf is why the agent could not start a program (wire.Cause*), or ""
+// for every other error: the kind stays not_found, as clients expect.
+func causeOf(err error) string {
+	var ae *agent.Error
+	if errors.As(err, &ae) {
+		return ae.Cause
+	}
+	return ""
 }
 
 // writeError answers with err; status 0 means the kind's status.

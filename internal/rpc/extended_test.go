@@ -316,6 +316,8 @@ type wsMsg struct {
 		Code int `json:"code"`
 	} `json:"exit"`
 	Message string `json:"message"`
+	Kind    string `json:"kind"`
+	Cause   string `json:"cause"`
 }
 
 // wsRecv reads the next message from c, within 10 s.
@@ -381,6 +383,16 @@ func TestWebSocket(t *testing.T) {
 		defer func() { _ = c.Close() }()
 		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{}})
 		if m := wsRecv(t, c); m.Type != "error" || !strings.Contains(m.Message, "argv") {
+			t.Fatalf("%+v", m)
+		}
+	})
+	t.Run("not found", func(t *testing.T) {
+		// The agent's cause comes through, for a client's exit 127; the
+		// kind stays not_found, as older clients read it.
+		c := dial(t)
+		defer func() { _ = c.Close() }()
+		_ = websocket.JSON.Send(c, map[string]any{"argv": []string{"no-such-command"}})
+		if m := wsRecv(t, c); m.Type != "error" || m.Kind != "not_found" || m.Cause != "not_found" || !strings.Contains(m.Message, "no-such-command") {
 			t.Fatalf("%+v", m)
 		}
 	})

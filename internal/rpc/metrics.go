@@ -120,7 +120,9 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 // every one) whose sandboxes are measured.
 type metricsParams = sandboxRef
 
-type sandboxMetrics struct {
+// SandboxMetrics is one sandbox's figures in sandbox.metrics.get's answer,
+// which 'warren stats' reads with this type.
+type SandboxMetrics struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Running   bool   `json:"running"`
@@ -135,8 +137,19 @@ type sandboxMetrics struct {
 	Isolation string `json:"isolation,omitempty"`
 }
 
+// State is the sandbox's state as ps shows it: running, paused or stopped.
+func (m SandboxMetrics) State() string {
+	switch {
+	case m.Paused:
+		return "paused"
+	case m.Running:
+		return "running"
+	}
+	return "stopped"
+}
+
 type metricsList struct {
-	Sandboxes []sandboxMetrics `json:"sandboxes"`
+	Sandboxes []SandboxMetrics `json:"sandboxes"`
 }
 
 func (s *Server) sandboxMetrics(_ context.Context, c *call, p *metricsParams) (any, error) {
@@ -158,13 +171,13 @@ func (s *Server) sandboxMetrics(_ context.Context, c *call, p *metricsParams) (a
 		}
 		infos = s.mgr.List(sandbox.Filter{Namespaces: nss})
 	}
-	out := make([]sandboxMetrics, 0, len(infos))
+	out := make([]SandboxMetrics, 0, len(infos))
 	for _, in := range infos {
 		u, err := s.mgr.Usage(in.Namespace, in.Name)
 		if err != nil {
 			continue // removed meanwhile
 		}
-		out = append(out, sandboxMetrics{Namespace: u.Namespace, Name: u.Name, Running: u.Running, Paused: u.Paused,
+		out = append(out, SandboxMetrics{Namespace: u.Namespace, Name: u.Name, Running: u.Running, Paused: u.Paused,
 			CPUUsage: u.CPUPercent, MemoryUsage: u.MemoryMiB, DiskUsage: u.DiskBytes, DiskLimit: u.DiskLimitBytes, Isolation: in.Spec.Isolation})
 	}
 	return metricsList{Sandboxes: out}, nil

@@ -39,6 +39,9 @@ type wsMsg struct {
 	Exit    *exitStatus `json:"exit,omitempty"`
 	Message string      `json:"message,omitempty"`
 	Kind    string      `json:"kind,omitempty"`
+	// Cause, on an "error" before "started": why the program could not
+	// be started (wire.Cause*: not_found, not_executable).
+	Cause string `json:"cause,omitempty"`
 	// Stream and Dropped make a "dropped" message: Dropped bytes of
 	// Stream were lost before the data that follows on it.
 	Stream  string `json:"stream,omitempty"`
@@ -98,7 +101,7 @@ func (s *Server) wsSession(conn *websocket.Conn, l *sandbox.Lease) {
 		if ctx.Err() != nil {
 			return // the session is over (the client went away): a cancelled call is no error to report
 		}
-		_ = send(wsMsg{Type: "error", Message: err.Error(), Kind: kindOf(err)})
+		_ = send(wsMsg{Type: "error", Message: err.Error(), Kind: kindOf(err), Cause: causeOf(err)})
 	}
 	var start wsStart
 	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))

@@ -238,7 +238,18 @@ type ErrorBody struct {
 	// Kind is one of the Err* constants.
 	Kind    string `json:"kind"`
 	Message string `json:"message"`
+	// Cause says why a program could not be started (Cause*), so that a
+	// client can exit 127 or 126 as a shell does without reading Message;
+	// Kind is then ErrNotFound, as before the field existed. Empty for
+	// every other error, and from agents that predate it.
+	Cause string `json:"cause,omitempty"`
 }
+
+// Causes of a program that could not be started.
+const (
+	CauseNotFound      = "not_found"      // no such program or interpreter (ENOENT): exit 127
+	CauseNotExecutable = "not_executable" // EACCES, ENOEXEC, EISDIR, no working directory: exit 126
+)
 
 // Error kinds the agent reports.
 const (

@@ -3,6 +3,7 @@ package fake
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"net"
@@ -32,7 +33,8 @@ import (
 //     ";", each split at spaces (no quoting, variables, pipes or
 //     redirections but a final ">&2"), with the last one's status; exit
 //     ends it. Env, Cwd and User are accepted and ignored. An exec of anything else ends with
-//     127 and "executable not found"; a process of it is not_found.
+//     127 and "executable not found"; a process of it is not_found (cause
+//     not_found).
 //     Timeouts, output limits and offsets, MaxProcesses and signals (which
 //     all end a process: 128+N, no handlers) are as in the real agent.
 //   - The file API (/v1/files: content, stat, list, mkdir, remove, move,
@@ -415,7 +417,12 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // answer answers err, or 204 when it is nil.
 func answer(w http.ResponseWriter, err error) {
 	if err != nil {
-		writeError(w, statuses[kindOf(err)], kindOf(err), err.Error())
+		body := wire.ErrorBody{Kind: kindOf(err), Message: err.Error()}
+		var fe *fsError
+		if errors.As(err, &fe) {
+			body.Cause = fe.cause
+		}
+		writeError(w, body)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -436,15 +443,16 @@ var statuses = map[string]int{
 	wire.ErrTooLarge: 413, wire.ErrLimit: 429, wire.ErrInternal: 500,
 }
 
+// writeError answers body with its kind's status.
+func writeError(w http.ResponseWriter, body wire.ErrorBody) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(statuses[body.Kind])
+	_ = json.NewEncoder(w).Encode(body)
+}
+
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, kind, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(wire.ErrorBody{Kind: kind, Message: msg})
 }
 
 // pipeListener is a net.Listener whose connections are made in-process by

@@ -24,6 +24,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // The contract and every optional ability.
@@ -408,5 +409,5 @@ func (s *Sandbox) DiskUsage() (int64, error) {
 
 // errNotServed answers what the fake agent does not implement.
 func errNotServed(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, "not_found", "the fake agent does not serve "+r.Method+" "+r.URL.Path)
+	writeError(w, wire.ErrorBody{Kind: wire.ErrNotFound, Message: "the fake agent does not serve " + r.Method + " " + r.URL.Path})
 }

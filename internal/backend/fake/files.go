@@ -57,6 +57,7 @@ func newFS() *fsys {
 // fsError is an error with a wire kind, answered as the agent would.
 type fsError struct {
 	kind, msg string
+	cause     string // wire.Cause* of a program not started
 }
 
 func (e *fsError) Error() string { return e.msg }

@@ -72,7 +72,7 @@ func (ps *procs) start(sb *Sandbox, req *wire.ExecRequest, gone <-chan struct{})
 		return wire.ProcessInfo{}, err
 	}
 	if !known(req.Argv) {
-		return wire.ProcessInfo{}, errorf(wire.ErrNotFound, "executable not found: %s", req.Argv[0])
+		return wire.ProcessInfo{}, &fsError{kind: wire.ErrNotFound, cause: wire.CauseNotFound, msg: "executable not found: " + req.Argv[0]}
 	}
 	p := &process{argv: req.Argv, started: time.Now(), tty: req.TTY, rows: req.Rows, cols: req.Cols,
 		stdout: newRing(), stderr: newRing(), stdin: newInbox(), kill: make(chan struct{}), done: make(chan struct{})}

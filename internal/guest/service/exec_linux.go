@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -49,13 +48,38 @@ func (r *Runner) DefaultCredential() *syscall.Credential {
 	return &c
 }
 
-// errStart wraps failures to start a process (not found, not executable).
+// errStart is a program that could not be started: cause is its
+// wire.Cause*, or "" for a failure that is neither (out of memory, say).
 type errStart struct {
-	code int
-	err  error
+	cause string
+	err   error
 }
 
 func (e *errStart) Error() string { return e.err.Error() }
+
+// status is the exit status a shell would give: 127 for a program not
+// found, 126 for any other failure to start it.
+func (e *errStart) status() wire.ExitStatus {
+	code := 126
+	if e.cause == wire.CauseNotFound {
+		code = 127
+	}
+	return wire.ExitStatus{Code: code, Error: e.err.Error()}
+}
+
+// startError classifies the error of starting a program by its errno:
+// lookPath's checks pass a file that execve still refuses (a script whose
+// interpreter is missing: ENOENT; a file that is no program: ENOEXEC; a
+// noexec mount: EACCES).
+func startError(err error) *errStart {
+	switch {
+	case errors.Is(err, syscall.ENOENT):
+		return &errStart{wire.CauseNotFound, err}
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR):
+		return &errStart{wire.CauseNotExecutable, err}
+	}
+	return &errStart{"", err}
+}
 
 // command validates req and builds the command it describes.
 func (r *Runner) command(req *wire.ExecRequest) (*exec.Cmd, error) {
@@ -88,7 +112,7 @@ func (r *Runner) command(req *wire.ExecRequest) (*exec.Cmd, error) {
 		cmd.Dir = req.Cwd
 	}
 	if st, err := os.Stat(cmd.Dir); err != nil || !st.IsDir() {
-		return nil, &errStart{code: 126, err: fmt.Errorf("working directory %q does not exist", cmd.Dir)}
+		return nil, &errStart{wire.CauseNotExecutable, fmt.Errorf("working directory %q does not exist", cmd.Dir)}
 	}
 	// Own process group, so a timeout or kill reaches what it forked.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -131,10 +155,10 @@ func lookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		st, err := os.Stat(name)
 		if err != nil {
-			return "", &errStart{code: 127, err: fmt.Errorf("%s: no such file", name)}
+			return "", &errStart{wire.CauseNotFound, fmt.Errorf("%s: no such file", name)}
 		}
 		if st.IsDir() || st.Mode()&0o111 == 0 {
-			return "", &errStart{code: 126, err: fmt.Errorf("%s: permission denied (not an executable file)", name)}
+			return "", &errStart{wire.CauseNotExecutable, fmt.Errorf("%s: permission denied (not an executable file)", name)}
 		}
 		return name, nil
 	}
@@ -153,7 +177,7 @@ func lookPath(name string, env []string) (string, error) {
 			return p, nil
 		}
 	}
-	return "", &errStart{code: 127, err: fmt.Errorf("%s: command not found in PATH", name)}
+	return "", &errStart{wire.CauseNotFound, fmt.Errorf("%s: command not found in PATH", name)}
 }
 
 // LookupUser resolves "uid", "uid:gid", "name" or "name:group" against
@@ -196,7 +220,7 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 	if err != nil {
 		var se *errStart
 		if errors.As(err, &se) {
-			return wire.ExitStatus{Code: se.code, Error: se.err.Error()}, nil
+			return se.status(), nil
 		}
 		return wire.ExitStatus{}, err
 	}
@@ -219,7 +243,7 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 		func() { out.copy(wire.Stderr, errR); _ = errR.Close() },
 	}, time.Duration(req.TimeoutMs)*time.Millisecond)
 	if err != nil {
-		return startFailure(err), nil
+		return startError(err).status(), nil
 	}
 	// The client went away: kill it (not what it left behind once it has
 	// exited, as the timeout does not).
@@ -231,14 +255,6 @@ func (r *Runner) Exec(ctx context.Context, req *wire.ExecRequest, emit func(wire
 	stop()
 	st.Truncated = out.truncated
 	return st, nil
-}
-
-func startFailure(err error) wire.ExitStatus {
-	code := 126
-	if errors.Is(err, fs.ErrNotExist) {
-		code = 127
-	}
-	return wire.ExitStatus{Code: code, Error: err.Error()}
 }
 
 // capped forwards output until a byte limit shared by both streams, then

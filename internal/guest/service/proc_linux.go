@@ -191,11 +191,7 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 	}()
 	cmd, err := ps.runner.command(req)
 	if err != nil {
-		var se *errStart
-		if errors.As(err, &se) {
-			return wire.ProcessInfo{}, &apiError{wire.ErrNotFound, se.err.Error()}
-		}
-		return wire.ProcessInfo{}, err
+		return wire.ProcessInfo{}, err // an *errStart is answered as not_found with its cause
 	}
 	p := &proc{argv: req.Argv, stdout: newRing(wire.ProcessOutputKeep, req.HoldOutput), stderr: newRing(wire.ProcessOutputKeep, req.HoldOutput),
 		hold: req.HoldOutput, done: make(chan struct{})}
@@ -248,7 +244,7 @@ func (ps *Procs) Start(req *wire.ExecRequest) (wire.ProcessInfo, error) {
 	}
 	life, err := startProcess(ps.runner.Starter, cmd, closeAfterStart, closeOnFailure, readers, time.Duration(req.TimeoutMs)*time.Millisecond)
 	if err != nil {
-		return wire.ProcessInfo{}, &apiError{wire.ErrNotFound, err.Error()}
+		return wire.ProcessInfo{}, startError(err)
 	}
 	p.life, p.pid, p.started = life, life.pid, life.started
 	ps.mu.Lock()

@@ -428,11 +428,14 @@ var kindStatus = map[string]int{
 }
 
 func writeError(w httpd.ResponseWriter, err error) {
-	kind := wire.ErrInternal
+	kind, cause := wire.ErrInternal, ""
 	var ae *apiError
+	var se *errStart
 	switch {
 	case errors.As(err, &ae):
 		kind = ae.kind
+	case errors.As(err, &se):
+		kind, cause = wire.ErrNotFound, se.cause
 	case errors.Is(err, httpd.ErrBodyTooLarge):
 		kind = wire.ErrTooLarge
 	default:
@@ -442,7 +445,7 @@ func writeError(w httpd.ResponseWriter, err error) {
 	}
 	w.Header()["Content-Type"] = "application/json"
 	w.WriteHeader(kindStatus[kind])
-	_ = json.NewEncoder(w).Encode(wire.ErrorBody{Kind: kind, Message: err.Error()})
+	_ = json.NewEncoder(w).Encode(wire.ErrorBody{Kind: kind, Message: err.Error(), Cause: cause})
 }
 
 // FirstConn returns l with conn (nil: none) handed out by the first Accept,
