@@ -234,13 +234,12 @@ func New(opts Options) (*Backend, error) {
 		_ = b.agentHeld.Close()
 		return nil, fmt.Errorf("native backend: become child subreaper: %w", err)
 	}
-	sp, err := b.liveSpawner()
-	if err != nil {
+	if _, err := b.liveSpawner(); err != nil {
 		_ = b.agentHeld.Close()
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	if opts.UserNS != UserNSOff {
-		if err := b.useUserNS(sp); err != nil {
+		if err := b.useUserNS(); err != nil {
 			b.closeSpawner()
 			_ = b.agentHeld.Close()
 			return nil, err
@@ -277,14 +276,17 @@ func New(opts Options) (*Backend, error) {
 
 // useUserNS sets sandboxes up to run in a user namespace when this host
 // allows it; an error when it does not and opts.UserNS is on. The probe is
-// the spawner's: a user namespace with the storage range mapped, made by
-// its small single-threaded process (ProbeUserNS, which forks this one,
-// cost a one-shot `warren run` ~4% of its time).
-func (b *Backend) useUserNS(sp *spawner.Client) error {
+// the spawner's (ProbeUserNS, which forks this process, cost a one-shot
+// `warren run` ~4% of its time): the namespace that maps the storage range
+// to the first uid range, which enableRanges checks the data directory
+// with and the first sandbox in a range of its own runs in (idmapNS keeps
+// it).
+func (b *Backend) useUserNS() error {
+	b.userNS = &oci.IDMap{Host: b.opts.UIDBase, Size: 65536}
 	err := userNSDisabled()
 	if err == nil {
 		var ns *os.File
-		if ns, err = sp.IDMapNS(fmt.Sprintf("0 %d 65536\n", b.opts.UIDBase)); err == nil {
+		if ns, err = b.idmapNS(b.userNS.Host + uidrange.Size); err == nil {
 			_ = ns.Close()
 		} else {
 			err = fmt.Errorf("create a user namespace with a mapped uid range: %w", err)
@@ -298,14 +300,15 @@ func (b *Backend) useUserNS(sp *spawner.Client) error {
 	if err == nil {
 		err = checkTraversable(parentDir(b.opts.RunDir), int(b.opts.UIDBase), dirRemedy) // the agent is exec'd from there
 	}
-	if err != nil && b.opts.UserNS == UserNSOn {
-		return fmt.Errorf("native backend: user namespaces required but unusable: %w", err)
-	}
-	if err != nil {
-		b.log.Warn("user namespaces unavailable; sandbox root is host root with dropped capabilities", "reason", err.Error())
+	if err == nil {
 		return nil
 	}
-	b.userNS = &oci.IDMap{Host: b.opts.UIDBase, Size: 65536}
+	b.userNS = nil
+	b.closeIDMaps()
+	if b.opts.UserNS == UserNSOn {
+		return fmt.Errorf("native backend: user namespaces required but unusable: %w", err)
+	}
+	b.log.Warn("user namespaces unavailable; sandbox root is host root with dropped capabilities", "reason", err.Error())
 	return nil
 }
 
