@@ -241,6 +241,7 @@ func New(opts Options) (*Backend, error) {
 	if opts.UserNS != UserNSOff {
 		if err := b.useUserNS(); err != nil {
 			b.closeSpawner()
+			_ = b.cgroups.Close()
 			_ = b.agentHeld.Close()
 			return nil, err
 		}

@@ -655,6 +655,9 @@ func TestUserNSProbe(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "user namespaces required but unusable") {
 		t.Errorf("UserNS on with an unmappable uid range: %v", err)
 	}
+	if left := cgroupsNamed(opts("", 0).CgroupPrefix); len(left) > 0 {
+		t.Errorf("the refused New left cgroups: %v", left)
+	}
 	b, err := native.New(opts(native.UserNSAuto, unmappable))
 	if err != nil {
 		t.Fatal(err)
