@@ -81,3 +81,25 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestValidID: a sandbox id is 1-63 of [a-z0-9_-], starting with a letter
+// or digit; anything else is refused, naming the rule.
+func TestValidID(t *testing.T) {
+	img := &image.Image{Layers: []string{"/"}}
+	for _, tc := range []struct {
+		id string
+		ok bool
+	}{
+		{"a", true}, {"0", true}, {"run-0a6bec55e83e", true}, {"a_b-c", true}, {strings.Repeat("a", 63), true},
+		{"", false}, {strings.Repeat("a", 64), false}, {"-a", false}, {"_a", false}, {"A", false}, {"a.b", false},
+		{"a/b", false}, {"a b", false}, {"é", false}, {"a\x00", false}, {"a\n", false},
+	} {
+		err := (&Config{ID: tc.id, Image: img}).Validate()
+		if tc.ok != (err == nil) {
+			t.Errorf("id %q: %v, want ok=%v", tc.id, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "want 1-63 of [a-z0-9_-]") {
+			t.Errorf("id %q: %v does not say the rule", tc.id, err)
+		}
+	}
+}

@@ -211,25 +211,7 @@ func New(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("native backend: %w", err)
 	}
 	switch opts.UserNS {
-	case UserNSOff:
-	case UserNSOn, UserNSAuto:
-		err := ProbeUserNS()
-		// The directories above the data and run directories: their
-		// own modes are set below.
-		if err == nil {
-			err = checkTraversable(parentDir(opts.DataDir), int(opts.UIDBase), dirRemedy)
-		}
-		if err == nil {
-			err = checkTraversable(parentDir(opts.RunDir), int(opts.UIDBase), dirRemedy) // the agent is exec'd from there
-		}
-		if err != nil && opts.UserNS == UserNSOn {
-			return nil, fmt.Errorf("native backend: user namespaces required but unusable: %w", err)
-		}
-		if err == nil {
-			b.userNS = &oci.IDMap{Host: opts.UIDBase, Size: 65536}
-		} else {
-			b.log.Warn("user namespaces unavailable; sandbox root is host root with dropped capabilities", "reason", err.Error())
-		}
+	case UserNSOff, UserNSOn, UserNSAuto:
 	default:
 		return nil, fmt.Errorf("native backend: user namespace mode %q: want auto, on or off", opts.UserNS)
 	}
@@ -255,6 +237,14 @@ func New(opts Options) (*Backend, error) {
 	if _, err := b.liveSpawner(); err != nil {
 		_ = b.agentHeld.Close()
 		return nil, fmt.Errorf("native backend: %w", err)
+	}
+	if opts.UserNS != UserNSOff {
+		if err := b.useUserNS(); err != nil {
+			b.closeSpawner()
+			_ = b.cgroups.Close()
+			_ = b.agentHeld.Close()
+			return nil, err
+		}
 	}
 	if opts.UIDRanges != UIDRangesOff && b.userNS != nil {
 		err := b.enableRanges()
@@ -283,6 +273,44 @@ func New(opts Options) (*Backend, error) {
 		}
 	}
 	return b, nil
+}
+
+// useUserNS sets sandboxes up to run in a user namespace when this host
+// allows it; an error when it does not and opts.UserNS is on. The probe is
+// the spawner's (ProbeUserNS, which forks this process, cost a one-shot
+// `warren run` ~4% of its time): the namespace that maps the storage range
+// to the first uid range, which enableRanges checks the data directory
+// with and the first sandbox in a range of its own runs in (idmapNS keeps
+// it).
+func (b *Backend) useUserNS() error {
+	b.userNS = &oci.IDMap{Host: b.opts.UIDBase, Size: 65536}
+	err := userNSDisabled()
+	if err == nil {
+		var ns *os.File
+		if ns, err = b.idmapNS(b.userNS.Host + uidrange.Size); err == nil {
+			_ = ns.Close()
+		} else {
+			err = fmt.Errorf("create a user namespace with a mapped uid range: %w", err)
+		}
+	}
+	// The directories above the data and run directories: their own
+	// modes are set by closeDirs.
+	if err == nil {
+		err = checkTraversable(parentDir(b.opts.DataDir), int(b.opts.UIDBase), dirRemedy)
+	}
+	if err == nil {
+		err = checkTraversable(parentDir(b.opts.RunDir), int(b.opts.UIDBase), dirRemedy) // the agent is exec'd from there
+	}
+	if err == nil {
+		return nil
+	}
+	b.userNS = nil
+	b.closeIDMaps()
+	if b.opts.UserNS == UserNSOn {
+		return fmt.Errorf("native backend: user namespaces required but unusable: %w", err)
+	}
+	b.log.Warn("user namespaces unavailable; sandbox root is host root with dropped capabilities", "reason", err.Error())
+	return nil
 }
 
 // closeDirs gives the data and run directories (and the data directory's

@@ -632,3 +632,48 @@ func TestStartUnderUmask(t *testing.T) {
 		t.Errorf("in the sandbox: %q %+v %s", r.Stdout, r.ExitStatus, r.Stderr)
 	}
 }
+
+// TestUserNSProbe: the spawner's probe of user namespaces decides. A uid
+// range the kernel cannot map (it would pass 2^32) fails it: required
+// (UserNSOn), New refuses and says why; by default (auto) sandboxes run
+// without a user namespace. With a usable range the backend has one.
+func TestUserNSProbe(t *testing.T) {
+	testenv.RequireRoot(t)
+	base := testenv.SearchableDir(t, "warren-userns-probe-test-")
+	opts := func(mode string, uidBase uint32) native.Options {
+		return native.Options{
+			DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"),
+			AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
+			CgroupPrefix: fmt.Sprintf("warren-test-userns-probe-%d", os.Getpid()), ExitWithHost: true,
+			UserNS: mode, UIDBase: uidBase, UIDRanges: native.UIDRangesOff,
+		}
+	}
+	const unmappable = 1<<32 - 1000
+	if b, err := native.New(opts(native.UserNSOn, unmappable)); err == nil {
+		_ = b.Close()
+		t.Error("UserNS on with an unmappable uid range: New succeeded")
+	} else if !strings.Contains(err.Error(), "user namespaces required but unusable") {
+		t.Errorf("UserNS on with an unmappable uid range: %v", err)
+	}
+	if left := cgroupsNamed(opts("", 0).CgroupPrefix); len(left) > 0 {
+		t.Errorf("the refused New left cgroups: %v", left)
+	}
+	b, err := native.New(opts(native.UserNSAuto, unmappable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.UserNS() != nil {
+		t.Errorf("auto with an unmappable uid range: user namespace %+v, want none", b.UserNS())
+	}
+	if err := b.Close(); err != nil {
+		t.Error(err)
+	}
+	b, err = native.New(opts(native.UserNSOn, native.DefaultUIDBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	if m := b.UserNS(); m == nil || m.Host != native.DefaultUIDBase {
+		t.Errorf("UserNS on: user namespace %+v, want one at %d", m, native.DefaultUIDBase)
+	}
+}

@@ -16,8 +16,8 @@ import (
 // ProbeUserNS checks that this kernel lets root create a user namespace with
 // a mapped uid range, by starting /bin/true in one.
 func ProbeUserNS() error {
-	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
-		return errors.New("user.max_user_namespaces is 0")
+	if err := userNSDisabled(); err != nil {
+		return err
 	}
 	cmd := exec.Command("/bin/true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -27,6 +27,15 @@ func ProbeUserNS() error {
 	}
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("start a process in a new user namespace: %w", err)
+	}
+	return nil
+}
+
+// userNSDisabled says when the administrator has turned user namespaces
+// off, which fails a probe with a less helpful error.
+func userNSDisabled() error {
+	if b, err := os.ReadFile("/proc/sys/user/max_user_namespaces"); err == nil && strings.TrimSpace(string(b)) == "0" {
+		return errors.New("user.max_user_namespaces is 0")
 	}
 	return nil
 }

@@ -63,17 +63,20 @@ const (
 // bytes); an error means the agent should mount the root itself. With
 // idmap (a user namespace) the layers and the upper directory are seen
 // through mounts idmapped by it, given by descriptor.
-func mountRoot(r boot.Rootfs, idmap *os.File) (*rootMount, error) {
+//
+// volatile is for a sandbox whose files never outlive this process (an
+// ephemeral one, ExitWithHost): see setVolatile.
+func mountRoot(r boot.Rootfs, idmap *os.File, volatile bool) (*rootMount, error) {
 	if len(r.Lower) == 0 || r.Upper == "" || r.Dir != "" {
 		return nil, errors.New("not a plain layered root")
 	}
 	if idmap != nil {
-		return fsmountOverlay(r, layersByFD, idmap)
+		return fsmountOverlay(r, layersByFD, idmap, volatile)
 	}
 	var err error
 	for _, how := range []int{layersByFD, layerByLayer, layersAsOneList} {
 		var m *rootMount
-		if m, err = fsmountOverlay(r, how, nil); err == nil {
+		if m, err = fsmountOverlay(r, how, nil, volatile); err == nil {
 			return m, nil
 		}
 	}
@@ -159,7 +162,27 @@ func closeAll(fds []int) {
 	}
 }
 
-func fsmountOverlay(r boot.Rootfs, how int, idmap *os.File) (*rootMount, error) {
+// setVolatile mounts the overlay being configured "volatile": it never
+// syncs its upper file system, above all not when it goes. Otherwise the
+// unmount at a sandbox's removal syncs the whole file system the data
+// directory is on, with everything any process left dirty there: on a busy
+// host, tens to hundreds of milliseconds, most of a `warren run` (issue
+// #23). Only for a sandbox whose files are thrown away with its owner:
+// after a host crash overlayfs cannot vouch for a volatile upper layer,
+// and an ephemeral sandbox's is never used again (ReapOrphans deletes
+// it). overlayfs marks such a layer (<work>/work/incompat/volatile/dirty) and
+// refuses to mount it again while the mark is there; a mount by this same
+// process (a restart after the root was released) clears the mark, as the
+// layer is intact without a crash. A kernel without the option (before
+// 5.10) mounts as before.
+func setVolatile(fsfd int, r boot.Rootfs) {
+	// overlayfs's own directory, out of the sandbox's reach: nothing in
+	// it is the sandbox's doing.
+	_ = os.RemoveAll(filepath.Join(r.Work, "work", "incompat"))
+	_ = unix.FsconfigSetFlag(fsfd, "volatile")
+}
+
+func fsmountOverlay(r boot.Rootfs, how int, idmap *os.File, volatile bool) (*rootMount, error) {
 	fsfd, err := unix.Fsopen("overlay", unix.FSOPEN_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("fsopen overlay: %w", err)
@@ -206,6 +229,9 @@ func fsmountOverlay(r boot.Rootfs, how int, idmap *os.File) (*rootMount, error) 
 		if err := unix.FsconfigSetFlag(fsfd, "userxattr"); err != nil {
 			return nil, fmt.Errorf("overlay userxattr: %w", err)
 		}
+	}
+	if volatile {
+		setVolatile(fsfd, r)
 	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
 		return nil, fmt.Errorf("create overlay: %w", err)
@@ -286,7 +312,7 @@ func (s *Sandbox) rootFor(r boot.Rootfs, uid uint32) (*os.File, error) {
 			}
 			defer func() { _ = idmap.Close() }()
 		}
-		m, err := mountRoot(r, idmap)
+		m, err := mountRoot(r, idmap, s.b.opts.ExitWithHost)
 		if err != nil && ranged {
 			return nil, fmt.Errorf("mount the sandbox's overlay root: %w", err)
 		}

@@ -297,3 +297,81 @@ func TestEphemeralNotListed(t *testing.T) {
 		t.Errorf("ReapOrphans deleted a live ephemeral sandbox: %v", err)
 	}
 }
+
+// rootOverlayOptions is the super options of the overlay mounted on / in
+// sb, from its mountinfo.
+func rootOverlayOptions(t *testing.T, sb backend.Sandbox) string {
+	t.Helper()
+	r := conformance.Exec(t, sb, 0, "/bin/cat", "/proc/self/mountinfo")
+	for _, l := range strings.Split(r.Stdout, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && f[4] == "/" {
+			if _, after, ok := strings.Cut(l, " - overlay "); ok {
+				return after
+			}
+		}
+	}
+	t.Fatalf("no overlay on / in the sandbox's mountinfo:\n%s", r.Stdout)
+	return ""
+}
+
+// TestEphemeralRootVolatile: an ephemeral sandbox's overlay (a `warren
+// run`'s, whose files go with it) is volatile, so its removal does not
+// sync the host's file system; it can be mounted again in the same process
+// (a restart on another image remounts the same upper layer, which
+// overlayfs refuses while its volatile mark is there); its files survive
+// that. A sandbox that outlives its process keeps a synced overlay.
+func TestEphemeralRootVolatile(t *testing.T) {
+	testenv.RequireRoot(t)
+	// Elsewhere the agents mount their roots, never volatile.
+	testenv.Require(t, native.HostHoldsRoots(), "a kernel that lets the host hold sandbox roots (6.18; not 6.1 or 6.12)")
+	base := testenv.SearchableDir(t, "warren-volatile-test-")
+	data, run := filepath.Join(base, "data"), filepath.Join(base, "run")
+	b, err := native.New(native.Options{
+		DataDir: data, RunDir: run, AgentPath: testenv.AgentBinary(t), SpawnerPath: testenv.SpawnerBinary(t),
+		CgroupPrefix: fmt.Sprintf("warren-test-volatile-%d", os.Getpid()), ExitWithHost: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close() }()
+	one := testImage(t, b, filepath.Join(data, "images", "volatile-test", "one"), "one")
+	two := testImage(t, b, filepath.Join(data, "images", "volatile-test", "two"), "two")
+	ctx := context.Background()
+	sb, err := b.Create(ctx, backend.Config{ID: "run-volatile", Image: one})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sb.Remove(ctx) }()
+	for i, img := range []*image.Image{one, two} {
+		sb.(*native.Sandbox).SetConfig(backend.Config{Image: img})
+		if err := sb.Start(ctx); err != nil {
+			t.Fatalf("start %d (on image %s): %v", i, img.Name, err)
+		}
+		if opts := rootOverlayOptions(t, sb); !strings.Contains(opts, "volatile") {
+			t.Errorf("start %d: the ephemeral sandbox's root is not volatile: %s", i, opts)
+		}
+		if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo $(( $(cat /root/n 2>/dev/null || echo 0) + 1 )) > /root/n; cat /root/n /marker"); r.Stdout != strconv.Itoa(i+1)+"\n"+img.Name {
+			t.Errorf("start %d: counter and marker %q %+v %s", i, r.Stdout, r.ExitStatus, r.Stderr)
+		}
+		if err := sb.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sb.Remove(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	h := harness(t)
+	kept, err := h.Backend.Create(ctx, backend.Config{ID: "kept-synced", Image: h.Image})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = kept.Remove(ctx) }()
+	if err := kept.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if opts := rootOverlayOptions(t, kept); strings.Contains(opts, "volatile") {
+		t.Errorf("a sandbox that outlives its process has a volatile root: %s", opts)
+	}
+}
