@@ -50,13 +50,14 @@ const baselineFor = 10 * time.Second
 // latencyFactor and latencyFloor: the victims' p99 under attack may reach
 // latencyFactor × the baseline's p99, or latencyFloor, whichever is larger
 // (so a 2 ms baseline does not make 7 ms a failure). Issue 18 asks for
-// 3×; quiet runs of 2026-11-26 came to 2.7-3.7× with the bulk attempts
-// (docs/security.md), so the bound stays 4× until quiet runs hold 3× with
-// them (the two causes named there are removed; runs since were loaded). The harms it is there to catch, CPU spent outside every
-// sandbox's quota on one tenant's requests, cost 4-20× before bulk
-// requests took turns (rpc's fair.go). The baseline and the attack are
-// measured in the same run, but on a machine shared with other jobs
-// their load moves both (docs/security.md).
+// 3×: the bulk attempts hold it now, but runs of the CI subset at load 6-27
+// still came to 3.1-3.6× twice in ten, from attempts that are not bulk
+// (limits/disk-fill, limits/pids-admission; docs/security.md), so the
+// bound stays 4× until those hold 3× too. The harms it is there to catch,
+// CPU spent outside every sandbox's quota on one tenant's requests, cost
+// 4-20× before bulk requests took turns (rpc's fair.go). The baseline and
+// the attack are measured in the same run, but on a machine shared with
+// other jobs their load moves both.
 const latencyFactor = 4
 
 const latencyFloor = 50 * time.Millisecond
