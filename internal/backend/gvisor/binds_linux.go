@@ -11,7 +11,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
-	"github.com/warren-sandbox/warren/internal/guest/setup"
+	"github.com/warren-sandbox/warren/internal/confined"
 )
 
 // Binds: a sandbox's volumes and the writable paths of its read-only root
@@ -55,7 +55,7 @@ func (b *Backend) pinBinds(id string, spec *specs.Spec, rootfs string, nVolumes 
 		}
 		var src int
 		if writable {
-			src, err = setup.EnsureInRoot(rootFD, m.Source, false, true)
+			src, err = confined.EnsureInRoot(rootFD, m.Source, false, true)
 		} else {
 			src, err = unix.Openat2(unix.AT_FDCWD, m.Source, &unix.OpenHow{
 				Flags:   unix.O_PATH | unix.O_CLOEXEC,
@@ -75,7 +75,7 @@ func (b *Backend) pinBinds(id string, spec *specs.Spec, rootfs string, nVolumes 
 		}
 		// The target, made in the root now (by the host, inside the
 		// root, no symlink followed) so that the gofer finds it made.
-		dst, err := setup.EnsureInRoot(rootFD, m.Destination, !pin.dir, true)
+		dst, err := confined.EnsureInRoot(rootFD, m.Destination, !pin.dir, true)
 		if err != nil {
 			return fmt.Errorf("bind target %s: %w", m.Destination, err)
 		}

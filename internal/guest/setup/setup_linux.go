@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/confined"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/seccomp"
 	"github.com/warren-sandbox/warren/internal/wire/boot"
@@ -271,7 +272,7 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 		// missing, as the sandbox's root; reached without symlinks, so
 		// one the sandbox left there fails the start rather than binds
 		// some other directory writable.
-		sfd, err := EnsureInRoot(rootFD, m.Source, false, true)
+		sfd, err := confined.EnsureInRoot(rootFD, m.Source, false, true)
 		if err != nil {
 			return fmt.Errorf("writable path /%s: %w", m.Source, err)
 		}
@@ -302,7 +303,7 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 	// sandbox left in its upper layer (/data -> /proc, say) would otherwise
 	// send a volume over the sandbox's own /proc or /dev. Nothing of the
 	// sandbox runs during setup, so what is resolved here stays.
-	fd, err := EnsureInRoot(rootFD, m.Destination, isFile, bind)
+	fd, err := confined.EnsureInRoot(rootFD, m.Destination, isFile, bind)
 	if err != nil {
 		return err
 	}
@@ -317,7 +318,7 @@ func mountInRoot(rootFD int, m specs.Mount) error {
 		// clear nosuid/nodev/noexec inherited from the host). The fd above
 		// names the directory under the new mount, so reopen to reach it.
 		if rest := flags &^ (unix.MS_REC | unix.MS_BIND); rest != 0 {
-			top, err := EnsureInRoot(rootFD, m.Destination, isFile, true)
+			top, err := confined.EnsureInRoot(rootFD, m.Destination, isFile, true)
 			if err != nil {
 				return err
 			}
@@ -338,7 +339,7 @@ func attachInRoot(rootFD int, m specs.Mount, mnt int) error {
 	if err := unix.Fstat(mnt, &st); err != nil {
 		return err
 	}
-	fd, err := EnsureInRoot(rootFD, m.Destination, st.Mode&unix.S_IFMT != unix.S_IFDIR, true)
+	fd, err := confined.EnsureInRoot(rootFD, m.Destination, st.Mode&unix.S_IFMT != unix.S_IFDIR, true)
 	if err != nil {
 		return err
 	}
@@ -399,59 +400,8 @@ func parseMountOptions(opts []string) (flags uintptr, data string, bind bool) {
 	return flags, strings.Join(extra, ","), flags&unix.MS_BIND != 0
 }
 
-// EnsureInRoot opens (creating when missing) the directory or file at p
-// inside the root, never leaving it, and returns an O_PATH fd. With
-// noSymlinks a symlink anywhere on the way is an error rather than
-// followed (within the root). The gvisor backend uses it on the host, for
-// the writable paths of a read-only root it binds before runsc starts.
-func EnsureInRoot(rootFD int, p string, file, noSymlinks bool) (int, error) {
-	p = strings.TrimPrefix(path.Clean("/"+p), "/")
-	how := &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC, Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS}
-	if noSymlinks {
-		how.Resolve |= unix.RESOLVE_NO_SYMLINKS
-	}
-	if p == "" {
-		return unix.Openat2(rootFD, ".", how)
-	}
-	fd, err := unix.Openat2(rootFD, p, how)
-	switch {
-	case err == nil:
-		return fd, nil
-	case noSymlinks && errors.Is(err, unix.ELOOP):
-		return -1, fmt.Errorf("/%s passes through a symlink in the sandbox", p)
-	}
-	dir, base := path.Split(p)
-	parent := rootFD
-	if dir != "" {
-		fd, err := EnsureInRoot(rootFD, dir, false, noSymlinks)
-		if err != nil {
-			return -1, err
-		}
-		defer unix.Close(fd)
-		parent = fd
-	}
-	// mkdirat/openat need a real directory fd, not O_PATH, for creation.
-	pfd, err := unix.Openat(parent, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	defer unix.Close(pfd)
-	if file {
-		fd, err := unix.Openat(pfd, base, unix.O_CREAT|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return -1, err
-		}
-		if err == nil {
-			unix.Close(fd)
-		}
-	} else if err := unix.Mkdirat(pfd, base, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
-		return -1, err
-	}
-	return unix.Openat2(pfd, base, &unix.OpenHow{Flags: unix.O_PATH | unix.O_CLOEXEC | unix.O_NOFOLLOW})
-}
-
 func makeDevLinks(rootFD int) error {
-	dev, err := EnsureInRoot(rootFD, "/dev", false, false)
+	dev, err := confined.EnsureInRoot(rootFD, "/dev", false, false)
 	if err != nil {
 		return err
 	}

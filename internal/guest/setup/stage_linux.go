@@ -11,6 +11,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/warren-sandbox/warren/internal/confined"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/wire/boot"
 )
@@ -152,7 +153,7 @@ func (st *Staged) fits(s *boot.Spec) (int, bool) {
 // each destination inside the root as mountInRoot does.
 func (st *Staged) moveInto(rootFD int) error {
 	for _, top := range stagedTops {
-		fd, err := EnsureInRoot(rootFD, top, false, false)
+		fd, err := confined.EnsureInRoot(rootFD, top, false, false)
 		if err != nil {
 			return fmt.Errorf("staged %s: %w", top, err)
 		}
