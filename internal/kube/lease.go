@@ -1,0 +1,146 @@
+package kube
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"time"
+)
+
+// DefaultLeaseDuration is how long a node's Lease holds without renewal:
+// the controller marks its sandboxes lost after it (plus one controller
+// period), inside the 15 s the design allows.
+const DefaultLeaseDuration = 10 * time.Second
+
+// dnsLabel is a valid node (Lease) name: a DNS-1123 subdomain, kept short.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$`)
+
+// Registrar keeps a node registered: a Lease named after the node, holder
+// the node, with its NodeInfo, renewed every third of its duration.
+//
+// At shutdown it stops renewing and leaves the Lease as it is: sandboxes
+// outlive the server (the next start on the same data directory
+// reattaches), so a restart within the duration must not look like a lost
+// node, and one that does not come back expires like a crash.
+type Registrar struct {
+	Client    *Client
+	Namespace string
+	Node      string
+	Info      NodeInfo
+	Duration  time.Duration // DefaultLeaseDuration when 0
+	Log       *slog.Logger
+
+	lease *Lease // the last one written
+}
+
+func (r *Registrar) duration() time.Duration {
+	if r.Duration <= 0 {
+		return DefaultLeaseDuration
+	}
+	return r.Duration
+}
+
+func (r *Registrar) path(name string) string {
+	p := "/apis/coordination.k8s.io/v1/namespaces/" + url.PathEscape(r.Namespace) + "/leases"
+	if name != "" {
+		p += "/" + url.PathEscape(name)
+	}
+	return p
+}
+
+// Register writes the node's Lease once: creates it, or takes over the one
+// a previous run of the node left.
+func (r *Registrar) Register(ctx context.Context) error {
+	if !dnsLabel.MatchString(r.Node) {
+		return fmt.Errorf("node name %q: want lower-case letters, digits, '-' and '.', at most 63", r.Node)
+	}
+	if !dnsLabel.MatchString(r.Namespace) {
+		return fmt.Errorf("namespace %q: want a DNS label", r.Namespace)
+	}
+	if r.duration() < time.Second {
+		return fmt.Errorf("lease duration %s: want at least 1s", r.duration())
+	}
+	info, err := json.Marshal(r.Info)
+	if err != nil {
+		return err
+	}
+	now := &MicroTime{time.Now()}
+	l := &Lease{
+		APIVersion: "coordination.k8s.io/v1", Kind: "Lease",
+		Metadata: ObjectMeta{Name: r.Node, Namespace: r.Namespace,
+			Labels:      map[string]string{NodeLabel: "true"},
+			Annotations: map[string]string{CapacityAnnotation: string(info)}},
+		Spec: LeaseSpec{HolderIdentity: r.Node, LeaseDurationSeconds: int32(r.duration() / time.Second), AcquireTime: now, RenewTime: now},
+	}
+	var out Lease
+	err = r.Client.Do(ctx, http.MethodPost, r.path(""), l, &out)
+	if IsCode(err, http.StatusConflict) { // there already: take it over
+		var old Lease
+		if err = r.Client.Do(ctx, http.MethodGet, r.path(r.Node), nil, &old); err != nil {
+			return fmt.Errorf("register node %s: %w", r.Node, err)
+		}
+		l.Metadata.ResourceVersion = old.Metadata.ResourceVersion
+		l.Spec.LeaseTransitions = old.Spec.LeaseTransitions
+		if old.Spec.HolderIdentity != r.Node {
+			l.Spec.LeaseTransitions++
+		}
+		err = r.Client.Do(ctx, http.MethodPut, r.path(r.Node), l, &out)
+	}
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", r.Node, err)
+	}
+	r.lease = &out
+	return nil
+}
+
+// renew moves the Lease's renew time to now; after a conflict (someone
+// wrote it since) or its deletion it registers afresh.
+func (r *Registrar) renew(ctx context.Context) error {
+	if r.lease == nil {
+		return r.Register(ctx)
+	}
+	for try := 0; ; try++ {
+		l := *r.lease
+		l.Spec.HolderIdentity = r.Node
+		l.Spec.RenewTime = &MicroTime{time.Now()}
+		var out Lease
+		err := r.Client.Do(ctx, http.MethodPut, r.path(r.Node), &l, &out)
+		if err == nil {
+			r.lease = &out
+			return nil
+		}
+		if try > 0 || !(IsCode(err, http.StatusConflict) || IsCode(err, http.StatusNotFound)) {
+			return err
+		}
+		// Changed or deleted behind our back: register afresh.
+		if err := r.Register(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// Run renews the node's Lease (registering it first if Register was not
+// called or failed) until ctx ends. A failed renewal is logged and retried
+// at the next tick; the Lease expires if the API server stays out of reach.
+func (r *Registrar) Run(ctx context.Context) {
+	tick := time.NewTicker(r.duration() / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, r.duration()/3)
+		err := r.renew(rctx)
+		cancel()
+		if err != nil && !errors.Is(ctx.Err(), context.Canceled) && r.Log != nil {
+			r.Log.Warn("renew the node's lease", "node", r.Node, "err", err.Error())
+		}
+	}
+}
