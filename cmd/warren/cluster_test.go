@@ -1,0 +1,123 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/kube"
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
+
+// TestServeCluster: two real 'warren serve' processes in node mode
+// register with a real API server, each with its capacity and endpoint;
+// a Sandbox is placed on one; the node stopped by SIGTERM stops renewing,
+// and the controller marks its sandbox lost. make test-kube runs it.
+func TestServeCluster(t *testing.T) {
+	if !testenv.KubeEnabled() {
+		t.Skip("needs a real API server: run make test-kube (WARREN_TEST_KUBE=1)")
+	}
+	k, err := testenv.StartKube()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := k.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	c, err := kube.Load(k.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ns := "warren-nodes"
+	if err := c.Do(t.Context(), http.MethodPost, "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Misconfigured node mode refuses to start, saying why.
+	bad := run(t, warren(t, stateDir(t), "serve", "--dev", "--listen", "127.0.0.1:0", "--keep-file-max", "--cluster", k.Kubeconfig, "--node-name", "Bad_Name"), "")
+	if bad.code == 0 || !strings.Contains(bad.stderr, "node name") {
+		t.Fatalf("a bad node name: %+v", bad)
+	}
+	urls := map[string]string{}
+	var stopA func()
+	for _, name := range []string{"node-a", "node-b"} {
+		url, srv, stderr := startServe(t, stateDir(t), "--dev", "--cluster", k.Kubeconfig, "--cluster-namespace", ns,
+			"--node-name", name, "--node-label", "zone="+name, "--lease-duration", "2s")
+		urls[name] = strings.TrimPrefix(url, "http://")
+		if name == "node-a" {
+			stopA = func() { stopServe(t, srv) }
+		} else {
+			t.Cleanup(func() { stopServe(t, srv) })
+		}
+		if !strings.Contains(stderr.String(), "registered with the cluster") {
+			t.Fatalf("%s: no registration logged: %s", name, stderr.String())
+		}
+	}
+	for name, endpoint := range urls {
+		var l kube.Lease
+		if err := c.Do(t.Context(), http.MethodGet, "/apis/coordination.k8s.io/v1/namespaces/"+ns+"/leases/"+name, nil, &l); err != nil {
+			t.Fatal(err)
+		}
+		var info kube.NodeInfo
+		if err := json.Unmarshal([]byte(l.Metadata.Annotations[kube.CapacityAnnotation]), &info); err != nil {
+			t.Fatal(err)
+		}
+		if l.Spec.HolderIdentity != name || l.Spec.LeaseDurationSeconds != 2 || info.Endpoint != endpoint || info.MemoryMiB <= 0 || info.CPUs <= 0 ||
+			info.Sandboxes <= 0 || !slices.Contains(info.Tiers, "native") || info.Labels["zone"] != name {
+			t.Fatalf("%s: lease %+v, info %+v", name, l.Spec, info)
+		}
+	}
+	// The Sandbox CRD is not needed to register; the controller needs it.
+	if err := k.Apply(t.Context(), "packaging/kubernetes/sandbox-crd.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	sb := map[string]any{"apiVersion": kube.APIVersion, "kind": "Sandbox", "metadata": map[string]any{"name": "on-a"},
+		"spec": map[string]any{"image": "python", "nodeSelector": map[string]any{"zone": "node-a"}}}
+	if err := c.Do(t.Context(), http.MethodPost, "/apis/warren.dev/v1alpha1/namespaces/default/sandboxes", sb, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctl := &kube.Controller{Client: c, Namespace: ns}
+	status := func() kube.SandboxStatus {
+		if err := ctl.Reconcile(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		var s kube.Sandbox
+		if err := c.Do(t.Context(), http.MethodGet, "/apis/warren.dev/v1alpha1/namespaces/default/sandboxes/on-a", nil, &s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Status
+	}
+	if s := status(); s.Phase != kube.PhasePlaced || s.Node != "node-a" || s.Tier != "native" {
+		t.Fatalf("placed: %+v", s)
+	}
+	stopA()
+	start := time.Now()
+	waitFor(t, 10*time.Second, "the stopped node's sandbox marked lost", func() error {
+		if s := status(); s.Phase != kube.PhaseLost {
+			return fmt.Errorf("status %+v", s)
+		}
+		return nil
+	})
+	t.Logf("a stopped node's sandbox marked lost %v after SIGTERM (lease 2s)", time.Since(start).Round(10*time.Millisecond))
+}
+
+func waitFor(t *testing.T, limit time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %v", what, limit, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
