@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/warren-sandbox/warren/internal/kube"
 	"github.com/warren-sandbox/warren/internal/testenv"
@@ -61,51 +58,11 @@ func needCluster(t *testing.T) *kube.Client {
 	return c
 }
 
-func admin() (*kube.Client, error) { return kube.Load(cluster.Kubeconfig) }
-
-// installCRD creates the shipped Sandbox CRD and waits until it is served.
+// installCRD creates the shipped Sandbox CRD.
 func installCRD() error {
-	c, err := admin()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(), "packaging", "kubernetes", "sandbox-crd.yaml"))
-	if err != nil {
-		return err
-	}
-	var crd map[string]any
-	if err := yaml.Unmarshal(b, &crd); err != nil {
-		return err
-	}
-	if err := c.Do(ctx, http.MethodPost, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd, nil); err != nil {
-		return fmt.Errorf("create the CRD: %w", err)
-	}
-	for {
-		var got struct {
-			Status struct {
-				Conditions []struct{ Type, Status string }
-			}
-		}
-		if err := c.Do(ctx, http.MethodGet, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/sandboxes.warren.dev", nil, &got); err != nil {
-			return err
-		}
-		for _, cd := range got.Status.Conditions {
-			if cd.Type == "Established" && cd.Status == "True" {
-				// Served: a list answers (discovery may lag a moment).
-				if c.Do(ctx, http.MethodGet, "/apis/warren.dev/v1alpha1/sandboxes", nil, nil) == nil {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the Sandbox CRD was not served within 60s")
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return cluster.Apply(ctx, "packaging/kubernetes/sandbox-crd.yaml")
 }
 
 // namespace creates a namespace for the test. Without a controller

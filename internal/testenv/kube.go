@@ -22,6 +22,10 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/warren-sandbox/warren/internal/kube"
 )
 
 // Kube is a real Kubernetes control plane for tests: etcd and
@@ -323,4 +327,94 @@ func (k *Kube) sign(tmpl *x509.Certificate, key *ecdsa.PrivateKey, base string) 
 
 func writePEM(path, typ string, der []byte) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600)
+}
+
+// manifestPaths is where each kind a manifest of the repository holds is
+// created, "%s" standing for its namespace.
+var manifestPaths = map[string]string{
+	"CustomResourceDefinition": "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+	"Namespace":                "/api/v1/namespaces",
+	"ServiceAccount":           "/api/v1/namespaces/%s/serviceaccounts",
+	"ClusterRole":              "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+	"ClusterRoleBinding":       "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+	"Role":                     "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles",
+	"RoleBinding":              "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings",
+}
+
+// Apply creates, as cluster-admin, the objects of a YAML manifest of the
+// repository (path relative to the module root; documents split by ---),
+// after replacing each old with its new in the text (replace is pairs),
+// and waits until the custom resources it defines are served.
+func (k *Kube) Apply(ctx context.Context, path string, replace ...string) error {
+	b, err := os.ReadFile(filepath.Join(ModuleRoot(), path))
+	if err != nil {
+		return err
+	}
+	text := strings.NewReplacer(replace...).Replace(string(b))
+	c, err := kube.Load(k.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var served []string
+	for _, doc := range strings.Split(text, "\n---") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if obj == nil {
+			continue
+		}
+		kind, _ := obj["kind"].(string)
+		where, ok := manifestPaths[kind]
+		if !ok {
+			return fmt.Errorf("%s: kind %q: add its path to testenv's manifestPaths", path, kind)
+		}
+		meta, _ := obj["metadata"].(map[string]any)
+		if strings.Contains(where, "%s") {
+			ns, _ := meta["namespace"].(string)
+			where = fmt.Sprintf(where, ns)
+		}
+		if err := c.Do(ctx, http.MethodPost, where, obj, nil); err != nil {
+			return fmt.Errorf("%s: create %s %v: %w", path, kind, meta["name"], err)
+		}
+		if kind == "CustomResourceDefinition" {
+			spec, _ := obj["spec"].(map[string]any)
+			names, _ := spec["names"].(map[string]any)
+			versions, _ := spec["versions"].([]any)
+			v, _ := versions[0].(map[string]any)
+			served = append(served, fmt.Sprintf("/apis/%s/%s/%s", spec["group"], v["name"], names["plural"]))
+		}
+	}
+	for _, list := range served {
+		// Served once a list answers (discovery lags the create a moment).
+		for c.Do(ctx, http.MethodGet, list, nil, nil) != nil {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s: %s not served: %w", path, list, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// ServiceAccountClient is a client acting as service account ns/name,
+// with a token the API server issues for ten minutes (TokenRequest; no
+// controller manager is needed), as a pod of that account would be.
+func (k *Kube) ServiceAccountClient(ctx context.Context, ns, name string) (*kube.Client, error) {
+	c, err := kube.Load(k.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	req := map[string]any{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": map[string]any{"expirationSeconds": 600}}
+	var resp struct {
+		Status struct{ Token string } `json:"status"`
+	}
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/namespaces/"+ns+"/serviceaccounts/"+name+"/token", req, &resp); err != nil {
+		return nil, fmt.Errorf("token for %s/%s: %w", ns, name, err)
+	}
+	return kube.New(kube.Config{Server: k.Server, Token: resp.Status.Token,
+		CAPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: k.CA.Raw})})
 }
