@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"regexp"
 	"time"
 )
 
@@ -17,8 +16,23 @@ import (
 // period), inside the 15 s the design allows.
 const DefaultLeaseDuration = 10 * time.Second
 
-// dnsLabel is a valid node (Lease) name: a DNS-1123 subdomain, kept short.
-var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$`)
+// validName reports whether s is a valid node (Lease) or namespace name: a
+// DNS-1123 label, dots allowed. (No regexp: compiling one at package init
+// would cost every warren command.)
+func validName(s string) bool {
+	if s == "" || len(s) > 63 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+		case (r == '-' || r == '.') && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // Registrar keeps a node registered: a Lease named after the node, holder
 // the node, with its NodeInfo, renewed every third of its duration.
@@ -56,10 +70,10 @@ func (r *Registrar) path(name string) string {
 // Register writes the node's Lease once: creates it, or takes over the one
 // a previous run of the node left.
 func (r *Registrar) Register(ctx context.Context) error {
-	if !dnsLabel.MatchString(r.Node) {
+	if !validName(r.Node) {
 		return fmt.Errorf("node name %q: want lower-case letters, digits, '-' and '.', at most 63", r.Node)
 	}
-	if !dnsLabel.MatchString(r.Namespace) {
+	if !validName(r.Namespace) {
 		return fmt.Errorf("namespace %q: want a DNS label", r.Namespace)
 	}
 	if r.duration() < time.Second {
