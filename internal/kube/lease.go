@@ -76,8 +76,8 @@ func (r *Registrar) Register(ctx context.Context) error {
 	if !validName(r.Namespace) {
 		return fmt.Errorf("namespace %q: want a DNS label", r.Namespace)
 	}
-	if r.duration() < time.Second {
-		return fmt.Errorf("lease duration %s: want at least 1s", r.duration())
+	if r.duration() < time.Second || r.duration() > time.Hour {
+		return fmt.Errorf("lease duration %s: want 1s to 1h", r.duration())
 	}
 	info, err := json.Marshal(r.Info)
 	if err != nil {
@@ -89,7 +89,8 @@ func (r *Registrar) Register(ctx context.Context) error {
 		Metadata: ObjectMeta{Name: r.Node, Namespace: r.Namespace,
 			Labels:      map[string]string{NodeLabel: "true"},
 			Annotations: map[string]string{CapacityAnnotation: string(info)}},
-		Spec: LeaseSpec{HolderIdentity: r.Node, LeaseDurationSeconds: int32(r.duration() / time.Second), AcquireTime: now, RenewTime: now},
+		Spec: LeaseSpec{HolderIdentity: r.Node, AcquireTime: now, RenewTime: now,
+			LeaseDurationSeconds: int32(r.duration() / time.Second)}, //nolint:gosec // at most 3600: checked above
 	}
 	var out Lease
 	err = r.Client.Do(ctx, http.MethodPost, r.path(""), l, &out)

@@ -164,7 +164,7 @@ func waitHealthy(hc *http.Client, url string, done chan error, log *SyncBuffer, 
 		select {
 		case err := <-done:
 			done <- err // for Close
-			return fmt.Errorf("exited (%v) before %s answered:\n%s", err, url, tail(log.String()))
+			return fmt.Errorf("exited (%w) before %s answered:\n%s", err, url, tail(log.String()))
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready within %s:\n%s", url, limit, tail(log.String()))
 		case <-time.After(100 * time.Millisecond):
@@ -346,7 +346,7 @@ var manifestPaths = map[string]string{
 // after replacing each old with its new in the text (replace is pairs),
 // and waits until the custom resources it defines are served.
 func (k *Kube) Apply(ctx context.Context, path string, replace ...string) error {
-	b, err := os.ReadFile(filepath.Join(ModuleRoot(), path))
+	b, err := os.ReadFile(filepath.Join(ModuleRoot(), path)) //nolint:gosec // a manifest of the repository a test names
 	if err != nil {
 		return err
 	}
