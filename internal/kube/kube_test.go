@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -65,16 +66,18 @@ func installCRD() error {
 	return cluster.Apply(ctx, "packaging/kubernetes/sandbox-crd.yaml")
 }
 
+var namespaces atomic.Int64
+
 // namespace creates a namespace for the test. Without a controller
 // manager namespaces are never finalized, so it is left: the control
 // plane goes with the test binary.
-func namespace(t *testing.T, c *kube.Client) string {
+func namespace(t testing.TB, c *kube.Client) string {
 	t.Helper()
 	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
 	if len(name) > 50 {
 		name = name[:50]
 	}
-	name = strings.Trim(name, "-") + fmt.Sprintf("-%d", time.Now().UnixNano()%100000)
+	name = strings.Trim(name, "-") + fmt.Sprintf("-%d", namespaces.Add(1))
 	ns := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}}
 	if err := c.Do(t.Context(), http.MethodPost, "/api/v1/namespaces", ns, nil); err != nil {
 		t.Fatal(err)
