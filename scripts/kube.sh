@@ -29,7 +29,7 @@ trap 'chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
 mkdir -p "$DIR"
 export GOFLAGS=-buildvcs=false GOTOOLCHAIN=local GOMAXPROCS=1
 build() { # build OUT PKG [LDFLAGS]: a low-priority, one-core build
-	nice -n 19 timeout 90m go build -p 1 -trimpath -ldflags="-s -w ${3:-}" -o "$1.tmp" "$2"
+	nice -n 19 timeout 4h go build -p 1 -trimpath -ldflags="-s -w ${3:-}" -o "$1.tmp" "$2"
 	mv "$1.tmp" "$1"
 }
 

@@ -94,12 +94,12 @@ func TestPlacementAcrossNodes(t *testing.T) {
 	if err := ctl.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	before := getSandbox(t, c, ns, "a-fits-small").Metadata.ResourceVersion
+	before := getSandbox(t, c, ns, "f-too-big").Metadata.ResourceVersion
 	if err := ctl.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if after := getSandbox(t, c, ns, "a-fits-small").Metadata.ResourceVersion; after != before {
-		t.Error("an unchanged status was written again")
+	if after := getSandbox(t, c, ns, "f-too-big").Metadata.ResourceVersion; after != before {
+		t.Error("an unchanged Pending status was written again")
 	}
 	// Room appears in zone a: the pending sandbox is placed.
 	if err := c.Do(t.Context(), http.MethodDelete, sandboxPath(ns, "a-fits-small"), nil, nil); err != nil {
@@ -168,6 +168,7 @@ func TestNodeLostMarksSandboxes(t *testing.T) {
 		}
 	}
 	ctl := &kube.Controller{Client: c, Namespace: leases}
+	start := time.Now() // before the controller first sees the dying node's Lease
 	if err := ctl.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,6 @@ func TestNodeLostMarksSandboxes(t *testing.T) {
 		t.Fatalf("sandboxes on the dying node: %v", onDying)
 	}
 	// The dying node never renews; the controller passes every 100 ms.
-	start := time.Now()
 	for {
 		if err := ctl.Reconcile(t.Context()); err != nil {
 			t.Fatal(err)
