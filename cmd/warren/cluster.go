@@ -102,3 +102,41 @@ func joinCluster(ctx context.Context, r *kube.Registrar) (stop func(), err error
 		r.Client.Close()
 	}, nil
 }
+
+const controllerAbout = `
+Runs the placement controller of a Kubernetes cluster's Warren nodes: it
+places each Sandbox custom resource on a live node with room (best fit by
+memory, honouring its tier and nodeSelector) and marks the Sandboxes of a
+node whose Lease expired Lost, recording the outcome in their status.
+One pass per --period; run one replica (docs/kubernetes.md).
+
+Example:
+  warren controller --cluster in-cluster`
+
+func controllerCmd(ctx context.Context, args []string) error {
+	fs := newFlagSet("warren controller", "warren controller --cluster KUBECONFIG [flags]", controllerAbout)
+	kubeconfig := fs.String("cluster", envOr("WARREN_CLUSTER", ""), "kubeconfig file of the cluster, or in-cluster (env WARREN_CLUSTER)")
+	namespace := fs.String("cluster-namespace", envOr("WARREN_CLUSTER_NAMESPACE", "warren-system"), "the namespace of the nodes' Leases")
+	period := fs.Duration("period", time.Second, "time between passes")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := wantArgs(fs, fs.Args()); err != nil {
+		return err
+	}
+	if *kubeconfig == "" {
+		return usageError{"warren controller", "--cluster is required"}
+	}
+	if *period < 10*time.Millisecond || *period > time.Hour {
+		return fmt.Errorf("--period %s: want 10ms to 1h", *period)
+	}
+	client, err := kube.Load(*kubeconfig)
+	if err != nil {
+		return fmt.Errorf("--cluster: %w", err)
+	}
+	defer client.Close()
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	log.Info("placing sandboxes", "namespace", *namespace, "period", period.String())
+	(&kube.Controller{Client: client, Namespace: *namespace, Period: *period, Log: log}).Run(ctx)
+	return nil
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -15,8 +16,9 @@ import (
 
 // TestServeCluster: two real 'warren serve' processes in node mode
 // register with a real API server, each with its capacity and endpoint;
-// a Sandbox is placed on one; the node stopped by SIGTERM stops renewing,
-// and the controller marks its sandbox lost. make test-kube runs it.
+// 'warren controller' places a Sandbox on the one its selector names; the
+// node stopped by SIGTERM stops renewing, and the controller marks its
+// sandbox lost. make test-kube runs it.
 func TestServeCluster(t *testing.T) {
 	if !testenv.KubeEnabled() {
 		t.Skip("needs a real API server: run make test-kube (WARREN_TEST_KUBE=1)")
@@ -79,17 +81,25 @@ func TestServeCluster(t *testing.T) {
 	if err := c.Do(t.Context(), http.MethodPost, "/apis/warren.dev/v1alpha1/namespaces/default/sandboxes", sb, nil); err != nil {
 		t.Fatal(err)
 	}
-	ctl := &kube.Controller{Client: c, Namespace: ns}
+	// The controller as it is deployed: 'warren controller', a process.
+	ctl := warren(t, stateDir(t), "controller", "--cluster", k.Kubeconfig, "--cluster-namespace", ns, "--period", "200ms")
+	if err := ctl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopServe(t, ctl) })
 	status := func() kube.SandboxStatus {
-		if err := ctl.Reconcile(t.Context()); err != nil {
-			t.Fatal(err)
-		}
 		var s kube.Sandbox
 		if err := c.Do(t.Context(), http.MethodGet, "/apis/warren.dev/v1alpha1/namespaces/default/sandboxes/on-a", nil, &s); err != nil {
 			t.Fatal(err)
 		}
 		return s.Status
 	}
+	waitFor(t, 10*time.Second, "the sandbox placed", func() error {
+		if s := status(); s.Phase == "" {
+			return errors.New("no status yet")
+		}
+		return nil
+	})
 	if s := status(); s.Phase != kube.PhasePlaced || s.Node != "node-a" || s.Tier != "native" {
 		t.Fatalf("placed: %+v", s)
 	}
