@@ -153,10 +153,24 @@ func TestCRDRefusesBadSpecs(t *testing.T) {
 	if s.Spec.Resources.CPUs != 0.5 || s.Spec.Egress == nil || len(s.Spec.Egress.Allow) != 2 || s.Spec.NodeSelector["zone"] != "a" {
 		t.Fatalf("stored spec %+v", s.Spec)
 	}
-	s.Spec.Image = "node"
-	err := c.Do(t.Context(), http.MethodPut, sandboxPath(ns, "good"), &s, nil)
-	if !kube.IsCode(err, http.StatusUnprocessableEntity) || !strings.Contains(err.Error(), "immutable") {
-		t.Fatalf("changing a spec: want 422 immutable, got %v", err)
+	for what, change := range map[string]func(*kube.SandboxSpec){
+		"image":        func(s *kube.SandboxSpec) { s.Image = "node" },
+		"tier":         func(s *kube.SandboxSpec) { s.Tier = "native" },
+		"tier removed": func(s *kube.SandboxSpec) { s.Tier = "" },
+		"resources":    func(s *kube.SandboxSpec) { s.Resources.MemoryMiB = 1024 },
+		"workspace":    func(s *kube.SandboxSpec) { s.Workspace = "ws-2" },
+	} {
+		changed := s
+		change(&changed.Spec)
+		err := c.Do(t.Context(), http.MethodPut, sandboxPath(ns, "good"), &changed, nil)
+		if !kube.IsCode(err, http.StatusUnprocessableEntity) || !strings.Contains(err.Error(), "immutable") {
+			t.Errorf("changing the %s: want 422 immutable, got %v", what, err)
+		}
+	}
+	// Labels may change.
+	s.Spec.Labels["team"] = "infra"
+	if err := c.Do(t.Context(), http.MethodPut, sandboxPath(ns, "good"), &s, nil); err != nil {
+		t.Errorf("changing a label: %v", err)
 	}
 }
 
