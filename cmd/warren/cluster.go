@@ -117,6 +117,7 @@ func controllerCmd(ctx context.Context, args []string) error {
 	fs := newFlagSet("warren controller", "warren controller --cluster KUBECONFIG [flags]", controllerAbout)
 	kubeconfig := fs.String("cluster", envOr("WARREN_CLUSTER", ""), "kubeconfig file of the cluster, or in-cluster (env WARREN_CLUSTER)")
 	namespace := fs.String("cluster-namespace", envOr("WARREN_CLUSTER_NAMESPACE", "warren-system"), "the namespace of the nodes' Leases")
+	sandboxes := fs.String("sandbox-namespace", "", "place only the Sandboxes of this namespace (default: all)")
 	period := fs.Duration("period", time.Second, "time between passes")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -137,6 +138,6 @@ func controllerCmd(ctx context.Context, args []string) error {
 	defer client.Close()
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	log.Info("placing sandboxes", "namespace", *namespace, "period", period.String())
-	(&kube.Controller{Client: client, Namespace: *namespace, Period: *period, Log: log}).Run(ctx)
+	(&kube.Controller{Client: client, Namespace: *namespace, SandboxNamespace: *sandboxes, Period: *period, Log: log}).Run(ctx)
 	return nil
 }

@@ -54,7 +54,7 @@ func BenchmarkPlace1000(b *testing.B) {
 		for err := range errs {
 			b.Fatal(err)
 		}
-		ctl := &kube.Controller{Client: c, Namespace: leases}
+		ctl := &kube.Controller{Client: c, Namespace: leases, SandboxNamespace: ns}
 		b.StartTimer()
 		start := time.Now()
 		for passes := 1; ; passes++ {

@@ -25,9 +25,11 @@ import (
 // and node lifecycle controller judge it).
 type Controller struct {
 	Client *Client
-	// Namespace holds the nodes' Leases; Sandboxes are watched in all
-	// namespaces.
+	// Namespace holds the nodes' Leases.
 	Namespace string
+	// SandboxNamespace limits the controller to the Sandboxes of one
+	// namespace; "" = all.
+	SandboxNamespace string
 	Period    time.Duration // between passes; 1s when 0
 	Log       *slog.Logger
 	// Now is the clock (tests move it); time.Now when nil.
@@ -80,7 +82,11 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 		return err
 	}
 	var sbs []Sandbox
-	err = listAll(ctx, c.Client, "/apis/"+APIVersion+"/sandboxes", func(b []byte) (ListMeta, error) {
+	list := "/apis/" + APIVersion + "/sandboxes"
+	if c.SandboxNamespace != "" {
+		list = "/apis/" + APIVersion + "/namespaces/" + url.PathEscape(c.SandboxNamespace) + "/sandboxes"
+	}
+	err = listAll(ctx, c.Client, list, func(b []byte) (ListMeta, error) {
 		var l SandboxList
 		err := json.Unmarshal(b, &l)
 		sbs = append(sbs, l.Items...)

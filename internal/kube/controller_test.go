@@ -69,7 +69,7 @@ func TestPlacementAcrossNodes(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // distinct creation order
 	}
-	ctl := &kube.Controller{Client: c, Namespace: leases}
+	ctl := &kube.Controller{Client: c, Namespace: leases, SandboxNamespace: ns}
 	if err := ctl.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestCapacityExhaustion(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctl := &kube.Controller{Client: c, Namespace: leases}
+	ctl := &kube.Controller{Client: c, Namespace: leases, SandboxNamespace: ns}
 	if err := ctl.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestNodeLostMarksSandboxes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ctl := &kube.Controller{Client: c, Namespace: leases}
+	ctl := &kube.Controller{Client: c, Namespace: leases, SandboxNamespace: ns}
 	start := time.Now() // before the controller first sees the dying node's Lease
 	if err := ctl.Reconcile(t.Context()); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ func TestRBAC(t *testing.T) {
 			t.Fatalf("node registers: %v", err)
 		}
 	}
-	if err := (&kube.Controller{Client: ctl, Namespace: ns}).Reconcile(t.Context()); err != nil {
+	if err := (&kube.Controller{Client: ctl, Namespace: ns, SandboxNamespace: users}).Reconcile(t.Context()); err != nil {
 		t.Fatalf("controller places: %v", err)
 	}
 	s := getSandbox(t, c, users, "s")
