@@ -30,8 +30,8 @@ type Controller struct {
 	// SandboxNamespace limits the controller to the Sandboxes of one
 	// namespace; "" = all.
 	SandboxNamespace string
-	Period    time.Duration // between passes; 1s when 0
-	Log       *slog.Logger
+	Period           time.Duration // between passes; 1s when 0
+	Log              *slog.Logger
 	// Now is the clock (tests move it); time.Now when nil.
 	Now func() time.Time
 
