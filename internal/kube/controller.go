@@ -32,8 +32,6 @@ type Controller struct {
 	SandboxNamespace string
 	Period           time.Duration // between passes; 1s when 0
 	Log              *slog.Logger
-	// Now is the clock (tests move it); time.Now when nil.
-	Now func() time.Time
 
 	seen map[string]observed // Lease name → its last change seen
 }
@@ -48,13 +46,6 @@ const statusWriters = 8
 
 // listPage is how many objects one list call returns at most.
 const listPage = 500
-
-func (c *Controller) now() time.Time {
-	if c.Now != nil {
-		return c.Now()
-	}
-	return time.Now()
-}
 
 // Run reconciles every Period until ctx ends, logging failed passes.
 func (c *Controller) Run(ctx context.Context) {
@@ -159,7 +150,7 @@ func (c *Controller) liveNodes(ctx context.Context) ([]*node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list node leases: %w", err)
 	}
-	now := c.now()
+	now := time.Now()
 	seen := make(map[string]observed, len(leases))
 	var nodes []*node
 	for _, l := range leases {
