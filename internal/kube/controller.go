@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -160,7 +161,8 @@ func (c *Controller) liveNodes(ctx context.Context) ([]*node, error) {
 			o = observed{l.Metadata.ResourceVersion, now}
 		}
 		seen[name] = o
-		d := time.Duration(l.Spec.LeaseDurationSeconds) * time.Second
+		// A node may not stay alive for longer than an hour unrenewed.
+		d := time.Duration(min(l.Spec.LeaseDurationSeconds, 3600)) * time.Second
 		if l.Spec.HolderIdentity == "" || now.Sub(o.at) > d {
 			continue
 		}
@@ -222,7 +224,7 @@ func (c *Controller) writeStatuses(ctx context.Context, sbs []Sandbox) error {
 // listAll pages through a list, handing each page to decode.
 func listAll(ctx context.Context, c *Client, path string, decode func([]byte) (ListMeta, error)) error {
 	sep := "?"
-	if slices.Contains([]byte(path), '?') {
+	if strings.Contains(path, "?") {
 		sep = "&"
 	}
 	cont := ""

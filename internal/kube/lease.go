@@ -113,30 +113,25 @@ func (r *Registrar) Register(ctx context.Context) error {
 	return nil
 }
 
-// renew moves the Lease's renew time to now; after a conflict (someone
+// renew moves the Lease's renew time to now. After a conflict (someone
 // wrote it since) or its deletion it registers afresh.
 func (r *Registrar) renew(ctx context.Context) error {
 	if r.lease == nil {
 		return r.Register(ctx)
 	}
-	for try := 0; ; try++ {
-		l := *r.lease
-		l.Spec.HolderIdentity = r.Node
-		l.Spec.RenewTime = &MicroTime{time.Now()}
-		var out Lease
-		err := r.Client.Do(ctx, http.MethodPut, r.path(r.Node), &l, &out)
-		if err == nil {
-			r.lease = &out
-			return nil
-		}
-		if try > 0 || !(IsCode(err, http.StatusConflict) || IsCode(err, http.StatusNotFound)) {
-			return err
-		}
-		// Changed or deleted behind our back: register afresh.
-		if err := r.Register(ctx); err != nil {
-			return err
-		}
+	l := *r.lease
+	l.Spec.HolderIdentity = r.Node
+	l.Spec.RenewTime = &MicroTime{time.Now()}
+	var out Lease
+	err := r.Client.Do(ctx, http.MethodPut, r.path(r.Node), &l, &out)
+	switch {
+	case err == nil:
+		r.lease = &out
+		return nil
+	case IsCode(err, http.StatusConflict) || IsCode(err, http.StatusNotFound):
+		return r.Register(ctx)
 	}
+	return err
 }
 
 // Run renews the node's Lease (registering it first if Register was not
