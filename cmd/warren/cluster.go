@@ -34,13 +34,12 @@ func (f *clusterFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.lease, "lease-duration", kube.DefaultLeaseDuration, "node mode: how long the node's Lease holds unrenewed (renewed every third of it);\nits sandboxes are marked lost that long after the server stops")
 }
 
-// registrar checks the flags and returns the node's registrar, nil when
-// node mode is off.
-func (f *clusterFlags) registrar(log *slog.Logger, endpoint string, capacity sandbox.Capacity, maxRunning int, tiers []string) (*kube.Registrar, error) {
+// validate checks the node-mode flags, before the server starts anything.
+func (f *clusterFlags) validate() (labels map[string]string, err error) {
 	if f.kubeconfig == "" {
 		return nil, nil
 	}
-	labels := map[string]string{}
+	labels = map[string]string{}
 	var errs []error
 	for _, l := range f.labels {
 		k, v, ok := strings.Cut(l, "=")
@@ -50,10 +49,22 @@ func (f *clusterFlags) registrar(log *slog.Logger, endpoint string, capacity san
 		}
 		labels[k] = v
 	}
+	if !kube.ValidName(f.node) {
+		errs = append(errs, fmt.Errorf("--node-name %q: want lower-case letters, digits, '-' and '.', at most 63", f.node))
+	}
+	if !kube.ValidName(f.namespace) {
+		errs = append(errs, fmt.Errorf("--cluster-namespace %q: want a Kubernetes namespace name", f.namespace))
+	}
 	if f.lease < time.Second || f.lease > time.Hour {
 		errs = append(errs, fmt.Errorf("--lease-duration %s: want 1s to 1h", f.lease))
 	}
-	if err := errors.Join(errs...); err != nil {
+	return labels, errors.Join(errs...)
+}
+
+// registrar returns the node's registrar, nil when node mode is off.
+func (f *clusterFlags) registrar(log *slog.Logger, endpoint string, capacity sandbox.Capacity, maxRunning int, tiers []string) (*kube.Registrar, error) {
+	labels, err := f.validate()
+	if err != nil || f.kubeconfig == "" {
 		return nil, err
 	}
 	client, err := kube.Load(f.kubeconfig)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/warren-sandbox/warren/internal/kube"
+	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/testenv"
 )
 
@@ -43,7 +44,7 @@ func TestServeCluster(t *testing.T) {
 	}
 	// Misconfigured node mode refuses to start, saying why.
 	bad := run(t, warren(t, stateDir(t), "serve", "--dev", "--listen", "127.0.0.1:0", "--keep-file-max", "--cluster", k.Kubeconfig, "--node-name", "Bad_Name"), "")
-	if bad.code == 0 || !strings.Contains(bad.stderr, "node name") {
+	if bad.code == 0 || !strings.Contains(bad.stderr, "--node-name") {
 		t.Fatalf("a bad node name: %+v", bad)
 	}
 	urls := map[string]string{}
@@ -126,5 +127,28 @@ func waitFor(t *testing.T, limit time.Duration, what string, f func() error) {
 			t.Fatalf("%s: not within %s: %v", what, limit, err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestClusterFlags: node mode's flags are checked before the server
+// starts anything, every problem at once.
+func TestClusterFlags(t *testing.T) {
+	ok := clusterFlags{kubeconfig: "k", node: "node-a", namespace: "warren-system", lease: 10 * time.Second, labels: stringList{"zone=a", "gpu="}}
+	labels, err := ok.validate()
+	if err != nil || labels["zone"] != "a" || labels["gpu"] != "" || len(labels) != 2 {
+		t.Fatalf("valid flags: %v %v", labels, err)
+	}
+	if labels, err := (&clusterFlags{node: "Bad Name"}).validate(); err != nil || labels != nil {
+		t.Fatalf("node mode off: nothing is checked: %v %v", labels, err)
+	}
+	bad := clusterFlags{kubeconfig: "k", node: "Node_A", namespace: "-x", lease: 500 * time.Millisecond, labels: stringList{"novalue", "=v", "k=" + strings.Repeat("v", 64)}}
+	_, err = bad.validate()
+	for _, want := range []string{`--node-name "Node_A"`, `--cluster-namespace "-x"`, "--lease-duration 500ms", `--node-label "novalue"`, `--node-label "=v"`, `--node-label "k=vvv`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v lacks %s", err, want)
+		}
+	}
+	if got := tierNames("gvisor", map[string]sandbox.Tier{"native": {}, "gvisor": {}}); !slices.Equal(got, []string{"gvisor", "native"}) {
+		t.Errorf("tier names %v: want the default first", got)
 	}
 }

@@ -231,6 +231,9 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if err := c.tiers.validate(); err != nil {
 		return err
 	}
+	if _, err := c.cluster.validate(); err != nil {
+		return err
+	}
 	host, err := sandbox.ReadHost()
 	if err != nil {
 		return err

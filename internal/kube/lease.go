@@ -16,10 +16,10 @@ import (
 // period), inside the 15 s the design allows.
 const DefaultLeaseDuration = 10 * time.Second
 
-// validName reports whether s is a valid node (Lease) or namespace name: a
+// ValidName reports whether s is a valid node (Lease) or namespace name: a
 // DNS-1123 label, dots allowed. (No regexp: compiling one at package init
 // would cost every warren command.)
-func validName(s string) bool {
+func ValidName(s string) bool {
 	if s == "" || len(s) > 63 {
 		return false
 	}
@@ -70,10 +70,10 @@ func (r *Registrar) path(name string) string {
 // Register writes the node's Lease once: creates it, or takes over the one
 // a previous run of the node left.
 func (r *Registrar) Register(ctx context.Context) error {
-	if !validName(r.Node) {
+	if !ValidName(r.Node) {
 		return fmt.Errorf("node name %q: want lower-case letters, digits, '-' and '.', at most 63", r.Node)
 	}
-	if !validName(r.Namespace) {
+	if !ValidName(r.Namespace) {
 		return fmt.Errorf("namespace %q: want a DNS label", r.Namespace)
 	}
 	if r.duration() < time.Second || r.duration() > time.Hour {
