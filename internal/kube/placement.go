@@ -6,8 +6,15 @@ import (
 	"math"
 	"slices"
 	"strings"
+)
 
-	"github.com/warren-sandbox/warren/internal/backend"
+// What a sandbox that asks for nothing gets: backend.DefaultMemoryBytes and
+// backend.DefaultCPUs (a test keeps them equal; importing backend here
+// would make testenv, which starts the API server, depend on the backends
+// whose tests use it).
+const (
+	defaultMemoryMiB = 512
+	defaultCPUs      = 1.0
 )
 
 // node is a live node as placement sees it: what it offers and what the
@@ -24,10 +31,10 @@ type node struct {
 func request(s *Sandbox) (memoryMiB, milliCPUs int64) {
 	memoryMiB, cpus := s.Spec.Resources.MemoryMiB, s.Spec.Resources.CPUs
 	if memoryMiB <= 0 {
-		memoryMiB = backend.DefaultMemoryBytes >> 20
+		memoryMiB = defaultMemoryMiB
 	}
 	if cpus <= 0 {
-		cpus = backend.DefaultCPUs
+		cpus = defaultCPUs
 	}
 	return memoryMiB, int64(math.Ceil(cpus * 1000))
 }

@@ -2,7 +2,18 @@ package kube
 
 import (
 	"testing"
+
+	"github.com/warren-sandbox/warren/internal/backend"
 )
+
+// TestDefaultsMatchTheServer: placement reserves for a sandbox that asks
+// for nothing what a server gives it.
+func TestDefaultsMatchTheServer(t *testing.T) {
+	if defaultMemoryMiB != backend.DefaultMemoryBytes>>20 || defaultCPUs != backend.DefaultCPUs {
+		t.Fatalf("placement's defaults %d MiB, %v CPUs; the server's %d MiB, %v CPUs",
+			defaultMemoryMiB, defaultCPUs, backend.DefaultMemoryBytes>>20, backend.DefaultCPUs)
+	}
+}
 
 func TestPlace(t *testing.T) {
 	mk := func() []*node {
