@@ -48,10 +48,16 @@ func TestServeCluster(t *testing.T) {
 		url, srv, _ := startServe(t, stateDir(t), "--dev", "--cluster", k.Kubeconfig, "--cluster-namespace", ns,
 			"--node-name", name, "--node-label", "zone="+name, "--lease-duration", "2s")
 		urls[name] = strings.TrimPrefix(url, "http://")
+		var stopped bool
+		stop := func() {
+			if !stopped {
+				stopped = true
+				stopServe(t, srv)
+			}
+		}
+		t.Cleanup(stop) // also when the test fails before stopping it
 		if name == "node-a" {
-			stopA = func() { stopServe(t, srv) }
-		} else {
-			t.Cleanup(func() { stopServe(t, srv) })
+			stopA = stop
 		}
 	}
 	for name, endpoint := range urls {
