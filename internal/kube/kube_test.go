@@ -124,6 +124,8 @@ func TestCRDRefusesBadSpecs(t *testing.T) {
 		"memory not number": {"image": "python", "resources": map[string]any{"memoryMiB": "lots"}},
 		"cpus too many":     {"image": "python", "resources": map[string]any{"cpus": 1000}},
 		"cpus zero":         {"image": "python", "resources": map[string]any{"cpus": 0}},
+		"cpus below 0.01":   {"image": "python", "resources": map[string]any{"cpus": 0.005}},
+		"cpus negative":     {"image": "python", "resources": map[string]any{"cpus": -1}},
 		"egress not a list": {"image": "python", "egress": map[string]any{"allow": "pypi.org"}},
 		"egress too long":   {"image": "python", "egress": map[string]any{"allow": []string{strings.Repeat("a", 300)}}},
 		"bad secret name":   {"image": "python", "secrets": []string{"a b"}},
