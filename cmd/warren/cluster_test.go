@@ -154,6 +154,18 @@ func TestClusterFlags(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, `--node-name "Bad_Name"`) {
 		t.Fatalf("serve with a bad node name: %+v", r)
 	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"controller"}, "--cluster is required"},
+		{[]string{"controller", "--cluster", "k", "--period", "1ms"}, "--period 1ms: want 10ms to 1h"},
+		{[]string{"controller", "--cluster", "/nonexistent"}, "--cluster: kubeconfig: open /nonexistent"},
+	} {
+		if r := run(t, warren(t, stateDir(t), c.args...), ""); r.code == 0 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("warren %q: %+v, want an error with %q", c.args, r, c.want)
+		}
+	}
 	if got := tierNames("gvisor", map[string]sandbox.Tier{"native": {}, "gvisor": {}}); !slices.Equal(got, []string{"gvisor", "native"}) {
 		t.Errorf("tier names %v: want the default first", got)
 	}
