@@ -13,7 +13,7 @@ SERVE_FLAGS ?= --dev
 GOLANGCI_LINT_VERSION := v2.6.2
 GOBIN := $(shell go env GOPATH 2>/dev/null)/bin
 
-.PHONY: all setup build run demo test s3-server runsc test-sdk test-python test-v2 test-hostile test-hostile-ci test-egress test-crash vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci leak-snapshot install
+.PHONY: all setup build run demo test s3-server runsc test-sdk test-python test-v2 test-hostile test-hostile-ci test-egress test-crash kube-server test-kube vet fmt-check lint bench bench-server soak soak-ci doctor clean fuzz fuzz-ci leak-snapshot install
 
 all: build
 
@@ -110,6 +110,19 @@ s3-server:
 # for it; the gvisor backend's tests need it.
 runsc:
 	@./scripts/runsc.sh >/dev/null
+
+# A real Kubernetes control plane for the cluster tests (kube-apiserver and
+# etcd, from the module proxy at pinned versions), built once into
+# ~/.cache/warren-test: ~30 minutes and 2.5 GB of memory the first time on 2
+# busy cores (docs/kubernetes.md), so `make test` does not build it.
+kube-server:
+	@./scripts/kube.sh >/dev/null
+
+# Node mode, the Sandbox CRD and the placement controller against that real
+# API server (docs/kubernetes.md); not part of `make test` yet.
+test-kube: kube-server build
+	WARREN_TEST_KUBE=1 go test -race -count=1 -timeout 10m ./internal/kube
+	WARREN_TEST_KUBE=1 go test -race -count=1 -timeout 10m -run '^TestServeCluster$$' ./cmd/warren
 
 # The cgroup v2 lanes: the cgroup, spawner and native backend tests run inside
 # a QEMU (TCG) virtual machine whose kernel has a pure cgroup v2 hierarchy,

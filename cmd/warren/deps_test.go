@@ -38,3 +38,23 @@ func TestNoAgentCode(t *testing.T) {
 		}
 	}
 }
+
+// TestNoKubernetesLibraries: node mode talks to the API server through
+// internal/kube's small client. client-go (or anything of k8s.io) would run
+// its scheme registrations at every warren command's start and add tens of
+// megabytes (docs/kubernetes.md).
+func TestNoKubernetesLibraries(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/warren-sandbox/warren/internal/kube") {
+		t.Fatal("warren does not link internal/kube: the test would pass vacuously")
+	}
+	for _, d := range deps {
+		if strings.HasPrefix(d, "k8s.io/") || strings.HasPrefix(d, "sigs.k8s.io/") {
+			t.Errorf("warren links %s", d)
+		}
+	}
+}

@@ -42,6 +42,7 @@ func commands() []command {
 		{"resume", "resume a paused sandbox of a server", resumeCmd},
 		{"workspace", "create, list, inspect, remove, upload and download a server's workspaces", workspaceCmd},
 		{"snapshot", "checkpoint sandboxes into snapshots, restore and fork them (isolation gvisor)", snapshotCmd},
+		{"controller", "place Kubernetes Sandbox resources on Warren nodes (docs/kubernetes.md)", controllerCmd},
 		{"doctor", "report which kernel features Warren can use here, and why not", doctorCmd},
 		{"image", "import, list and remove images in the local store", imageCmd},
 		{"bench", "measure sandbox start, exec and REPL latency against baselines; soak a server", benchCmd},

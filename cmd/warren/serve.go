@@ -58,13 +58,15 @@ reloads the quotas.
 Examples:
   warren serve --dev
   warren serve --listen 0.0.0.0:5555 --idle-timeout 5m
-  warren serve --config /etc/warren/warren.toml`
+  warren serve --config /etc/warren/warren.toml
+  warren serve --cluster ~/.kube/config --node-name node-a   # node mode (docs/kubernetes.md)`
 
 // serveConfig is everything serve needs, from flags.
 type serveConfig struct {
 	hf               hostFlags
 	net              netFlags
 	tiers            tierFlags
+	cluster          clusterFlags
 	listen           string
 	dev              bool
 	prewarm          int
@@ -136,6 +138,7 @@ func (c *serveConfig) flagSet() (*flag.FlagSet, error) {
 	c.hf.register(fs)
 	c.net.register(fs)
 	c.tiers.register(fs)
+	c.cluster.register(fs)
 	fs.StringVar(&c.listen, "listen", envOr("WARREN_LISTEN", "127.0.0.1:5555"), "address to listen on (env WARREN_LISTEN)")
 	fs.BoolVar(&c.dev, "dev", false, "development mode: no API keys needed, every caller may use every namespace")
 	fs.IntVar(&c.prewarm, "prewarm", 2, "agents kept spawned ahead of time so starts are faster (0 = none)")
@@ -235,6 +238,9 @@ func serve(ctx context.Context, c *serveConfig) error {
 		return fmt.Errorf("--max-output %q: want a size from 1M to 1G (plain numbers are MiB)", c.maxOutput)
 	}
 	if err := c.tiers.validate(); err != nil {
+		return err
+	}
+	if _, err := c.cluster.validate(); err != nil {
 		return err
 	}
 	host, err := sandbox.ReadHost()
@@ -417,6 +423,22 @@ func serve(ctx context.Context, c *serveConfig) error {
 		MaxHeaderBytes:    64 << 10,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	node, err := c.cluster.registrar(log, ln.Addr().String(), capacity, c.maxRunning, tierNames(c.tiers.isolation, tiers.on))
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	if node != nil {
+		leave, err := joinCluster(ctx, node)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		// Stops renewing first at shutdown: the Lease then expires on its
+		// own unless the node comes back (kube.Registrar says why).
+		defer leave()
+		log.Info("registered with the cluster", "node", node.Node, "namespace", node.Namespace, "lease_duration", c.cluster.lease.String())
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()

@@ -61,6 +61,8 @@ var serverKeys = map[string]kind{
 	"egress_upstream_ca": kString,
 	// tierFlags
 	"isolation": kString, "runsc": kString,
+	// clusterFlags (node mode, docs/kubernetes.md)
+	"cluster": kString, "node_name": kString, "cluster_namespace": kString, "node_label": kList, "lease_duration": kDuration,
 }
 
 // ServerKeys lists the [server] keys, sorted.
