@@ -183,7 +183,7 @@ func runCmd(ctx context.Context, args []string) error {
 	if tf.isolation == "gvisor" {
 		// What gvisor cannot do (a network, disk limits) its Create
 		// refuses, naming it.
-		gv, err := gvisorTier(ctx, &hf, &tf)
+		gv, err := gvisorTier(ctx, &hf, &tf, nil)
 		if err != nil {
 			return fmt.Errorf("--isolation gvisor: %w", err)
 		}
