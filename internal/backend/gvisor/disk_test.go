@@ -21,10 +21,27 @@ import (
 // server's native backend prepares it), removed with the test.
 func diskBackend(t *testing.T) (*gvisor.Backend, *conformance.Harness, *diskquota.Dirs) {
 	t.Helper()
+	b, dirs := openDisk(t, t.TempDir(), true)
+	if b.DiskLimits() != diskquota.OnImage {
+		t.Fatalf("DiskLimits = %q (%s), want %q", b.DiskLimits(), b.DiskLimitsOff(), diskquota.OnImage)
+	}
+	img, err := b.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, &conformance.Harness{Backend: b, Image: img}, dirs
+}
+
+// openDisk opens a backend on base, on a disk pool there when withPool says
+// so, closed (and the pool unmounted) with the test.
+func openDisk(t *testing.T, base string, withPool bool) (*gvisor.Backend, *diskquota.Dirs) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	_, err := exec.LookPath("mkfs.btrfs")
 	testenv.Require(t, err == nil, "mkfs.btrfs (btrfs-progs; `make deps` installs it)")
-	base := t.TempDir()
+	if !withPool {
+		return newDiskless(t, base, nil), nil
+	}
 	pool := filepath.Join(base, "pool", "sandboxes")
 	if err := os.MkdirAll(pool, 0o700); err != nil {
 		t.Fatal(err)
@@ -38,11 +55,18 @@ func diskBackend(t *testing.T) (*gvisor.Backend, *conformance.Harness, *diskquot
 			t.Error(err)
 		}
 	})
+	return newDiskless(t, base, dirs), dirs
+}
+
+// newDiskless opens a backend on base with disk (nil: none), closed with
+// the test.
+func newDiskless(t *testing.T, base string, disk *diskquota.Dirs) *gvisor.Backend {
+	t.Helper()
 	b, err := gvisor.New(gvisor.Options{
 		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"),
 		RunscPath: testenv.RunscBinary(t), AgentPath: testenv.AgentBinary(t),
 		CgroupPrefix: fmt.Sprintf("warren-gvisor-test-disk-%d", os.Getpid()),
-		Disk:         dirs,
+		Disk:         disk,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -53,14 +77,7 @@ func diskBackend(t *testing.T) (*gvisor.Backend, *conformance.Harness, *diskquot
 		}
 		_ = b.Close()
 	})
-	if b.DiskLimits() != diskquota.OnImage {
-		t.Fatalf("DiskLimits = %q (%s), want %q", b.DiskLimits(), b.DiskLimitsOff(), diskquota.OnImage)
-	}
-	img, err := b.HostImage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b, &conformance.Harness{Backend: b, Image: img}, dirs
+	return b
 }
 
 // TestDiskLimit runs the conformance suite's disk checks on gVisor
@@ -97,5 +114,42 @@ func TestDiskLimitRefusedWithoutPool(t *testing.T) {
 	_, err := h.Backend.Create(context.Background(), backend.Config{ID: "disk-refused", Image: h.Image, DiskBytes: 32 << 20})
 	if err == nil || !strings.Contains(err.Error(), "disk limits") {
 		t.Fatalf("Create with a disk limit and no pool: %v", err)
+	}
+}
+
+// TestDiskLimitsOverOldSandboxes: gvisor sandboxes made before disk limits
+// keep working, uncapped, where they are: limits stay off for the backend
+// (it says why) rather than hide them, and a limit asked for is refused.
+func TestDiskLimitsOverOldSandboxes(t *testing.T) {
+	base := t.TempDir()
+	old, _ := openDisk(t, base, false)
+	img, err := old.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := old.Create(ctx, backend.Config{ID: "made-before", Image: img}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := openDisk(t, base, true)
+	if b.DiskLimits() != "" || !strings.Contains(b.DiskLimitsOff(), "made before disk limits") {
+		t.Fatalf("limits %q (off: %q) over a sandbox made before them", b.DiskLimits(), b.DiskLimitsOff())
+	}
+	sb, err := b.Open(ctx, backend.Config{ID: "made-before", Image: img})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sb.Remove(ctx) }()
+	if err := sb.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo works > /root/f && cat /root/f"); r.Stdout != "works\n" {
+		t.Fatalf("the old sandbox: %+v %q %q", r.ExitStatus, r.Stdout, r.Stderr)
+	}
+	if l := sb.(backend.DiskLimiter).DiskLimit(); l != 0 {
+		t.Errorf("DiskLimit of an uncapped sandbox = %d", l)
+	}
+	if _, err := b.Create(ctx, backend.Config{ID: "capped", Image: img, DiskBytes: 32 << 20}); err == nil {
+		t.Error("a disk limit accepted with limits off")
 	}
 }
