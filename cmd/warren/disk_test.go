@@ -17,8 +17,8 @@ import (
 
 // TestRunDiskLimit: `warren run --disk-pool SIZE --disk N` prepares the
 // data directory's image on its first start and the sandbox stops at its
-// cap; `--read-only` leaves /tmp writable and the rest read-only; doctor
-// reports the mechanism.
+// cap, on either tier; `--read-only` leaves /tmp writable and the rest
+// read-only; doctor reports the mechanism.
 func TestRunDiskLimit(t *testing.T) {
 	testenv.RequireRoot(t)
 	_, err := exec.LookPath("mkfs.btrfs")
@@ -46,6 +46,15 @@ func TestRunDiskLimit(t *testing.T) {
 	r = run(t, warren(t, dir, "doctor", "--disk-pool", "1G"), "")
 	if !strings.Contains(r.stdout, "ok    disk limits") || !strings.Contains(r.stdout, diskquota.OnImage) {
 		t.Errorf("doctor:\n%s%s", r.stdout, r.stderr)
+	}
+	// The gvisor tier on the same pool.
+	gv := warren(t, dir, "run", "--isolation", "gvisor", "--disk-pool", "1G", "--disk", "32M", "--", "/bin/sh", "-c", "dd if=/dev/zero of=/tmp/big bs=1M count=64")
+	gv.Env = append(gv.Env, "WARREN_RUNSC="+testenv.RunscBinary(t))
+	if r = run(t, gv, ""); r.code == 0 || !strings.Contains(r.stderr+r.stdout, "Disk quota exceeded") {
+		t.Fatalf("gvisor: dd past --disk 32M: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, "data", "sandboxes", ".gvisor")); err != nil || len(ents) != 0 {
+		t.Errorf("gvisor sandboxes left on the pool: %v %v", ents, err)
 	}
 	r = run(t, warren(t, dir, "run", "--disk", "32M", "--", "/bin/true"), "")
 	if r.code == 0 || !strings.Contains(r.stderr, "disk limits are off") {

@@ -2,6 +2,7 @@ package native
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 
 	"github.com/warren-sandbox/warren/internal/diskquota"
@@ -33,7 +34,7 @@ func (b *Backend) prepareDisk() {
 		return
 	}
 	dir := filepath.Join(b.opts.DataDir, "sandboxes")
-	d, err := diskquota.OpenDirs(dir, filepath.Join(b.opts.DataDir, diskImage), b.opts.DiskPool, removedDir)
+	d, err := OpenDiskPool(b.opts.DataDir, b.opts.DiskPool)
 	switch {
 	case errors.Is(err, diskquota.ErrNotEmpty):
 		b.diskOff = "the data directory holds sandboxes made before disk limits (limits come on at the first start after they are removed)"
@@ -45,6 +46,20 @@ func (b *Backend) prepareDisk() {
 		b.disk = d
 		b.log.Info("disk limits on", "mechanism", d.Mechanism(), "dir", dir)
 	}
+}
+
+// OpenDiskPool prepares the disk pool of the data directory dataDir (its
+// sandboxes' directory, on an image of size bytes where it is not on
+// btrfs) as the backend does with Options.DiskPool, for a process that
+// runs another backend's sandboxes on it without this one (warren run
+// --isolation gvisor); diskquota.ErrNotEmpty when sandboxes made before
+// limits are there.
+func OpenDiskPool(dataDir string, size int64) (*diskquota.Dirs, error) {
+	dir := filepath.Join(dataDir, "sandboxes")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return diskquota.OpenDirs(dir, filepath.Join(dataDir, diskImage), size, removedDir)
 }
 
 // DiskLimits is how the backend enforces disk limits: "btrfs-image" (a
