@@ -6,20 +6,24 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/gvisor"
 	"github.com/warren-sandbox/warren/internal/conformance"
 	"github.com/warren-sandbox/warren/internal/diskquota"
+	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // diskBackend is a backend of its own whose sandboxes are limited on a
 // disk pool (a btrfs image mounted on <base>/pool/sandboxes, as the
 // server's native backend prepares it), removed with the test.
-func diskBackend(t *testing.T) (*gvisor.Backend, *conformance.Harness, *diskquota.Dirs) {
+func diskBackend(t testing.TB) (*gvisor.Backend, *conformance.Harness, *diskquota.Dirs) {
 	t.Helper()
 	b, dirs := openDisk(t, t.TempDir(), true)
 	if b.DiskLimits() != diskquota.OnImage {
@@ -34,7 +38,7 @@ func diskBackend(t *testing.T) (*gvisor.Backend, *conformance.Harness, *diskquot
 
 // openDisk opens a backend on base, on a disk pool there when withPool says
 // so, closed (and the pool unmounted) with the test.
-func openDisk(t *testing.T, base string, withPool bool) (*gvisor.Backend, *diskquota.Dirs) {
+func openDisk(t testing.TB, base string, withPool bool) (*gvisor.Backend, *diskquota.Dirs) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	_, err := exec.LookPath("mkfs.btrfs")
@@ -60,7 +64,7 @@ func openDisk(t *testing.T, base string, withPool bool) (*gvisor.Backend, *diskq
 
 // newDiskless opens a backend on base with disk (nil: none), closed with
 // the test.
-func newDiskless(t *testing.T, base string, disk *diskquota.Dirs) *gvisor.Backend {
+func newDiskless(t testing.TB, base string, disk *diskquota.Dirs) *gvisor.Backend {
 	t.Helper()
 	b, err := gvisor.New(gvisor.Options{
 		DataDir: filepath.Join(base, "data"), RunDir: filepath.Join(base, "run"),
@@ -152,4 +156,43 @@ func TestDiskLimitsOverOldSandboxes(t *testing.T) {
 	if _, err := b.Create(ctx, backend.Config{ID: "capped", Image: img, DiskBytes: 32 << 20}); err == nil {
 		t.Error("a disk limit accepted with limits off")
 	}
+}
+
+// BenchmarkColdCycleDisk: what a disk limit costs gVisor's cycle (create,
+// start, exec /bin/true, remove): a sandbox capped at 1 GiB on a disk
+// pool against one on a backend without limits, alternating, medians
+// reported as limited-ns and none-ns.
+func BenchmarkColdCycleDisk(b *testing.B) {
+	limited, h, _ := diskBackend(b)
+	none := harness(b)
+	ctx := context.Background()
+	cycle := func(be backend.Backend, img *image.Image, id string, disk int64) time.Duration {
+		start := time.Now()
+		sb, err := be.Create(ctx, backend.Config{ID: id, Image: img, DiskBytes: disk})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := sb.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
+			b.Fatal(st, err)
+		}
+		if err := sb.Remove(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var on, off []time.Duration
+	for i := range b.N {
+		on = append(on, cycle(limited, h.Image, fmt.Sprintf("bench-disk-%d", i), 1<<30))
+		off = append(off, cycle(none.Backend, none.Image, fmt.Sprintf("bench-nodisk-%d", i), 0))
+	}
+	med := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return float64(ds[len(ds)/2].Nanoseconds())
+	}
+	b.ReportMetric(med(on), "limited-ns")
+	b.ReportMetric(med(off), "none-ns")
+	b.ReportMetric(med(on)/med(off), "ratio")
 }
