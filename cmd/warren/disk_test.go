@@ -17,8 +17,8 @@ import (
 
 // TestRunDiskLimit: `warren run --disk-pool SIZE --disk N` prepares the
 // data directory's image on its first start and the sandbox stops at its
-// cap; `--read-only` leaves /tmp writable and the rest read-only; doctor
-// reports the mechanism.
+// cap, on either tier; `--read-only` leaves /tmp writable and the rest
+// read-only; doctor reports the mechanism.
 func TestRunDiskLimit(t *testing.T) {
 	testenv.RequireRoot(t)
 	_, err := exec.LookPath("mkfs.btrfs")
@@ -47,22 +47,31 @@ func TestRunDiskLimit(t *testing.T) {
 	if !strings.Contains(r.stdout, "ok    disk limits") || !strings.Contains(r.stdout, diskquota.OnImage) {
 		t.Errorf("doctor:\n%s%s", r.stdout, r.stderr)
 	}
+	// The gvisor tier on the same pool.
+	gv := warren(t, dir, "run", "--isolation", "gvisor", "--disk-pool", "1G", "--disk", "32M", "--", "/bin/sh", "-c", "dd if=/dev/zero of=/tmp/big bs=1M count=64")
+	gv.Env = append(gv.Env, "WARREN_RUNSC="+testenv.RunscBinary(t))
+	if r = run(t, gv, ""); r.code == 0 || !strings.Contains(r.stderr+r.stdout, "Disk quota exceeded") {
+		t.Fatalf("gvisor: dd past --disk 32M: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, "data", "sandboxes", ".gvisor")); err != nil || len(ents) != 0 {
+		t.Errorf("gvisor sandboxes left on the pool: %v %v", ents, err)
+	}
 	r = run(t, warren(t, dir, "run", "--disk", "32M", "--", "/bin/true"), "")
 	if r.code == 0 || !strings.Contains(r.stderr, "disk limits are off") {
 		t.Errorf("--disk without --disk-pool: exit %d %s", r.code, r.stderr)
 	}
 }
 
-// TestServeDiskLimit: a server with a disk pool caps a sandbox at its
-// disk_mib, and sandbox.get and sandbox.metrics.get show its usage
-// against that cap.
+// TestServeDiskLimit: a server with a disk pool caps a sandbox of either
+// tier at its disk_mib (gvisor's on the same pool), and sandbox.get and
+// sandbox.metrics.get show its usage against that cap.
 func TestServeDiskLimit(t *testing.T) {
 	testenv.RequireRoot(t)
 	_, err := exec.LookPath("mkfs.btrfs")
 	testenv.Require(t, err == nil, "mkfs.btrfs (btrfs-progs; `make deps` installs it)")
 	dir := stateDir(t)
 	sandboxes := filepath.Join(dir, "data", "sandboxes")
-	url, srv, stderr := startServe(t, dir, "--dev", "--disk-pool", "1G")
+	url, srv, stderr := startServeEnv(t, dir, []string{"WARREN_RUNSC=" + testenv.RunscBinary(t)}, "--dev", "--disk-pool", "1G")
 	t.Cleanup(func() {
 		if diskquota.IsBtrfs(sandboxes) {
 			if err := diskquota.Unmount(sandboxes); err != nil {
@@ -80,34 +89,43 @@ func TestServeDiskLimit(t *testing.T) {
 		}
 		return r
 	}
-	must("sandbox.create", map[string]any{"name": "d", "image": "host", "disk_mib": 32})
-	defer call("sandbox.remove", map[string]any{"sandbox": "d"})
-	r := must("sandbox.command.run", map[string]any{"sandbox": "d", "command": "/bin/sh", "args": []string{"-c", "dd if=/dev/zero of=/root/big bs=1M count=64 2>&1; sync"}})
-	if !strings.Contains(string(r.Result), "Disk quota exceeded") {
-		t.Fatalf("dd past disk_mib 32: %s", r.Result)
-	}
-	var info struct {
-		DiskMiB   int64  `json:"disk_mib"`
-		DiskUsage *int64 `json:"disk_usage"`
-		DiskLimit *int64 `json:"disk_limit"`
-	}
-	if err := json.Unmarshal(must("sandbox.get", map[string]any{"sandbox": "d"}).Result, &info); err != nil {
-		t.Fatal(err)
-	}
-	if info.DiskMiB != 32 || info.DiskLimit == nil || *info.DiskLimit != 32<<20 || info.DiskUsage == nil || *info.DiskUsage < 16<<20 || *info.DiskUsage > 32<<20 {
-		t.Fatalf("sandbox.get: disk_mib %d, usage %v, limit %v", info.DiskMiB, ptr(info.DiskUsage), ptr(info.DiskLimit))
-	}
-	var m struct {
-		Sandboxes []struct {
+	for _, iso := range []string{"native", "gvisor"} {
+		name := "d-" + iso
+		must("sandbox.create", map[string]any{"name": name, "image": "host", "disk_mib": 32, "isolation": iso})
+		defer call("sandbox.remove", map[string]any{"sandbox": name})
+		r := must("sandbox.command.run", map[string]any{"sandbox": name, "command": "/bin/sh", "args": []string{"-c", "dd if=/dev/zero of=/root/big bs=1M count=64 2>&1; sync"}})
+		if !strings.Contains(string(r.Result), "Disk quota exceeded") {
+			t.Fatalf("%s: dd past disk_mib 32: %s", iso, r.Result)
+		}
+		var info struct {
+			DiskMiB   int64  `json:"disk_mib"`
 			DiskUsage *int64 `json:"disk_usage"`
 			DiskLimit *int64 `json:"disk_limit"`
-		} `json:"sandboxes"`
-	}
-	if err := json.Unmarshal(must("sandbox.metrics.get", map[string]any{"sandbox": "d"}).Result, &m); err != nil {
-		t.Fatal(err)
-	}
-	if len(m.Sandboxes) != 1 || m.Sandboxes[0].DiskLimit == nil || *m.Sandboxes[0].DiskLimit != 32<<20 || m.Sandboxes[0].DiskUsage == nil {
-		t.Fatalf("sandbox.metrics.get: %+v", m.Sandboxes)
+		}
+		// The kernel accounts at its commits (at most 30 s apart).
+		for deadline := time.Now().Add(40 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			if err := json.Unmarshal(must("sandbox.get", map[string]any{"sandbox": name}).Result, &info); err != nil {
+				t.Fatal(err)
+			}
+			if info.DiskUsage == nil || *info.DiskUsage >= 16<<20 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if info.DiskMiB != 32 || info.DiskLimit == nil || *info.DiskLimit != 32<<20 || info.DiskUsage == nil || *info.DiskUsage < 16<<20 || *info.DiskUsage > 32<<20 {
+			t.Fatalf("%s: sandbox.get: disk_mib %d, usage %v, limit %v", iso, info.DiskMiB, ptr(info.DiskUsage), ptr(info.DiskLimit))
+		}
+		var m struct {
+			Sandboxes []struct {
+				DiskUsage *int64 `json:"disk_usage"`
+				DiskLimit *int64 `json:"disk_limit"`
+			} `json:"sandboxes"`
+		}
+		if err := json.Unmarshal(must("sandbox.metrics.get", map[string]any{"sandbox": name}).Result, &m); err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Sandboxes) != 1 || m.Sandboxes[0].DiskLimit == nil || *m.Sandboxes[0].DiskLimit != 32<<20 || m.Sandboxes[0].DiskUsage == nil {
+			t.Fatalf("%s: sandbox.metrics.get: %+v", iso, m.Sandboxes)
+		}
 	}
 }
 

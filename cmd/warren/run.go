@@ -20,6 +20,7 @@ import (
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/egress"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/network"
@@ -181,9 +182,22 @@ func runCmd(ctx context.Context, args []string) error {
 	var be backend.Backend
 	var hostImage func() (*image.Image, error)
 	if tf.isolation == "gvisor" {
-		// What gvisor cannot do (a network, disk limits) its Create
-		// refuses, naming it.
-		gv, err := gvisorTier(ctx, &hf, &tf)
+		// What gvisor cannot do (a network) its Create refuses, naming
+		// it. A disk limit: on the data directory's pool, as native's.
+		var disk *diskquota.Dirs
+		if diskBytes > 0 {
+			size, err := hf.diskPoolBytes()
+			if err == nil && size == 0 {
+				err = errors.New("--disk-pool off")
+			}
+			if err == nil {
+				disk, err = native.OpenDiskPool(hf.dataDir, size)
+			}
+			if err != nil {
+				return fmt.Errorf("--disk: disk limits are off: %w (warren doctor says why)", err)
+			}
+		}
+		gv, err := gvisorTier(ctx, &hf, &tf, disk)
 		if err != nil {
 			return fmt.Errorf("--isolation gvisor: %w", err)
 		}

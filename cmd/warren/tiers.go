@@ -18,6 +18,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/gvisor"
 	"github.com/warren-sandbox/warren/internal/backend/native"
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/wire"
@@ -108,9 +109,10 @@ func probeRunsc(ctx context.Context, p string) error {
 }
 
 // gvisorTier builds the gvisor tier's backend on the host flags'
-// directories (<data-dir>/gvisor, <run-dir>/gvisor), or says why it
-// cannot run here.
-func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags) (*gvisor.Backend, error) {
+// directories (<data-dir>/gvisor, <run-dir>/gvisor), its sandboxes
+// limited on disk (nil: no disk limits; the server passes the native
+// backend's pool, so both tiers share it), or says why it cannot run here.
+func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags, disk *diskquota.Dirs) (*gvisor.Backend, error) {
 	if tf.runsc == "off" {
 		return nil, errors.New("turned off (--runsc off)")
 	}
@@ -127,7 +129,7 @@ func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags) (*gvisor.Back
 	}
 	return gvisor.New(gvisor.Options{
 		DataDir: filepath.Join(hf.dataDir, "gvisor"), RunDir: filepath.Join(hf.runDir, "gvisor"),
-		RunscPath: p, AgentPath: agentPath, Logger: hf.logger(),
+		RunscPath: p, AgentPath: agentPath, Disk: disk, Logger: hf.logger(),
 	})
 }
 
@@ -172,7 +174,7 @@ type serverTiers struct {
 // with why, and refused to whoever asks for it.
 func (c *serveConfig) isolationTiers(ctx context.Context, nat *native.Backend, res *image.Resolver, log *slog.Logger) (*serverTiers, error) {
 	t := &serverTiers{on: map[string]sandbox.Tier{"native": {Backend: nat, Images: res.Resolve}}, off: map[string]string{}}
-	gv, err := gvisorTier(ctx, &c.hf, &c.tiers)
+	gv, err := gvisorTier(ctx, &c.hf, &c.tiers, nat.DiskDirs())
 	switch {
 	case err != nil && c.tiers.isolation == "gvisor":
 		return nil, fmt.Errorf("--isolation gvisor: the gvisor tier cannot run here: %w", err)
@@ -207,7 +209,7 @@ func (t *serverTiers) close() {
 // doctorGvisor checks the gvisor tier end to end: runsc found and
 // answering, then a sandbox started and /bin/true run in it.
 func doctorGvisor(ctx context.Context, hf *hostFlags, tf *tierFlags) error {
-	gv, err := gvisorTier(ctx, hf, tf)
+	gv, err := gvisorTier(ctx, hf, tf, nil)
 	if err != nil {
 		return fmt.Errorf("does not work here: %w", err)
 	}

@@ -139,8 +139,12 @@ func (m *Manager) chooseTier(ns, name string, pol NamespacePolicy, spec *Spec) e
 
 // errNoDiskLimits refuses a disk limit be does not enforce.
 func errNoDiskLimits(be backend.Backend, bytes int64) error {
-	if _, ok := be.(interface{ DiskLimitsOff() string }); ok {
-		// A backend that can have them, on a server that turned them off.
+	if d, ok := be.(interface{ DiskLimitsOff() string }); ok {
+		// A backend that can have them, on a server that turned them
+		// off, or where they could not come on (it says why).
+		if why := d.DiskLimitsOff(); why != "" {
+			return errdefs.Errorf(errdefs.ErrInvalid, "disk limit %d MiB: isolation %q has no disk limits on this server: %s", bytes>>20, be.Name(), why)
+		}
 		return errdefs.Errorf(errdefs.ErrInvalid, "disk limit %d MiB: this server has no disk limits (warren serve --disk-pool auto turns them on)", bytes>>20)
 	}
 	return errdefs.Errorf(errdefs.ErrUnsupported, "disk limit %d MiB: isolation %q has no disk limits: use isolation %q (with warren serve --disk-pool) for one", bytes>>20, be.Name(), "native")

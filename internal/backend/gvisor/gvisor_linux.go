@@ -17,7 +17,8 @@
 //
 // On-disk layout, all owned by one sandbox and removed with it:
 //
-//	<DataDir>/sandboxes/<id>/{upper,work}   the writable layer, kept across stop/start
+//	<DataDir>/sandboxes/<id>/{upper,work}   the writable layer, kept across stop/start (with
+//	                                        disk limits on: <disk pool>/.gvisor/<id>, disk_linux.go)
 //	<DataDir>/sandboxes/<id>/rootfs         the overlay runsc serves as the root, mounted
 //	                                        on the host while the sandbox runs
 //	<RunDir>/<id>/{config.json,agent.log}   the OCI bundle and the agent's output, removed at stop
@@ -53,6 +54,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/seccomp"
@@ -83,7 +85,10 @@ type Options struct {
 	// StartTimeout bounds a sandbox's start (default 20s: runsc's own
 	// start is ~0.1 s, but a loaded host is slow to fork its processes).
 	StartTimeout time.Duration
-	Logger       *slog.Logger
+	// Disk is the disk pool sandboxes' directories are limited on (the
+	// native backend's DiskDirs); nil: no disk limits (disk_linux.go).
+	Disk   *diskquota.Dirs
+	Logger *slog.Logger
 }
 
 // Backend is the gVisor backend.
@@ -92,6 +97,13 @@ type Backend struct {
 	cgroups *cgroup.Manager
 	seccomp []byte
 	log     *slog.Logger
+
+	// sandboxes is the directory of the sandboxes' directories, on disk
+	// (a diskquota.Dirs of the pool) when limits are on; diskOff is why
+	// limits Options.Disk asked for are off (disk_linux.go).
+	sandboxes string
+	disk      *diskquota.Dirs
+	diskOff   string
 
 	hostOnce sync.Once
 	hostImg  *image.Image
@@ -150,7 +162,11 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor backend: %w", err)
 	}
-	return &Backend{opts: opts, cgroups: cg, seccomp: seccomp.Encode(prog), log: opts.Logger}, nil
+	b := &Backend{opts: opts, cgroups: cg, seccomp: seccomp.Encode(prog), log: opts.Logger}
+	if err := b.openDisk(); err != nil {
+		return nil, fmt.Errorf("gvisor backend: %w", err)
+	}
+	return b, nil
 }
 
 // runtimePids is what the host's pids limit allows runsc's own
@@ -198,7 +214,7 @@ func (b *Backend) HostImage() (*image.Image, error) {
 	return b.hostImg, b.hostErr
 }
 
-func (b *Backend) sandboxDir(id string) string { return filepath.Join(b.opts.DataDir, "sandboxes", id) }
+func (b *Backend) sandboxDir(id string) string { return filepath.Join(b.sandboxes, id) }
 func (b *Backend) runDir(id string) string     { return filepath.Join(b.opts.RunDir, id) }
 
 // checkSupported refuses what this backend does not do yet, rather than
@@ -207,9 +223,6 @@ func checkSupported(cfg backend.Config) error {
 	var missing []string
 	if cfg.Network == backend.NetworkEgress || len(cfg.Ports) > 0 {
 		missing = append(missing, "network egress and ports")
-	}
-	if cfg.DiskBytes > 0 {
-		missing = append(missing, "disk limits")
 	}
 	if len(cfg.TrustCA) > 0 {
 		missing = append(missing, "a trusted CA (proxy-mode secrets)")
@@ -220,11 +233,6 @@ func checkSupported(cfg backend.Config) error {
 	return nil
 }
 
-// DiskLimits says this backend enforces no disk limit (none, ""): the
-// sandbox manager then gives its sandboxes none by default, and refuses
-// one asked for, as checkSupported does.
-func (b *Backend) DiskLimits() string { return "" }
-
 // Create implements backend.Backend.
 func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandbox, error) {
 	if err := cfg.Validate(); err != nil {
@@ -233,8 +241,11 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 	if err := checkSupported(cfg); err != nil {
 		return nil, err
 	}
+	if err := b.checkDisk(cfg); err != nil {
+		return nil, err
+	}
 	dir := b.sandboxDir(cfg.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
+	if err := b.disk.Make(dir, cfg.DiskBytes, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
 			return nil, fmt.Errorf("sandbox %q exists: %w", cfg.ID, os.ErrExist)
 		}
@@ -242,7 +253,7 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 	}
 	for _, d := range []string{"upper", "work", "rootfs"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil { //nolint:gosec // 0755: the root's directories, under the 0700 sandbox directory
-			_ = os.RemoveAll(dir)
+			_ = b.disk.Remove(dir)
 			return nil, err
 		}
 	}
@@ -266,7 +277,7 @@ func (b *Backend) Open(ctx context.Context, cfg backend.Config) (backend.Sandbox
 
 // IDs implements backend.Backend.
 func (b *Backend) IDs() ([]string, error) {
-	ents, err := os.ReadDir(filepath.Join(b.opts.DataDir, "sandboxes"))
+	ents, err := os.ReadDir(b.sandboxes)
 	if err != nil {
 		return nil, err
 	}
@@ -329,6 +340,10 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 			continue
 		}
 		removed = append(removed, id)
+	}
+	// Quota groups of sandbox directories a crash left half-removed.
+	if err := b.disk.Reap(); err != nil {
+		errs = append(errs, err)
 	}
 	return removed, errors.Join(errs...)
 }
@@ -479,6 +494,9 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if err := checkSupported(cfg); err != nil {
 		return err
 	}
+	if err := s.b.checkDisk(cfg); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.b.opts.StartTimeout)
 	defer cancel()
 	if err := s.start(ctx, cfg); err != nil {
@@ -613,7 +631,7 @@ func (s *Sandbox) prepareBundle(cfg backend.Config) (string, *specs.Spec, error)
 	}
 	dir := b.sandboxDir(s.id)
 	rootfs := filepath.Join(dir, "rootfs")
-	if err := mountRoot(rootfs, img.Layers, filepath.Join(dir, "upper"), filepath.Join(dir, "work")); err != nil {
+	if err := s.mountLimitedRoot(cfg, dir, img.Layers); err != nil {
 		return "", nil, err
 	}
 	spec, err := buildSpec(b, cfg, rootfs)
@@ -901,7 +919,7 @@ func (s *Sandbox) Remove(ctx context.Context) error {
 	if err := s.Stop(ctx); err != nil {
 		return err
 	}
-	return os.RemoveAll(s.b.sandboxDir(s.id))
+	return s.b.disk.Remove(s.b.sandboxDir(s.id))
 }
 
 // mountRoot mounts the sandbox's overlay root on target.

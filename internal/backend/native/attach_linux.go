@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -137,42 +136,6 @@ func (s *Sandbox) SetConfig(cfg backend.Config) {
 	s.cfg = cfg
 }
 
-// maxDiskWalk bounds the files DiskUsage visits, so a sandbox that made
-// millions of files cannot make a metrics call expensive.
-const maxDiskWalk = 200000
-
 // DiskUsage is the space the sandbox's writable layer takes on the host,
 // in bytes (allocated blocks; hard links counted once).
-func (s *Sandbox) DiskUsage() (int64, error) {
-	if used, _, ok := s.quotaUsage(); ok {
-		return used, nil
-	}
-	var total int64
-	seen := map[uint64]bool{}
-	n := 0
-	err := filepath.WalkDir(filepath.Join(s.dir, "upper"), func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil //nolint:nilerr // a file that vanished mid-walk takes no space
-		}
-		if n++; n > maxDiskWalk {
-			return filepath.SkipAll
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return nil //nolint:nilerr // as above
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			return nil
-		}
-		if st.Nlink > 1 && !fi.IsDir() {
-			if seen[st.Ino] {
-				return nil
-			}
-			seen[st.Ino] = true
-		}
-		total += st.Blocks * 512
-		return nil
-	})
-	return total, err
-}
+func (s *Sandbox) DiskUsage() (int64, error) { return s.b.disk.DiskUsage(s.dir, "upper") }

@@ -34,7 +34,7 @@ func (b *Backend) prepareDisk() {
 		return
 	}
 	dir := filepath.Join(b.opts.DataDir, "sandboxes")
-	how, err := diskquota.Prepare(dir, filepath.Join(b.opts.DataDir, diskImage), b.opts.DiskPool, removedDir)
+	d, err := OpenDiskPool(b.opts.DataDir, b.opts.DiskPool)
 	switch {
 	case errors.Is(err, diskquota.ErrNotEmpty):
 		b.diskOff = "the data directory holds sandboxes made before disk limits (limits come on at the first start after they are removed)"
@@ -43,20 +43,38 @@ func (b *Backend) prepareDisk() {
 		b.diskOff = err.Error()
 		b.log.Warn("disk limits off: sandboxes can fill the data directory's disk", "reason", err.Error())
 	default:
-		b.disk = how
-		b.log.Info("disk limits on", "mechanism", how, "dir", dir)
+		b.disk = d
+		b.log.Info("disk limits on", "mechanism", d.Mechanism(), "dir", dir)
 	}
+}
+
+// OpenDiskPool prepares the disk pool of the data directory dataDir (its
+// sandboxes' directory, on an image of size bytes where it is not on
+// btrfs) as the backend does with Options.DiskPool, for a process that
+// runs another backend's sandboxes on it without this one (warren run
+// --isolation gvisor); diskquota.ErrNotEmpty when sandboxes made before
+// limits are there.
+func OpenDiskPool(dataDir string, size int64) (*diskquota.Dirs, error) {
+	dir := filepath.Join(dataDir, "sandboxes")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return diskquota.OpenDirs(dir, filepath.Join(dataDir, diskImage), size, removedDir)
 }
 
 // DiskLimits is how the backend enforces disk limits: "btrfs-image" (a
 // btrfs image it mounted on the sandboxes' directory), "btrfs-data-dir"
 // (the data directory is on btrfs), or "" (off: Config.DiskBytes is not
 // enforced).
-func (b *Backend) DiskLimits() string { return b.disk }
+func (b *Backend) DiskLimits() string { return b.disk.Mechanism() }
 
 // DiskLimitsOff says why disk limits Options.DiskPool asked for are off
 // ("" when they are on, or were not asked for).
 func (b *Backend) DiskLimitsOff() string { return b.diskOff }
+
+// DiskDirs is the disk pool (nil with limits off), for another backend to
+// keep its sandboxes on under the same limits (Dirs.Sub).
+func (b *Backend) DiskDirs() *diskquota.Dirs { return b.disk }
 
 // WorkspacePool is where workspaces keep kernel-limited directories
 // (package workspace, Options.Pool) when disk limits are on: a directory
@@ -65,89 +83,47 @@ func (b *Backend) DiskLimitsOff() string { return b.diskOff }
 // subvolumes' quota groups, which reference their root at least. "" with
 // limits off.
 func (b *Backend) WorkspacePool() string {
-	if b.disk == "" {
+	if b.disk == nil {
 		return ""
 	}
-	return filepath.Join(b.opts.DataDir, "sandboxes", ".workspaces")
+	return filepath.Join(b.disk.Dir(), ".workspaces")
 }
 
 // mkSandboxDir makes a sandbox's directory: a subvolume capped at
 // maxBytes (0: measured, uncapped) with limits on, else a plain one.
 func (b *Backend) mkSandboxDir(dir string, maxBytes int64) error {
-	if b.disk == "" {
-		return os.Mkdir(dir, 0o711) //nolint:gosec // 0711: the sandbox's root (a uid in the mapped range) must traverse its dir to reach rootfs
-	}
-	return diskquota.CreateDir(dir, maxBytes)
+	// 0711: the sandbox's root (a uid in the mapped range) must traverse
+	// its dir to reach rootfs.
+	return b.disk.Make(dir, maxBytes, 0o711)
 }
 
 // removeTree deletes a sandbox's directory (a subvolume with limits on).
-func (b *Backend) removeTree(dir string) error {
-	if b.disk == "" {
-		return os.RemoveAll(dir)
-	}
-	return diskquota.Remove(dir)
-}
+func (b *Backend) removeTree(dir string) error { return b.disk.Remove(dir) }
 
 // reapDisk frees the quota groups of sandbox directories whose deletion
 // a crash cut short.
-func (b *Backend) reapDisk() error {
-	if b.disk == "" {
-		return nil
-	}
-	_, err := diskquota.Reap(filepath.Join(b.opts.DataDir, "sandboxes"))
-	return err
-}
-
-// limited reports whether the sandbox's directory carries a limit (a
-// subvolume of its own; not one made before limits were on).
-func (s *Sandbox) limited() bool {
-	if s.b.disk == "" {
-		return false
-	}
-	id, err := diskquota.SubvolumeID(s.dir)
-	return err == nil && id != diskquota.TopLevel
-}
+func (b *Backend) reapDisk() error { return b.disk.Reap() }
 
 // setDiskLimit applies a cap at start (a new one SetConfig gave, or the
 // config's after Open, whatever the stored one is).
 func (s *Sandbox) setDiskLimit(maxBytes int64) {
-	if !s.limited() {
-		s.diskCap = maxBytes // nothing to apply: not asked again
-		return
-	}
-	if err := diskquota.SetLimit(s.dir, maxBytes); err != nil {
+	if err := s.b.disk.SetLimit(s.dir, maxBytes); err != nil {
 		s.b.log.Warn("change a sandbox's disk limit", "id", s.cfg.ID, "err", err.Error())
 		return
 	}
 	s.diskCap = maxBytes
 }
 
-// mountHeadroom is how close to its cap a sandbox's files may be before
-// its start lifts the cap while its root is mounted (liftFullCap):
-// overlay's work directory, made again at every mount, takes a few of
-// btrfs's metadata reservations (16 KiB nodes), far less than this.
-const mountHeadroom = 4 << 20
-
-// liftFullCap lifts the cap of a sandbox whose files are within
-// mountHeadroom of it, until the returned function puts it back. Why:
-// overlay makes its work directory again at every mount, and refused the
-// space (EDQUOT) it mounts the root read-only, where the sandbox cannot
-// delete a file to free any: a sandbox that filled its disk would never be
-// writable again. Start lifts it while the agent mounts the root, before
-// any of the sandbox's code runs, and puts it back before it returns (or
-// fails); a crash in between is mended by the next Open, which applies
-// the configured cap again.
+// liftFullCap lifts the cap of a sandbox whose files fill it while the
+// agent mounts its root (diskquota.Dirs.LiftFull says why), until the
+// returned function puts it back.
 func (s *Sandbox) liftFullCap() (restore func()) {
-	used, limit, ok := s.quotaUsage()
-	if !ok || limit == 0 || used+mountHeadroom < limit {
-		return func() {}
-	}
-	if err := diskquota.SetLimit(s.dir, 0); err != nil {
+	put, err := s.b.disk.LiftFull(s.dir)
+	if err != nil {
 		s.b.log.Warn("lift a full sandbox's disk limit for its mount", "id", s.cfg.ID, "err", err.Error())
-		return func() {}
 	}
 	return func() {
-		if err := diskquota.SetLimit(s.dir, limit); err != nil {
+		if err := put(); err != nil {
 			// Not left without a cap: the next start or Open applies it.
 			s.diskCap = -1
 			s.b.log.Warn("put a sandbox's disk limit back", "id", s.cfg.ID, "err", err.Error())
@@ -158,16 +134,7 @@ func (s *Sandbox) liftFullCap() (restore func()) {
 // quotaUsage is what the sandbox's directory holds and its cap (0: none),
 // as the file system accounts them; ok is false without a limited
 // directory (the caller measures the files instead).
-func (s *Sandbox) quotaUsage() (used, limit int64, ok bool) {
-	if !s.limited() {
-		return 0, 0, false
-	}
-	used, limit, err := diskquota.Usage(s.dir)
-	if err != nil {
-		return 0, 0, false
-	}
-	return used, limit, true
-}
+func (s *Sandbox) quotaUsage() (used, limit int64, ok bool) { return s.b.disk.Usage(s.dir) }
 
 // DiskLimit is the cap on what the sandbox keeps on disk, as enforced: 0
 // when it has none (limits off, no limit asked, or a directory made

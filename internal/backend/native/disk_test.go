@@ -57,70 +57,15 @@ func diskBackend(t testing.TB) (*native.Backend, *conformance.Harness, string) {
 	return b, harnessFor(t, b, data, run), data
 }
 
-// wantQuotaExceeded runs sh -c script in sb and wants it to fail with
-// "Disk quota exceeded".
-func wantQuotaExceeded(t *testing.T, sb backend.Sandbox, what, script string) {
-	t.Helper()
-	r := conformance.Exec(t, sb, 60*time.Second, "/bin/sh", "-c", script)
-	if r.Code == 0 || !strings.Contains(r.Stderr, "Disk quota exceeded") {
-		t.Fatalf("%s: exit %+v, stderr %q; want EDQUOT", what, r.ExitStatus, r.Stderr)
-	}
-}
-
-// TestDiskLimit: a sandbox filling its root, its /tmp or a limited
-// directory standing for its workspace stops at its limit with EDQUOT,
-// while another sandbox and the host write on; the limit holds across a
-// restart; removal frees the sandbox's quota group.
+// TestDiskLimit: the conformance suite's disk checks (EDQUOT in the
+// writer alone, the cap kept across restarts); a limited directory
+// standing for a workspace stops its writer too; removal frees the
+// sandbox's quota group.
 func TestDiskLimit(t *testing.T) {
 	t.Parallel() // a backend of its own
 	b, h, data := diskBackend(t)
-	const limit = 32 << 20
-	sb := h.Sandbox(t, backend.Config{DiskBytes: limit})
-	other := h.Sandbox(t, backend.Config{})
-	wantQuotaExceeded(t, sb, "fill the root", "dd if=/dev/zero of=/root/big bs=1M count=64")
-	if got := sb.(*native.Sandbox).DiskLimit(); got != limit {
-		t.Errorf("DiskLimit = %d, want %d", got, limit)
-	}
-	used, err := sb.(backend.DiskUser).DiskUsage()
-	if err != nil || used < limit/2 || used > limit {
-		t.Errorf("DiskUsage of a full sandbox = %d, %v; want near %d", used, err, limit)
-	}
-	if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "rm /root/big && sync"); r.Code != 0 {
-		t.Fatalf("rm: %+v %s", r.ExitStatus, r.Stderr)
-	}
-	wantQuotaExceeded(t, sb, "fill /tmp", "dd if=/dev/zero of=/tmp/big bs=1M count=64")
-	if r := conformance.Exec(t, other, 60*time.Second, "/bin/sh", "-c", "dd if=/dev/zero of=/tmp/big bs=1M count=64 && rm /tmp/big"); r.Code != 0 {
-		t.Fatalf("another sandbox beside a full one: %+v %s", r.ExitStatus, r.Stderr)
-	}
-	host := filepath.Join(t.TempDir(), "host")
-	if err := os.WriteFile(host, make([]byte, 64<<20), 0o600); err != nil {
-		t.Fatalf("the host beside a full sandbox: %v", err)
-	}
-
-	// Kept across stop/start, with what it wrote.
+	conformance.RunDisk(t, h)
 	ctx := context.Background()
-	if err := sb.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := sb.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wantQuotaExceeded(t, sb, "after a restart", "rm -f /tmp/big; sync; dd if=/dev/zero of=/root/big bs=1M count=64")
-
-	// A new cap (SetConfig while stopped) applies at the next start.
-	if err := sb.Stop(ctx); err != nil {
-		t.Fatal(err)
-	}
-	sb.(backend.Reconfigurer).SetConfig(backend.Config{Image: h.Image, DiskBytes: 2 * limit})
-	if got := sb.(*native.Sandbox).DiskLimit(); got != limit {
-		t.Errorf("DiskLimit while stopped with a new config = %d, want the old %d until the start", got, limit)
-	}
-	if err := sb.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := sb.(*native.Sandbox).DiskLimit(); got != 2*limit {
-		t.Errorf("DiskLimit after a start with a new config = %d, want %d", got, 2*limit)
-	}
 
 	// A directory put under a limit of its own (a workspace) stops its
 	// writer too.
@@ -133,7 +78,7 @@ func TestDiskLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	wsb := h.Sandbox(t, backend.Config{Volumes: []backend.Volume{{Source: ws, Target: "/workspace"}}})
-	wantQuotaExceeded(t, wsb, "fill the workspace", "dd if=/dev/zero of=/workspace/big bs=1M count=16")
+	conformance.WantQuotaExceeded(t, wsb, "fill the workspace", "dd if=/dev/zero of=/workspace/big bs=1M count=16")
 	if err := wsb.Remove(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +88,7 @@ func TestDiskLimit(t *testing.T) {
 
 	// Removal frees the quota group (once the kernel has dropped the
 	// subvolume, which ReapOrphans hastens).
+	sb := h.Sandbox(t, backend.Config{DiskBytes: 32 << 20})
 	id, err := diskquota.SubvolumeID(filepath.Join(data, "sandboxes", sb.ID()))
 	if err != nil {
 		t.Fatal(err)
@@ -185,7 +131,7 @@ func TestDiskFullRestart(t *testing.T) {
 	if err := sb.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantQuotaExceeded(t, sb, "fill the root", "dd if=/dev/zero of=/root/big bs=1M count=64")
+	conformance.WantQuotaExceeded(t, sb, "fill the root", "dd if=/dev/zero of=/root/big bs=1M count=64")
 	if err := sb.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +161,7 @@ func TestDiskFullRestart(t *testing.T) {
 	if got := sb2.(*native.Sandbox).DiskLimit(); got != limit {
 		t.Errorf("DiskLimit after the restart = %d, want %d", got, limit)
 	}
-	wantQuotaExceeded(t, sb2, "fill the root again", "dd if=/dev/zero of=/root/big bs=1M count=64")
+	conformance.WantQuotaExceeded(t, sb2, "fill the root again", "dd if=/dev/zero of=/root/big bs=1M count=64")
 }
 
 // TestDiskLimitInodes: a sandbox making empty files until it is stopped

@@ -42,6 +42,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/cgroup"
+	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/oci"
@@ -130,9 +131,9 @@ type Backend struct {
 	// handle of the same sandbox, and Close, wait for it.
 	releaseMu sync.Mutex
 	releasing map[string]chan struct{}
-	// disk is how disk limits are enforced (diskquota.OnImage or
-	// OnDataDir), "" when they are not (disk_linux.go).
-	disk string
+	// disk is the disk pool sandboxes' directories are limited on, nil
+	// with limits off (disk_linux.go).
+	disk *diskquota.Dirs
 	// diskOff is why disk limits asked for (Options.DiskPool) are off.
 	diskOff string
 	// roots are the sandboxes' root mounts the backend holds.
