@@ -181,9 +181,9 @@ func runCmd(ctx context.Context, args []string) error {
 	var be backend.Backend
 	var hostImage func() (*image.Image, error)
 	if tf.isolation == "gvisor" {
-		// What gvisor cannot do (a network, disk limits) its Create
-		// refuses, naming it.
-		gv, err := gvisorTier(ctx, &hf, &tf)
+		// What gvisor cannot do (disk limits) its Create refuses,
+		// naming it.
+		gv, err := gvisorTier(ctx, &hf, &tf, opts.Net)
 		if err != nil {
 			return fmt.Errorf("--isolation gvisor: %w", err)
 		}

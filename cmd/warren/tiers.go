@@ -19,6 +19,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend/gvisor"
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
@@ -109,8 +110,9 @@ func probeRunsc(ctx context.Context, p string) error {
 
 // gvisorTier builds the gvisor tier's backend on the host flags'
 // directories (<data-dir>/gvisor, <run-dir>/gvisor), or says why it
-// cannot run here.
-func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags) (*gvisor.Backend, error) {
+// cannot run here. plumb, the server's network plumbing shared with the
+// native tier, gives its sandboxes their links (nil: loopback only).
+func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags, plumb *netplumb.Host) (*gvisor.Backend, error) {
 	if tf.runsc == "off" {
 		return nil, errors.New("turned off (--runsc off)")
 	}
@@ -127,7 +129,7 @@ func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags) (*gvisor.Back
 	}
 	return gvisor.New(gvisor.Options{
 		DataDir: filepath.Join(hf.dataDir, "gvisor"), RunDir: filepath.Join(hf.runDir, "gvisor"),
-		RunscPath: p, AgentPath: agentPath, Logger: hf.logger(),
+		RunscPath: p, AgentPath: agentPath, Logger: hf.logger(), Net: plumb,
 	})
 }
 
@@ -170,9 +172,9 @@ type serverTiers struct {
 // found and answers, the default one as --isolation says. A default tier
 // that cannot run here stops the server; another one is listed as off,
 // with why, and refused to whoever asks for it.
-func (c *serveConfig) isolationTiers(ctx context.Context, nat *native.Backend, res *image.Resolver, log *slog.Logger) (*serverTiers, error) {
+func (c *serveConfig) isolationTiers(ctx context.Context, nat *native.Backend, plumb *netplumb.Host, res *image.Resolver, log *slog.Logger) (*serverTiers, error) {
 	t := &serverTiers{on: map[string]sandbox.Tier{"native": {Backend: nat, Images: res.Resolve}}, off: map[string]string{}}
-	gv, err := gvisorTier(ctx, &c.hf, &c.tiers)
+	gv, err := gvisorTier(ctx, &c.hf, &c.tiers, plumb)
 	switch {
 	case err != nil && c.tiers.isolation == "gvisor":
 		return nil, fmt.Errorf("--isolation gvisor: the gvisor tier cannot run here: %w", err)
@@ -185,7 +187,7 @@ func (c *serveConfig) isolationTiers(ctx context.Context, nat *native.Backend, r
 		gres := *res
 		gres.Host = gv.HostImage
 		t.gv = gv
-		t.on["gvisor"] = sandbox.Tier{Backend: gv, Images: gres.Resolve, NoNetwork: true}
+		t.on["gvisor"] = sandbox.Tier{Backend: gv, Images: gres.Resolve}
 	}
 	d := t.on[c.tiers.isolation]
 	t.def, t.defImages = d.Backend, d.Images
@@ -207,7 +209,7 @@ func (t *serverTiers) close() {
 // doctorGvisor checks the gvisor tier end to end: runsc found and
 // answering, then a sandbox started and /bin/true run in it.
 func doctorGvisor(ctx context.Context, hf *hostFlags, tf *tierFlags) error {
-	gv, err := gvisorTier(ctx, hf, tf)
+	gv, err := gvisorTier(ctx, hf, tf, nil)
 	if err != nil {
 		return fmt.Errorf("does not work here: %w", err)
 	}

@@ -50,6 +50,9 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string) (err error) {
 	if client == nil {
 		return fmt.Errorf("sandbox %s is not running", s.id)
 	}
+	if cfg.Network == backend.NetworkEgress {
+		return errNetCheckpoint
+	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
@@ -146,6 +149,9 @@ func (b *Backend) Restore(ctx context.Context, cfg backend.Config, dir string) (
 		return nil, fmt.Errorf("snapshot: %w", err)
 	} else if string(a) != b.opts.AgentPath {
 		return nil, fmt.Errorf("the snapshot's sandbox ran another warren build's agent (%s; this server's is %s): restore it with that build: %w", a, b.opts.AgentPath, backend.ErrUnsupported)
+	}
+	if cfg.Network == backend.NetworkEgress {
+		return nil, errNetCheckpoint
 	}
 	sb, err := b.Create(ctx, cfg)
 	if err != nil {
