@@ -1,0 +1,172 @@
+package gvisor_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/warren-sandbox/warren/internal/backend"
+	"github.com/warren-sandbox/warren/internal/backend/gvisor"
+	"github.com/warren-sandbox/warren/internal/conformance"
+	"github.com/warren-sandbox/warren/internal/netplumb"
+	"github.com/warren-sandbox/warren/internal/testenv"
+)
+
+// TestNetwork: a sandbox of Config.Network egress gets a link of the
+// host's plumbing in a namespace the backend made, which runsc's sentry
+// takes over: NetAddr is an address of the pool, resolv.conf names the
+// gateway, the sentry's packets leave from the sandbox's address, and a
+// TCP connection reaches the host's proxy port from it. A loopback-only
+// sandbox on the same backend has no eth0. Checkpoints of the networked
+// one are refused. After the removal nothing is left: no interface, no
+// table element, no pinned namespace. A backend without plumbing refuses
+// egress as unsupported.
+func TestNetwork(t *testing.T) {
+	testenv.RequireRoot(t)
+	testenv.RequireFile(t, "/usr/bin/python3")
+	svc := testenv.NewNetServices(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	prefix := "warren-gvnet-" + hex.EncodeToString(b)
+	cfg := svc.Config(prefix)
+	h, err := netplumb.Open(cfg)
+	if err != nil {
+		t.Fatalf("netplumb: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := h.Remove(); err != nil {
+			t.Errorf("netplumb remove: %v", err)
+		}
+	})
+	base := testenv.SearchableDir(t, "warren-gvnet-test-")
+	run := filepath.Join(base, "run")
+	be, err := gvisor.New(gvisor.Options{
+		DataDir: filepath.Join(base, "data"), RunDir: run,
+		RunscPath: testenv.RunscBinary(t), AgentPath: testenv.AgentBinary(t),
+		CgroupPrefix: prefix, Python: "/usr/bin/python3", Net: h,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = be.ReapOrphans(nil)
+		if err := be.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	img, err := be.HostImage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start := func(id, network string) backend.Sandbox {
+		t.Helper()
+		sb, err := be.Create(ctx, backend.Config{ID: id, Image: img, Network: network, MemoryBytes: 512 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Start(ctx); err != nil {
+			_ = sb.Remove(ctx)
+			t.Fatalf("start %s: %v", id, err)
+		}
+		return sb
+	}
+	sb := start("gvnet", backend.NetworkEgress)
+	addr := sb.(backend.Networked).NetAddr()
+	if !addr.IsValid() || !cfg.Pool.Contains(addr) {
+		t.Fatalf("NetAddr %v, want an address of %v", addr, cfg.Pool)
+	}
+	gw := addr.Prev() // the /30's .1
+	r := conformance.Exec(t, sb, 20*time.Second, "/bin/cat", "/etc/resolv.conf")
+	if r.Stdout != "nameserver "+gw.String()+"\n" {
+		t.Errorf("resolv.conf %q, want the gateway %s only", r.Stdout, gw)
+	}
+	r = conformance.Exec(t, sb, 20*time.Second, "/usr/bin/python3", "-c",
+		"import socket\ns = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\ns.connect(('"+gw.String()+"', 53))\nprint(s.getsockname()[0])")
+	if got := strings.TrimSpace(r.Stdout); got != addr.String() {
+		t.Errorf("the sandbox's source address %q (%s), NetAddr %s", got, r.Stderr, addr)
+	}
+	// With the gate open (the registry's to do in a server), a TCP
+	// connection to anywhere lands on the proxy's port, from the
+	// sandbox's address.
+	if err := h.Gate().Bypass(addr, true); err != nil {
+		t.Fatal(err)
+	}
+	r = conformance.Exec(t, sb, 20*time.Second, "/usr/bin/python3", "-c",
+		"import socket\nc = socket.create_connection(('192.0.2.1', 80), timeout=10)\nc.sendall(b'gvisor')\nc.close()")
+	if r.ExitStatus.Code != 0 {
+		t.Errorf("connect from the sandbox: %d %s", r.ExitStatus.Code, r.Stderr)
+	} else {
+		_ = svc.Proxy.SetDeadline(time.Now().Add(10 * time.Second))
+		c, err := svc.Proxy.AcceptTCP()
+		if err != nil {
+			t.Fatalf("proxy port: %v", err)
+		}
+		from := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+		_ = c.Close()
+		if from != addr {
+			t.Errorf("the proxy port's connection came from %v, want %v", from, addr)
+		}
+	}
+	if err := sb.(backend.Checkpointer).Checkpoint(ctx, filepath.Join(base, "snap")); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("checkpoint of a networked sandbox: %v, want unsupported", err)
+	}
+
+	lo := start("gvnet-lo", backend.NetworkNone)
+	r = conformance.Exec(t, lo, 20*time.Second, "/bin/cat", "/proc/net/dev")
+	if strings.Contains(r.Stdout, "eth0") {
+		t.Errorf("a loopback-only sandbox has eth0:\n%s", r.Stdout)
+	}
+	if a := lo.(backend.Networked).NetAddr(); a.IsValid() {
+		t.Errorf("a loopback-only sandbox's NetAddr %v", a)
+	}
+
+	// A stop frees the link; the next start attaches one again.
+	if err := sb.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if a := sb.(backend.Networked).NetAddr(); a.IsValid() {
+		t.Errorf("a stopped sandbox's NetAddr %v", a)
+	}
+	if err := sb.Start(ctx); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	if a := sb.(backend.Networked).NetAddr(); !cfg.Pool.Contains(a) {
+		t.Errorf("NetAddr after a restart %v", a)
+	}
+	for _, s := range []backend.Sandbox{sb, lo} {
+		if err := s.Remove(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for name, alias := range testenv.LinksOf(t, h.VethPrefix()) {
+		t.Errorf("link %s (%q) left after the removal", name, alias)
+	}
+	if els := testenv.SpoofElements(t, prefix); len(els) != 0 {
+		t.Errorf("table elements left after the removal: %v", els)
+	}
+	if ents, err := os.ReadDir(filepath.Join(run, ".netns")); err != nil || len(ents) != 0 {
+		t.Errorf("pinned namespaces left: %v %v", ents, err)
+	}
+	if mi, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(mi), filepath.Join(run, ".netns")) {
+		t.Errorf("a namespace's pin is still mounted (%v)", err)
+	}
+
+	// Without the host's plumbing: refused, by name.
+	plain := newBackend(t)
+	_, err = plain.Create(ctx, backend.Config{ID: fmt.Sprintf("gvnet-none-%d", os.Getpid()), Image: img, Network: backend.NetworkEgress})
+	if !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "network") {
+		t.Errorf("egress without plumbing: %v, want unsupported", err)
+	}
+}
