@@ -50,9 +50,6 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string) (err error) {
 	if client == nil {
 		return fmt.Errorf("sandbox %s is not running", s.id)
 	}
-	if cfg.Network == backend.NetworkEgress {
-		return errNetCheckpoint
-	}
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
@@ -150,9 +147,6 @@ func (b *Backend) Restore(ctx context.Context, cfg backend.Config, dir string) (
 	} else if string(a) != b.opts.AgentPath {
 		return nil, fmt.Errorf("the snapshot's sandbox ran another warren build's agent (%s; this server's is %s): restore it with that build: %w", a, b.opts.AgentPath, backend.ErrUnsupported)
 	}
-	if cfg.Network == backend.NetworkEgress {
-		return nil, errNetCheckpoint
-	}
 	sb, err := b.Create(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -190,7 +184,7 @@ func (s *Sandbox) restore(ctx context.Context, cfg backend.Config, image string)
 		return err
 	}
 	defer func() { _ = logf.Close() }()
-	run := b.runsc(context.Background(), "restore", "--bundle="+rd, "--image-path="+image, s.id)
+	run := b.runscNet(context.Background(), runscNetwork(cfg), "restore", "--bundle="+rd, "--image-path="+image, s.id)
 	run.Stdout, run.Stderr = logf, logf
 	// As `runsc run` in start: its own group, ended with the server.
 	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -29,8 +29,9 @@ import (
 //
 // The link lives until release: the namespace's unmount frees it (the
 // kernel deletes the pair with the last reference, the sentry's), and
-// Detach frees the address and the rules that named it. Checkpoints of a
-// networked sandbox are refused (a restore would need the link again).
+// Detach frees the address and the rules that named it. A restore from a
+// checkpoint is a start: a namespace and link of its own, whose address
+// runsc restore gives the restored sentry in place of the source's.
 
 // netnsDir holds the pinned namespaces, beside the bundles.
 const netnsDir = ".netns"
@@ -171,10 +172,5 @@ func (s *Sandbox) NetAddr() netip.Addr {
 	}
 	return s.link.Addr
 }
-
-// errNetCheckpoint refuses a checkpoint or restore of a sandbox with a
-// network link: its connections and address are the host's, which a
-// snapshot cannot carry.
-var errNetCheckpoint = fmt.Errorf("isolation gvisor does not checkpoint a sandbox with network egress yet: %w", backend.ErrUnsupported)
 
 var _ backend.Networked = (*Sandbox)(nil)

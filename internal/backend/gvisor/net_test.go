@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,10 +25,11 @@ import (
 // host's plumbing in a namespace the backend made, which runsc's sentry
 // takes over: NetAddr is an address of the pool, resolv.conf names the
 // gateway, the sentry's packets leave from the sandbox's address, and a
-// TCP connection reaches the host's proxy port from it. A loopback-only
-// sandbox on the same backend has no eth0. Checkpoints of the networked
-// one are refused. After the removal nothing is left: no interface, no
-// table element, no pinned namespace. A backend without plumbing refuses
+// TCP connection reaches the host's proxy port from it, before and after
+// a checkpoint; its restore does from an address of its own. A
+// loopback-only sandbox on the same backend has no eth0. A stop frees the
+// link and a start attaches one again. After the removal nothing is left:
+// no interface, no table element, no pinned namespace. A backend without plumbing refuses
 // egress as unsupported.
 func TestNetwork(t *testing.T) {
 	testenv.RequireRoot(t)
@@ -97,27 +99,50 @@ func TestNetwork(t *testing.T) {
 	// With the gate open (the registry's to do in a server), a TCP
 	// connection to anywhere lands on the proxy's port, from the
 	// sandbox's address.
-	if err := h.Gate().Bypass(addr, true); err != nil {
-		t.Fatal(err)
-	}
-	r = conformance.Exec(t, sb, 20*time.Second, "/usr/bin/python3", "-c",
-		"import socket\nc = socket.create_connection(('192.0.2.1', 80), timeout=10)\nc.sendall(b'gvisor')\nc.close()")
-	if r.ExitStatus.Code != 0 {
-		t.Errorf("connect from the sandbox: %d %s", r.ExitStatus.Code, r.Stderr)
-	} else {
+	reaches := func(what string, sb backend.Sandbox, addr netip.Addr) {
+		t.Helper()
+		if err := h.Gate().Bypass(addr, true); err != nil {
+			t.Fatal(err)
+		}
+		r := conformance.Exec(t, sb, 20*time.Second, "/usr/bin/python3", "-c",
+			"import socket\nc = socket.create_connection(('192.0.2.1', 80), timeout=10)\nc.sendall(b'gvisor')\nc.close()")
+		if r.ExitStatus.Code != 0 {
+			t.Errorf("%s: connect from the sandbox: %d %s", what, r.ExitStatus.Code, r.Stderr)
+			return
+		}
 		_ = svc.Proxy.SetDeadline(time.Now().Add(10 * time.Second))
 		c, err := svc.Proxy.AcceptTCP()
 		if err != nil {
-			t.Fatalf("proxy port: %v", err)
+			t.Fatalf("%s: proxy port: %v", what, err)
 		}
 		from := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 		_ = c.Close()
 		if from != addr {
-			t.Errorf("the proxy port's connection came from %v, want %v", from, addr)
+			t.Errorf("%s: the proxy port's connection came from %v, want %v", what, from, addr)
 		}
 	}
-	if err := sb.(backend.Checkpointer).Checkpoint(ctx, filepath.Join(base, "snap")); !errors.Is(err, backend.ErrUnsupported) {
-		t.Errorf("checkpoint of a networked sandbox: %v, want unsupported", err)
+	reaches("started", sb, addr)
+	// A checkpoint leaves the source on its link; its restore gets a
+	// link of its own, whose address runsc restore gives the sentry.
+	if err := sb.(backend.Checkpointer).Checkpoint(ctx, filepath.Join(base, "snap")); err != nil {
+		t.Fatalf("checkpoint of a networked sandbox: %v", err)
+	}
+	reaches("checkpointed", sb, addr)
+	rs, err := be.Restore(ctx, backend.Config{ID: "gvnet-r", Image: img, Network: backend.NetworkEgress, MemoryBytes: 512 << 20}, filepath.Join(base, "snap"))
+	if err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	raddr := rs.(backend.Networked).NetAddr()
+	if !cfg.Pool.Contains(raddr) || raddr == addr {
+		t.Errorf("the restored sandbox's NetAddr %v (the source's %v)", raddr, addr)
+	}
+	reaches("restored", rs, raddr)
+	r = conformance.Exec(t, rs, 20*time.Second, "/bin/cat", "/etc/resolv.conf")
+	if r.Stdout != "nameserver "+raddr.Prev().String()+"\n" {
+		t.Errorf("the restored sandbox's resolv.conf %q, want its gateway %s", r.Stdout, raddr.Prev())
+	}
+	if err := rs.Remove(ctx); err != nil {
+		t.Fatal(err)
 	}
 
 	lo := start("gvnet-lo", backend.NetworkNone)
