@@ -212,8 +212,10 @@ func checkSupported(cfg backend.Config) error {
 	if cfg.DiskBytes > 0 {
 		missing = append(missing, "disk limits")
 	}
-	if len(cfg.TrustCA) > 0 {
-		missing = append(missing, "a trusted CA (proxy-mode secrets)")
+	if len(cfg.TrustCA) > 0 && cfg.ReadOnlyRoot {
+		// The agent writes the CA into the root (agentConfig), which
+		// runsc mounts read-only from the start.
+		missing = append(missing, "a trusted CA (proxy-mode secrets) with a read-only root")
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("isolation gvisor does not support %s yet (isolation native does): %w", strings.Join(missing, ", "), backend.ErrUnsupported)
@@ -849,7 +851,7 @@ func agentConfig(b *Backend, cfg backend.Config, spec *specs.Spec) *boot.Config 
 	return &boot.Config{
 		Spec: boot.SpecFrom(spec), SeccompFilter: b.seccomp,
 		Python: b.opts.Python, Node: b.opts.Node, User: cfg.Image.User,
-		Procs: procs, Prepared: true, ConnsByFD: true,
+		Procs: procs, Prepared: true, ConnsByFD: true, TrustCA: cfg.TrustCA,
 	}
 }
 
