@@ -100,7 +100,7 @@ func (s *Sandbox) attachNet(spec *specs.Spec, nVolumes int) error {
 // own that returns to the process's namespace after, or ends with the
 // new one (never unlocked, so the runtime retires it).
 func newNetns(p string) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+	if err := unpin(p); err != nil { // a crashed start's
 		return err
 	}
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o600)
@@ -141,26 +141,38 @@ func newNetns(p string) error {
 	return nil
 }
 
-// releaseNet frees what the sandbox's link held: the namespace's pin and
-// the host's address and rules (none for a sandbox without one).
+// releaseNet frees what the sandbox's link held: the host's address and
+// rules, then the namespace's pin (none for a sandbox without a link). A
+// pin this process did not attach (a crashed server's, found by Open or
+// ReapOrphans) is detached too: while pinned its veth is there for
+// Detach to find by name.
 func (s *Sandbox) releaseNet() error {
 	var errs []error
 	p := s.b.netnsPath(s.id)
-	for unix.Unmount(p, unix.MNT_DETACH) == nil {
-	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		errs = append(errs, fmt.Errorf("network: %w", err))
-	}
 	s.mu.Lock()
 	attached := s.link.Addr.IsValid()
 	s.link = netplumb.Link{}
 	s.mu.Unlock()
-	if attached {
+	_, err := os.Lstat(p)
+	if pinned := err == nil; (attached || pinned) && s.b.opts.Net != nil {
 		if err := s.b.opts.Net.Detach(s.id); err != nil {
 			errs = append(errs, fmt.Errorf("network: %w", err))
 		}
 	}
+	if err := unpin(p); err != nil {
+		errs = append(errs, fmt.Errorf("network: %w", err))
+	}
 	return errors.Join(errs...)
+}
+
+// unpin unmounts and removes the namespace pinned at p, if any.
+func unpin(p string) error {
+	for unix.Unmount(p, unix.MNT_DETACH) == nil {
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // NetAddr implements backend.Networked.

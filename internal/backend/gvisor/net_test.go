@@ -10,9 +10,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/gvisor"
@@ -172,6 +176,22 @@ func TestNetwork(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// What a crash leaves (a pinned namespace with its link, no runsc):
+	// the reaper detaches and unpins it.
+	crashed := "gvnet-crashed"
+	pinNetns(t, filepath.Join(run, ".netns", crashed))
+	ns, err := os.Open(filepath.Join(run, ".netns", crashed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.Attach(crashed, ns)
+	_ = ns.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := be.ReapOrphans(nil); err != nil || !slices.Contains(removed, crashed) {
+		t.Errorf("reap: %v %v, want %s removed", removed, err, crashed)
+	}
 	if err := h.Wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -193,5 +213,26 @@ func TestNetwork(t *testing.T) {
 	_, err = plain.Create(ctx, backend.Config{ID: fmt.Sprintf("gvnet-none-%d", os.Getpid()), Image: img, Network: backend.NetworkEgress})
 	if !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "network") {
 		t.Errorf("egress without plumbing: %v, want unsupported", err)
+	}
+}
+
+// pinNetns makes a network namespace pinned at p by a bind mount, as the
+// backend does, from a thread that ends with it.
+func pinNetns(t *testing.T, p string) {
+	t.Helper()
+	if err := os.WriteFile(p, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread left the host's namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			errc <- err
+			return
+		}
+		errc <- unix.Mount("/proc/thread-self/ns/net", p, "", unix.MS_BIND, "")
+	}()
+	if err := <-errc; err != nil {
+		t.Fatalf("pin a namespace: %v", err)
 	}
 }
