@@ -103,7 +103,7 @@ func newNetns(p string) error {
 	if err := unpin(p); err != nil { // a crashed start's
 		return err
 	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o600)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o600) //nolint:gosec // our own pin under RunDir
 	if err != nil {
 		return err
 	}
