@@ -25,7 +25,7 @@ type NetServices struct {
 }
 
 // NewNetServices listens on the host for a test of the plumbing.
-func NewNetServices(t *testing.T) *NetServices {
+func NewNetServices(t testing.TB) *NetServices {
 	t.Helper()
 	l, err := net.ListenTCP("tcp4", &net.TCPAddr{})
 	if err != nil {
@@ -58,9 +58,13 @@ func NewNetServices(t *testing.T) *NetServices {
 func (s *NetServices) Config(prefix string) netplumb.Config {
 	b := make([]byte, 2)
 	_, _ = rand.Read(b)
+	second := 128 + b[0]%112
+	if second == netplumb.DefaultPool.Addr().As4()[1] {
+		second++ // not a server's default range: one may be running here
+	}
 	return netplumb.Config{
 		Prefix:       prefix,
-		Pool:         netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 128 + b[0]%112, b[1] & 0xf0, 0}), 20),
+		Pool:         netip.PrefixFrom(netip.AddrFrom4([4]byte{10, second, b[1] & 0xf0, 0}), 20),
 		ResolverPort: s.Resolver,
 		ProxyPort:    uint16(s.Proxy.Addr().(*net.TCPAddr).Port), //nolint:gosec // a port number
 	}
@@ -68,7 +72,7 @@ func (s *NetServices) Config(prefix string) netplumb.Config {
 
 // LinksOf maps the host's interfaces whose name starts with prefix to
 // their aliases.
-func LinksOf(t *testing.T, prefix string) map[string]string {
+func LinksOf(t testing.TB, prefix string) map[string]string {
 	t.Helper()
 	var links []netlink.Link
 	var err error
@@ -90,7 +94,7 @@ func LinksOf(t *testing.T, prefix string) map[string]string {
 }
 
 // SpoofElements lists the table's anti-spoof elements as "ifname addr".
-func SpoofElements(t *testing.T, table string) []string {
+func SpoofElements(t testing.TB, table string) []string {
 	t.Helper()
 	c, err := nftables.New()
 	if err != nil {

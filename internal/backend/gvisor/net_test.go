@@ -21,8 +21,10 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/backend/gvisor"
 	"github.com/warren-sandbox/warren/internal/conformance"
+	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/testenv"
+	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // TestNetwork: a sandbox of Config.Network egress gets a link of the
@@ -36,42 +38,9 @@ import (
 // no interface, no table element, no pinned namespace. A backend without plumbing refuses
 // egress as unsupported.
 func TestNetwork(t *testing.T) {
-	testenv.RequireRoot(t)
-	testenv.RequireFile(t, "/usr/bin/python3")
-	svc := testenv.NewNetServices(t)
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	prefix := "warren-gvnet-" + hex.EncodeToString(b)
-	cfg := svc.Config(prefix)
-	h, err := netplumb.Open(cfg)
-	if err != nil {
-		t.Fatalf("netplumb: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := h.Remove(); err != nil {
-			t.Errorf("netplumb remove: %v", err)
-		}
-	})
-	base := testenv.SearchableDir(t, "warren-gvnet-test-")
-	run := filepath.Join(base, "run")
-	be, err := gvisor.New(gvisor.Options{
-		DataDir: filepath.Join(base, "data"), RunDir: run,
-		RunscPath: testenv.RunscBinary(t), AgentPath: testenv.AgentBinary(t),
-		CgroupPrefix: prefix, Python: "/usr/bin/python3", Net: h,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = be.ReapOrphans(nil)
-		if err := be.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	img, err := be.HostImage()
-	if err != nil {
-		t.Fatal(err)
-	}
+	n := newNetBackend(t)
+	svc, cfg, h, be, img, prefix := n.svc, n.cfg, n.h, n.be, n.img, n.prefix
+	base, run := n.base, filepath.Join(n.base, "run")
 	ctx := context.Background()
 	start := func(id, network string) backend.Sandbox {
 		t.Helper()
@@ -235,4 +204,86 @@ func pinNetns(t *testing.T, p string) {
 	if err := <-errc; err != nil {
 		t.Fatalf("pin a namespace: %v", err)
 	}
+}
+
+// netBackend is a backend on plumbing of its own (a random prefix and
+// address range), removed with the test.
+type netBackend struct {
+	svc    *testenv.NetServices
+	cfg    netplumb.Config
+	h      *netplumb.Host
+	be     *gvisor.Backend
+	img    *image.Image
+	prefix string
+	base   string
+}
+
+func newNetBackend(t testing.TB) *netBackend {
+	t.Helper()
+	testenv.RequireRoot(t)
+	testenv.RequireFile(t, "/usr/bin/python3")
+	n := &netBackend{svc: testenv.NewNetServices(t)}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	n.prefix = "warren-gvnet-" + hex.EncodeToString(b)
+	n.cfg = n.svc.Config(n.prefix)
+	var err error
+	if n.h, err = netplumb.Open(n.cfg); err != nil {
+		t.Fatalf("netplumb: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := n.h.Remove(); err != nil {
+			t.Errorf("netplumb remove: %v", err)
+		}
+	})
+	n.base = testenv.SearchableDir(t, "warren-gvnet-test-")
+	n.be, err = gvisor.New(gvisor.Options{
+		DataDir: filepath.Join(n.base, "data"), RunDir: filepath.Join(n.base, "run"),
+		RunscPath: testenv.RunscBinary(t), AgentPath: testenv.AgentBinary(t),
+		CgroupPrefix: n.prefix, Python: "/usr/bin/python3", Net: n.h,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = n.be.ReapOrphans(nil)
+		if err := n.be.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	if n.img, err = n.be.HostImage(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// BenchmarkCycleNetwork: what a link adds to a cycle (create, start,
+// exec /bin/true, remove), one cycle of each kind per iteration so that
+// a loaded host's drift hits both: ms/none, ms/egress and their ratio.
+func BenchmarkCycleNetwork(b *testing.B) {
+	n := newNetBackend(b)
+	ctx := context.Background()
+	var took [2]time.Duration
+	for i := range b.N {
+		for k, network := range []string{backend.NetworkNone, backend.NetworkEgress} {
+			t0 := time.Now()
+			sb, err := n.be.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-net-%d-%d", i, k), Image: n.img, Network: network})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := sb.Start(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
+				b.Fatal(st, err)
+			}
+			if err := sb.Remove(ctx); err != nil {
+				b.Fatal(err)
+			}
+			took[k] += time.Since(t0)
+		}
+	}
+	b.ReportMetric(float64(took[0].Milliseconds())/float64(b.N), "ms/none")
+	b.ReportMetric(float64(took[1].Milliseconds())/float64(b.N), "ms/egress")
+	b.ReportMetric(float64(took[1])/float64(took[0]), "egress/none")
 }
