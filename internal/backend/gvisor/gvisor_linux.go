@@ -309,7 +309,7 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 		}
 	}
 	// Pinned network namespaces (net_linux.go).
-	if ents, err = os.ReadDir(filepath.Join(b.opts.RunDir, netnsDir)); err != nil {
+	if ents, err = os.ReadDir(filepath.Join(b.opts.RunDir, netnsDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	for _, e := range ents {

@@ -100,6 +100,11 @@ func (s *Sandbox) attachNet(spec *specs.Spec, nVolumes int) error {
 // own that returns to the process's namespace after, or ends with the
 // new one (never unlocked, so the runtime retires it).
 func newNetns(p string) error {
+	// Made again if gone: the native backend's reaper, in the server's
+	// run directory, removes <run>/gvisor as if it were a sandbox's.
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
 	if err := unpin(p); err != nil { // a crashed start's
 		return err
 	}
