@@ -182,8 +182,8 @@ func runCmd(ctx context.Context, args []string) error {
 	var be backend.Backend
 	var hostImage func() (*image.Image, error)
 	if tf.isolation == "gvisor" {
-		// What gvisor cannot do (a network) its Create refuses, naming
-		// it. A disk limit: on the data directory's pool, as native's.
+		// A disk limit: on the data directory's pool, as native's; the
+		// network: the run's plumbing.
 		var disk *diskquota.Dirs
 		if diskBytes > 0 {
 			size, err := hf.diskPoolBytes()
@@ -197,7 +197,7 @@ func runCmd(ctx context.Context, args []string) error {
 				return fmt.Errorf("--disk: disk limits are off: %w (warren doctor says why)", err)
 			}
 		}
-		gv, err := gvisorTier(ctx, &hf, &tf, disk)
+		gv, err := gvisorTier(ctx, &hf, &tf, disk, opts.Net)
 		if err != nil {
 			return fmt.Errorf("--isolation gvisor: %w", err)
 		}

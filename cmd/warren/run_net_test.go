@@ -33,10 +33,11 @@ func fetchPy(url string) []string {
 // TestRunEgress: `warren run --egress` gives the sandbox the policed
 // network of a server's sandbox, against a fake internet: an allowed name
 // is fetched, a denied name and a denied address fail fast and are
-// reported, bad settings are refused before anything starts, and nothing
-// of the run's network is left.
+// reported, in the gvisor tier too, bad settings are refused before
+// anything starts, and nothing of the run's network is left.
 func TestRunEgress(t *testing.T) {
 	testenv.RequireRoot(t)
+	runsc := testenv.RunscBinary(t)
 	in := fakenet.Start(t)
 	dir := stateDir(t)
 	base := native.InstancePrefix(filepath.Join(dir, "run"))
@@ -56,6 +57,10 @@ func TestRunEgress(t *testing.T) {
 			code: 1, stderrHas: []string{"urlopen error"}, stderrRe: `warren run: egress denied 0 connection\(s\) and [1-9][0-9]* DNS query\(ies\) \(-v lists them\)`},
 		{name: "denied address, listed", args: append([]string{"run", "-v", "--dns-upstream", dns, "--egress", "allowed.test", "--"}, fetchPy("http://"+in.Addr("denied.test").String()+"/")...),
 			code: 1, stderrHas: []string{"warren run: egress denied connection to " + in.Addr("denied.test").String() + ":80"}},
+		{name: "allowed name, gvisor", args: append([]string{"run", "--isolation", "gvisor", "--runsc", runsc, "--dns-upstream", dns, "--egress", "allowed.test", "--"}, fetchPy("http://allowed.test/g")...),
+			stdout: "host=allowed.test path=/g tls=false\n", stderrNone: "egress denied"},
+		{name: "denied name, gvisor", args: append([]string{"run", "--isolation", "gvisor", "--runsc", runsc, "--dns-upstream", dns, "--egress", "allowed.test", "--"}, fetchPy("http://denied.test/")...),
+			code: 1, stderrHas: []string{"urlopen error"}, stderrRe: `warren run: egress denied 0 connection\(s\) and [1-9][0-9]* DNS query\(ies\) \(-v lists them\)`},
 		{name: "no rules", args: append([]string{"run", "--net", "egress", "--dns-upstream", dns, "--"}, fetchPy("http://allowed.test/")...),
 			code: 1, stderrHas: []string{"urlopen error", "warren run: egress denied 0 connection(s)"}},
 	} {
@@ -88,12 +93,12 @@ func TestRunEgress(t *testing.T) {
 		})
 	}
 	// The policy held on the wire: the denied name was never looked up
-	// upstream, the allowed one was fetched once.
+	// upstream, the allowed one was fetched once per tier.
 	if slices.Contains(in.Queries(), "denied.test") {
 		t.Error("the fake internet was asked for denied.test")
 	}
-	if n := in.Requests("allowed.test"); n != 1 {
-		t.Errorf("allowed.test got %d requests, want 1", n)
+	if n := in.Requests("allowed.test"); n != 2 {
+		t.Errorf("allowed.test got %d requests, want 2", n)
 	}
 	assertNoSandboxState(t, dir)
 }

@@ -370,7 +370,7 @@ func serve(ctx context.Context, c *serveConfig) error {
 	if c.pull {
 		res.OnDemand = &image.OnDemand{MaxBytes: pullMax, Timeout: c.pullTimeout, Logger: log}
 	}
-	tiers, err := c.isolationTiers(ctx, be, res, log)
+	tiers, err := c.isolationTiers(ctx, be, nopts.Net, res, log)
 	if err != nil {
 		return err
 	}

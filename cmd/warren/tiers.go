@@ -20,6 +20,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/backend/native"
 	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/wire"
 )
@@ -111,8 +112,10 @@ func probeRunsc(ctx context.Context, p string) error {
 // gvisorTier builds the gvisor tier's backend on the host flags'
 // directories (<data-dir>/gvisor, <run-dir>/gvisor), its sandboxes
 // limited on disk (nil: no disk limits; the server passes the native
-// backend's pool, so both tiers share it), or says why it cannot run here.
-func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags, disk *diskquota.Dirs) (*gvisor.Backend, error) {
+// backend's pool, so both tiers share it) and given their links by plumb,
+// the network plumbing shared with the native tier (nil: loopback only),
+// or says why it cannot run here.
+func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags, disk *diskquota.Dirs, plumb *netplumb.Host) (*gvisor.Backend, error) {
 	if tf.runsc == "off" {
 		return nil, errors.New("turned off (--runsc off)")
 	}
@@ -129,7 +132,7 @@ func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags, disk *diskquo
 	}
 	return gvisor.New(gvisor.Options{
 		DataDir: filepath.Join(hf.dataDir, "gvisor"), RunDir: filepath.Join(hf.runDir, "gvisor"),
-		RunscPath: p, AgentPath: agentPath, Disk: disk, Logger: hf.logger(),
+		RunscPath: p, AgentPath: agentPath, Disk: disk, Logger: hf.logger(), Net: plumb,
 	})
 }
 
@@ -172,9 +175,9 @@ type serverTiers struct {
 // found and answers, the default one as --isolation says. A default tier
 // that cannot run here stops the server; another one is listed as off,
 // with why, and refused to whoever asks for it.
-func (c *serveConfig) isolationTiers(ctx context.Context, nat *native.Backend, res *image.Resolver, log *slog.Logger) (*serverTiers, error) {
+func (c *serveConfig) isolationTiers(ctx context.Context, nat *native.Backend, plumb *netplumb.Host, res *image.Resolver, log *slog.Logger) (*serverTiers, error) {
 	t := &serverTiers{on: map[string]sandbox.Tier{"native": {Backend: nat, Images: res.Resolve}}, off: map[string]string{}}
-	gv, err := gvisorTier(ctx, &c.hf, &c.tiers, nat.DiskDirs())
+	gv, err := gvisorTier(ctx, &c.hf, &c.tiers, nat.DiskDirs(), plumb)
 	switch {
 	case err != nil && c.tiers.isolation == "gvisor":
 		return nil, fmt.Errorf("--isolation gvisor: the gvisor tier cannot run here: %w", err)
@@ -187,7 +190,7 @@ func (c *serveConfig) isolationTiers(ctx context.Context, nat *native.Backend, r
 		gres := *res
 		gres.Host = gv.HostImage
 		t.gv = gv
-		t.on["gvisor"] = sandbox.Tier{Backend: gv, Images: gres.Resolve, NoNetwork: true}
+		t.on["gvisor"] = sandbox.Tier{Backend: gv, Images: gres.Resolve}
 	}
 	d := t.on[c.tiers.isolation]
 	t.def, t.defImages = d.Backend, d.Images
@@ -209,7 +212,7 @@ func (t *serverTiers) close() {
 // doctorGvisor checks the gvisor tier end to end: runsc found and
 // answering, then a sandbox started and /bin/true run in it.
 func doctorGvisor(ctx context.Context, hf *hostFlags, tf *tierFlags) error {
-	gv, err := gvisorTier(ctx, hf, tf, nil)
+	gv, err := gvisorTier(ctx, hf, tf, nil, nil)
 	if err != nil {
 		return fmt.Errorf("does not work here: %w", err)
 	}

@@ -57,8 +57,13 @@ http.server.ThreadingHTTPServer(('0.0.0.0', 8001), H).serve_forever()
 // included; a taken host port fails a start clearly, leaving nothing; a
 // stop closes the ports, and the next start publishes them again, the one
 // exposed live (with warren ports) too, on the same host port.
-func TestPorts(t *testing.T) {
-	s := startServer(t)
+func TestPorts(t *testing.T) { testPorts(t, "native") }
+
+// TestPortsGvisor: the same with the sandbox in the gvisor tier.
+func TestPortsGvisor(t *testing.T) { testPorts(t, "gvisor") }
+
+func testPorts(t *testing.T, tier string) {
+	s := startServer(t, tierFlags(t, tier)...)
 	hp := freePort(t)
 	start := func(name string, ports []string) error {
 		return s.call(s.key, "sandbox.start", map[string]any{"sandbox": name, "namespace": ns,

@@ -28,7 +28,14 @@ import (
 // denied host is cut; a rotated value takes effect at the next start;
 // and no value is in any response, log line, metric, sandbox log or
 // database file of the server.
-func TestSecrets(t *testing.T) {
+func TestSecrets(t *testing.T) { testSecrets(t, "native") }
+
+// TestSecretsGvisor: the same with the sandboxes in the gvisor tier,
+// whose agent installs the CA at its start too; a read-only root with
+// the CA is refused there, and a server restart stops its sandboxes.
+func TestSecretsGvisor(t *testing.T) { testSecrets(t, "gvisor") }
+
+func testSecrets(t *testing.T, tier string) {
 	start := time.Now()
 	in := fakenet.Start(t)
 	random := func(p string) string {
@@ -87,7 +94,7 @@ hosts = ["allowed.test"]
 		t.Fatal(err)
 	}
 	hostBundle, _ := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
-	s := startServer(t, "--dns-upstream", in.DNS.String(), "--config", cfgPath, "--egress-upstream-ca", in.CAFile)
+	s := startServer(t, append([]string{"--dns-upstream", in.DNS.String(), "--config", cfgPath, "--egress-upstream-ca", in.CAFile}, tierFlags(t, tier)...)...)
 	t.Logf("fake internet and server up in %v", time.Since(start))
 
 	// Every answer of the server, by who said it (scanned at the end),
@@ -228,7 +235,15 @@ hosts = ["allowed.test"]
 		// A namespace whose sandboxes' root is read-only: the CA is in
 		// the trust store all the same, and the root stays read-only.
 		roNS := ns + "-ro"
-		if _, err := rpc(s.admin, "sandbox.create", map[string]any{"name": "ro", "namespace": roNS, "egress": []string{"allowed.test"}, "secrets": []string{"openai"}}); err != nil {
+		_, err := rpc(s.admin, "sandbox.create", map[string]any{"name": "ro", "namespace": roNS, "egress": []string{"allowed.test"}, "secrets": []string{"openai"}})
+		if tier == "gvisor" {
+			if err == nil || err.Kind != "unsupported" || !strings.Contains(err.Message, "read-only root") {
+				t.Errorf("gvisor: a read-only root with proxy-mode secrets: %v, want unsupported", err)
+			}
+			_, _ = rpc(s.admin, "sandbox.remove", map[string]any{"sandbox": "ro", "namespace": roNS})
+			return
+		}
+		if err != nil {
 			t.Fatalf("create: %v", err)
 		}
 		defer func() { _, _ = rpc(s.admin, "sandbox.remove", map[string]any{"sandbox": "ro", "namespace": roNS}) }()
@@ -302,6 +317,10 @@ EOF`)
 		// address before it is restored (reported separately).
 		s.args = append(s.args, "--prewarm", "0")
 		s.restart()
+		if tier == "gvisor" {
+			// Its sandboxes stop with the server (no reattach).
+			must("sandbox.start", map[string]any{"sandbox": "sec", "namespace": ns})
+		}
 		wantGot("https://allowed.test after a server restart", echo("https://allowed.test/echo", ""), rotated)
 		wantGot("http://allowed.test after a server restart", echo("http://allowed.test/echo", ""), rotated)
 	})

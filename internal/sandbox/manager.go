@@ -630,7 +630,7 @@ func (m *Manager) start(ctx context.Context, ns, name string, spec Spec, create 
 	if err := m.chooseTier(ns, name, pol, &spec); err != nil {
 		return Info{}, err
 	}
-	if len(spec.Egress) == 0 && len(pol.EgressDefault) > 0 && m.networking() && !m.tiers[spec.Isolation].NoNetwork {
+	if len(spec.Egress) == 0 && len(pol.EgressDefault) > 0 && m.networking() {
 		m.mu.Lock()
 		exists := m.entries[key{ns, name}] != nil
 		m.mu.Unlock()
@@ -949,7 +949,7 @@ func (m *Manager) config(ns string, spec Spec, id string, img *image.Image) back
 		cfg.DiskBytes = diskBytes
 	}
 	cfg.ReadOnlyRoot, cfg.WritablePaths = readOnly, paths
-	if m.networking() && !t.NoNetwork {
+	if m.networking() {
 		cfg.Network = backend.NetworkEgress
 	}
 	return cfg

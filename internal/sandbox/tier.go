@@ -22,10 +22,6 @@ type Tier struct {
 	// Images resolves image names for this tier's sandboxes (the host
 	// image is each backend's own); nil = Options.Images.
 	Images ImageResolver
-	// NoNetwork: the tier's sandboxes have loopback only, even on a
-	// server with networking; one asking for egress rules or ports is
-	// refused as unsupported.
-	NoNetwork bool
 }
 
 // TierNames are the tiers a request may name (config.Isolations too).
@@ -127,14 +123,8 @@ func (m *Manager) chooseTier(ns, name string, pol NamespacePolicy, spec *Spec) e
 	if len(pol.Isolation) > 0 && !slices.Contains(pol.Isolation, spec.Isolation) {
 		return errdefs.Errorf(errdefs.ErrForbidden, "isolation %q is not among namespace %q's isolation tiers (%s)", spec.Isolation, ns, strings.Join(pol.Isolation, ", "))
 	}
-	t, err := m.tier(spec.Isolation)
-	if err != nil {
-		return err
-	}
-	if t.NoNetwork && (len(spec.Egress) > 0 || len(spec.Ports) > 0) {
-		return errdefs.Errorf(errdefs.ErrUnsupported, "isolation %q gives sandboxes no network yet (egress rules, ports): use isolation %q for them", spec.Isolation, "native")
-	}
-	return nil
+	_, err := m.tier(spec.Isolation)
+	return err
 }
 
 // errNoDiskLimits refuses a disk limit be does not enforce.

@@ -184,7 +184,7 @@ func (s *Sandbox) restore(ctx context.Context, cfg backend.Config, image string)
 		return err
 	}
 	defer func() { _ = logf.Close() }()
-	run := b.runsc(context.Background(), "restore", "--bundle="+rd, "--image-path="+image, s.id)
+	run := b.runscNet(context.Background(), runscNetwork(cfg), "restore", "--bundle="+rd, "--image-path="+image, s.id)
 	run.Stdout, run.Stderr = logf, logf
 	// As `runsc run` in start: its own group, ended with the server.
 	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

@@ -56,6 +56,7 @@ import (
 	"github.com/warren-sandbox/warren/internal/cgroup"
 	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/image"
+	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/oci"
 	"github.com/warren-sandbox/warren/internal/seccomp"
 	"github.com/warren-sandbox/warren/internal/wire/boot"
@@ -89,6 +90,9 @@ type Options struct {
 	// native backend's DiskDirs); nil: no disk limits (disk_linux.go).
 	Disk   *diskquota.Dirs
 	Logger *slog.Logger
+	// Net gives sandboxes of Config.Network backend.NetworkEgress their
+	// link (net_linux.go); nil: loopback only, egress and ports refused.
+	Net *netplumb.Host
 }
 
 // Backend is the gVisor backend.
@@ -153,7 +157,7 @@ func New(opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor backend: seccomp profile: %w", err)
 	}
-	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir, filepath.Join(opts.RunDir, runscState), filepath.Join(opts.RunDir, bindsDir)} {
+	for _, d := range []string{opts.DataDir, filepath.Join(opts.DataDir, "sandboxes"), filepath.Join(opts.DataDir, "images"), opts.RunDir, filepath.Join(opts.RunDir, runscState), filepath.Join(opts.RunDir, bindsDir), filepath.Join(opts.RunDir, netnsDir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor backend: %w", err)
 		}
@@ -221,11 +225,10 @@ func (b *Backend) runDir(id string) string     { return filepath.Join(b.opts.Run
 // start a sandbox without it.
 func checkSupported(cfg backend.Config) error {
 	var missing []string
-	if cfg.Network == backend.NetworkEgress || len(cfg.Ports) > 0 {
-		missing = append(missing, "network egress and ports")
-	}
-	if len(cfg.TrustCA) > 0 {
-		missing = append(missing, "a trusted CA (proxy-mode secrets)")
+	if len(cfg.TrustCA) > 0 && cfg.ReadOnlyRoot {
+		// The agent writes the CA into the root (agentConfig), which
+		// runsc mounts read-only from the start.
+		missing = append(missing, "a trusted CA (proxy-mode secrets) with a read-only root")
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("isolation gvisor does not support %s yet (isolation native does): %w", strings.Join(missing, ", "), backend.ErrUnsupported)
@@ -242,6 +245,9 @@ func (b *Backend) Create(ctx context.Context, cfg backend.Config) (backend.Sandb
 		return nil, err
 	}
 	if err := b.checkDisk(cfg); err != nil {
+		return nil, err
+	}
+	if err := b.checkNet(cfg); err != nil {
 		return nil, err
 	}
 	dir := b.sandboxDir(cfg.ID)
@@ -313,6 +319,13 @@ func (b *Backend) ReapOrphans(keep func(id string) bool) ([]string, error) {
 			seen[e.Name()] = true
 		}
 	}
+	// Pinned network namespaces (net_linux.go).
+	if ents, err = os.ReadDir(filepath.Join(b.opts.RunDir, netnsDir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	for _, e := range ents {
+		seen[e.Name()] = true
+	}
 	// Pinned binds (binds_linux.go).
 	if ents, err = os.ReadDir(filepath.Join(b.opts.RunDir, bindsDir)); err != nil {
 		return nil, err
@@ -376,11 +389,17 @@ var tiedStarter = sync.OnceValue(func() chan<- func() {
 
 // runsc returns a runsc command with the backend's global flags.
 func (b *Backend) runsc(ctx context.Context, args ...string) *exec.Cmd {
+	return b.runscNet(ctx, "none", args...)
+}
+
+// runscNet is runsc with --network=network: "none", loopback only, the
+// sentry's own (no host interface at all), or "sandbox", the interfaces
+// of the namespace the spec names (net_linux.go).
+func (b *Backend) runscNet(ctx context.Context, network string, args ...string) *exec.Cmd {
 	global := []string{
 		"--root=" + filepath.Join(b.opts.RunDir, runscState),
 		"--platform=" + b.opts.Platform,
-		// Loopback only, the sentry's own: no host interface at all.
-		"--network=none",
+		"--network=" + network,
 		// Writes go to the host's overlay (the sandbox's writable
 		// layer, kept across stop/start), not to the sentry's memory.
 		"--overlay2=none",
@@ -407,7 +426,8 @@ type Sandbox struct {
 	ctl     *os.File // the host's end of the agent's control socket
 	client  *agent.Client
 	cg      *cgroup.Cgroup
-	pid     int // the sentry's host pid
+	pid     int           // the sentry's host pid
+	link    netplumb.Link // the sandbox's network link, if it has one
 }
 
 func (b *Backend) newSandbox(cfg backend.Config) *Sandbox {
@@ -497,6 +517,9 @@ func (s *Sandbox) Start(ctx context.Context) error {
 	if err := s.b.checkDisk(cfg); err != nil {
 		return err
 	}
+	if err := s.b.checkNet(cfg); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.b.opts.StartTimeout)
 	defer cancel()
 	if err := s.start(ctx, cfg); err != nil {
@@ -560,7 +583,7 @@ func (s *Sandbox) start(ctx context.Context, cfg backend.Config) error {
 
 	// ExtraFiles start at 3: config 3, control 4, status 5, first
 	// connection 6 land where the agent expects them (boot.FD*).
-	run := b.runsc(context.Background(), "run", "--bundle="+rd,
+	run := b.runscNet(context.Background(), runscNetwork(cfg), "run", "--bundle="+rd,
 		fmt.Sprintf("--pass-fd=3:%d", boot.FDConfig), fmt.Sprintf("--pass-fd=4:%d", boot.FDListener),
 		fmt.Sprintf("--pass-fd=5:%d", boot.FDStatus), fmt.Sprintf("--pass-fd=6:%d", boot.FDConn),
 		"--pid-file="+filepath.Join(rd, "sentry.pid"), s.id)
@@ -637,6 +660,11 @@ func (s *Sandbox) prepareBundle(cfg backend.Config) (string, *specs.Spec, error)
 	spec, err := buildSpec(b, cfg, rootfs)
 	if err != nil {
 		return "", nil, err
+	}
+	if cfg.Network == backend.NetworkEgress {
+		if err := s.attachNet(spec, len(cfg.Volumes)); err != nil {
+			return "", nil, err
+		}
 	}
 	if err := b.pinBinds(s.id, spec, rootfs, len(cfg.Volumes)); err != nil {
 		return "", nil, err
@@ -841,7 +869,7 @@ func agentConfig(b *Backend, cfg backend.Config, spec *specs.Spec) *boot.Config 
 	return &boot.Config{
 		Spec: boot.SpecFrom(spec), SeccompFilter: b.seccomp,
 		Python: b.opts.Python, Node: b.opts.Node, User: cfg.Image.User,
-		Procs: procs, Prepared: true, ConnsByFD: true,
+		Procs: procs, Prepared: true, ConnsByFD: true, TrustCA: cfg.TrustCA,
 	}
 }
 
@@ -895,6 +923,9 @@ func (s *Sandbox) release(ctx context.Context) error {
 	// What runsc left (it failed, or a crash came between): the cgroup
 	// with anything still in it.
 	if err := s.b.cgroups.Destroy(s.id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.releaseNet(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(s.b.runDir(s.id)); err != nil {

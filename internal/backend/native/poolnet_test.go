@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/warren-sandbox/warren/internal/backend"
@@ -38,11 +34,11 @@ import (
 func TestWarmPoolNetwork(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.RequireFile(t, "/usr/bin/python3")
-	svc := newNetServices(t)
+	svc := testenv.NewNetServices(t)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	prefix := "warren-poolnet-" + hex.EncodeToString(b)
-	cfg := svc.config(prefix)
+	cfg := svc.Config(prefix)
 
 	// Leftovers of a crash: pooled links of a process that is gone
 	// (its agents' namespaces still held here, as if they were alive)
@@ -90,7 +86,7 @@ func TestWarmPoolNetwork(t *testing.T) {
 	if _, err := be.ReapOrphans(nil); err != nil {
 		t.Fatalf("reap: %v", err)
 	}
-	links := linksOf(t, h.VethPrefix())
+	links := testenv.LinksOf(t, h.VethPrefix())
 	var pooled []string
 	for name, alias := range links {
 		switch {
@@ -110,7 +106,7 @@ func TestWarmPoolNetwork(t *testing.T) {
 	if len(pooled) != 3 {
 		t.Errorf("pooled links %v, want 3", pooled)
 	}
-	if els := spoofElements(t, prefix); len(els) != 3 {
+	if els := testenv.SpoofElements(t, prefix); len(els) != 3 {
 		t.Errorf("table elements %v, want the 3 pooled agents'", els)
 	}
 
@@ -138,7 +134,7 @@ func TestWarmPoolNetwork(t *testing.T) {
 	}
 	gw := addr.Prev() // the /30's .1
 	var own string
-	for name, alias := range linksOf(t, h.VethPrefix()) {
+	for name, alias := range testenv.LinksOf(t, h.VethPrefix()) {
 		if alias == aliasOf("pooled-net") {
 			own = name
 		}
@@ -166,8 +162,8 @@ func TestWarmPoolNetwork(t *testing.T) {
 	if r.ExitStatus.Code != 0 {
 		t.Errorf("connect from the sandbox: %d %s", r.ExitStatus.Code, r.Stderr)
 	} else {
-		_ = svc.proxy.SetDeadline(time.Now().Add(5 * time.Second))
-		c, err := svc.proxy.AcceptTCP()
+		_ = svc.Proxy.SetDeadline(time.Now().Add(5 * time.Second))
+		c, err := svc.Proxy.AcceptTCP()
 		if err != nil {
 			t.Fatalf("proxy port: %v", err)
 		}
@@ -194,10 +190,10 @@ func TestWarmPoolNetwork(t *testing.T) {
 	}
 	// The release runs in the background: its link and element go soon.
 	left := func() (out []string) {
-		if _, ok := linksOf(t, h.VethPrefix())[own]; ok {
+		if _, ok := testenv.LinksOf(t, h.VethPrefix())[own]; ok {
 			out = append(out, own)
 		}
-		for _, e := range spoofElements(t, prefix) {
+		for _, e := range testenv.SpoofElements(t, prefix) {
 			if strings.HasPrefix(e, own+" ") {
 				out = append(out, e)
 			}
@@ -219,61 +215,13 @@ func TestWarmPoolNetwork(t *testing.T) {
 	if err := h.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	for name, alias := range linksOf(t, h.VethPrefix()) {
+	for name, alias := range testenv.LinksOf(t, h.VethPrefix()) {
 		if alias != aliasOf(liveID) {
 			t.Errorf("link %s (%q) left after the pool closed", name, alias)
 		}
 	}
-	if els := spoofElements(t, prefix); len(els) != 0 {
+	if els := testenv.SpoofElements(t, prefix); len(els) != 0 {
 		t.Errorf("table elements left after the pool closed: %v", els)
-	}
-}
-
-// netServices stand in for the resolver and the proxy: a TCP listener for
-// the proxy, UDP and TCP on one port for the resolver.
-type netServices struct {
-	proxy    *net.TCPListener
-	resolver uint16
-}
-
-func newNetServices(t *testing.T) *netServices {
-	t.Helper()
-	l, err := net.ListenTCP("tcp4", &net.TCPAddr{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Close() })
-	s := &netServices{proxy: l}
-	for range 20 {
-		u, err := net.ListenUDP("udp4", &net.UDPAddr{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tl, err := net.ListenTCP("tcp4", &net.TCPAddr{Port: u.LocalAddr().(*net.UDPAddr).Port})
-		if err != nil {
-			_ = u.Close()
-			continue
-		}
-		t.Cleanup(func() { _ = u.Close(); _ = tl.Close() })
-		s.resolver = uint16(u.LocalAddr().(*net.UDPAddr).Port) //nolint:gosec // a port number
-		break
-	}
-	if s.resolver == 0 {
-		t.Fatal("no free port for both UDP and TCP")
-	}
-	return s
-}
-
-// config is a plumbing Config for these services with an address range of
-// its own (a server on this machine may be using the default one).
-func (s *netServices) config(prefix string) netplumb.Config {
-	b := make([]byte, 2)
-	_, _ = rand.Read(b)
-	return netplumb.Config{
-		Prefix:       prefix,
-		Pool:         netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 128 + b[0]%112, b[1] & 0xf0, 0}), 20),
-		ResolverPort: s.resolver,
-		ProxyPort:    uint16(s.proxy.Addr().(*net.TCPAddr).Port), //nolint:gosec // a port number
 	}
 }
 
@@ -304,56 +252,10 @@ func newNetns(t *testing.T) *os.File {
 	return r.f
 }
 
-// linksOf maps the host's interfaces whose name starts with prefix to
-// their aliases.
-func linksOf(t *testing.T, prefix string) map[string]string {
-	t.Helper()
-	var links []netlink.Link
-	var err error
-	for range 20 { // others' links come and go: a dump may be interrupted
-		if links, err = netlink.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, prefix) {
-			out[l.Attrs().Name] = l.Attrs().Alias
-		}
-	}
-	return out
-}
-
 func mapValues(m map[string]string) []string {
 	var out []string
 	for _, v := range m {
 		out = append(out, v)
-	}
-	return out
-}
-
-// spoofElements lists the table's anti-spoof elements as "ifname addr".
-func spoofElements(t *testing.T, table string) []string {
-	t.Helper()
-	c, err := nftables.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := c.GetSetByName(&nftables.Table{Family: nftables.TableFamilyINet, Name: table}, "spoof")
-	if err != nil {
-		t.Fatalf("set: %v", err)
-	}
-	els, err := c.GetSetElements(set)
-	if err != nil {
-		t.Fatalf("elements: %v", err)
-	}
-	var out []string
-	for _, e := range els {
-		a, _ := netip.AddrFromSlice(e.Key[16:20])
-		out = append(out, strings.TrimRight(string(e.Key[:16]), "\x00")+" "+a.String())
 	}
 	return out
 }
@@ -364,11 +266,11 @@ func spoofElements(t *testing.T, table string) []string {
 // agent takes the address of the sandbox about to be reattached.
 func TestReattachNetworkBeforePool(t *testing.T) {
 	testenv.RequireRoot(t)
-	svc := newNetServices(t)
+	svc := testenv.NewNetServices(t)
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	prefix := "warren-poolnet-" + hex.EncodeToString(b)
-	cfg := svc.config(prefix)
+	cfg := svc.Config(prefix)
 	h, err := netplumb.Open(cfg)
 	if err != nil {
 		t.Fatalf("netplumb: %v", err)
@@ -430,7 +332,7 @@ func TestReattachNetworkBeforePool(t *testing.T) {
 	if got := sb2.(backend.Networked).NetAddr(); got != addr {
 		t.Errorf("reattached with address %v, want its own %v", got, addr)
 	}
-	if els := spoofElements(t, prefix); !slices.ContainsFunc(els, func(e string) bool { return strings.HasSuffix(e, " "+addr.String()) }) {
+	if els := testenv.SpoofElements(t, prefix); !slices.ContainsFunc(els, func(e string) bool { return strings.HasSuffix(e, " "+addr.String()) }) {
 		t.Errorf("the reattached sandbox's address %v has no anti-spoof element: %v", addr, els)
 	}
 }

@@ -545,6 +545,14 @@ func writeResolvConf(ns string) error {
 // limits hold the whole sandbox, the agent included.
 func applyPrepared(cfg *boot.Config, mark func(string)) (*Launcher, error) {
 	s := cfg.Spec
+	if len(cfg.TrustCA) > 0 {
+		// The runtime's root is writable here: the runtime refuses a
+		// trusted CA with a read-only one (its root is read-only from
+		// the start, with no moment to write before).
+		if err := installTrust(cfg.TrustCA); err != nil {
+			return nil, err
+		}
+	}
 	for _, rl := range s.Process.Rlimits {
 		if err := setRlimit(rl); err != nil {
 			return nil, err
