@@ -118,6 +118,7 @@ func fake(t *testing.T, serve func(r *http.Request) (int, string)) *Client {
 			return
 		}
 		status, body := serve(r)
+		w.Header().Set("ETag", `"etag of `+r.URL.Path+`"`)
 		w.WriteHeader(status)
 		_, _ = io.WriteString(w, body)
 	}))
@@ -280,4 +281,69 @@ func FuzzDecodeList(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The object calls: what each sends (method, path, length, payload mode,
+// content type) and reads back (the ETag without its quotes, a missing
+// bucket as false).
+func TestObjectCalls(t *testing.T) {
+	var seen []string
+	c := fake(t, func(r *http.Request) (int, string) {
+		b, _ := io.ReadAll(r.Body)
+		seen = append(seen, fmt.Sprintf("%s %s %d %s %s %q", r.Method, r.URL.Path, r.ContentLength,
+			r.Header.Get("X-Amz-Content-Sha256"), r.Header.Get("Content-Type"), b))
+		switch {
+		case r.Method == http.MethodHead && r.URL.Path == "/gone":
+			return 404, ""
+		case r.Method == http.MethodPut && r.URL.Path == "/b/k":
+			return 200, ""
+		case r.Method == http.MethodGet:
+			return 200, "content"
+		}
+		return 200, ""
+	})
+	ctx := context.Background()
+	if ok, err := c.BucketExists(ctx, "gone"); ok || err != nil {
+		t.Fatalf("missing bucket: %v %v", ok, err)
+	}
+	if ok, err := c.BucketExists(ctx, "b"); !ok || err != nil {
+		t.Fatalf("bucket: %v %v", ok, err)
+	}
+	if err := c.MakeBucket(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if etag, err := c.PutObject(ctx, "b", "k", strings.NewReader("abc"), 3, "text/plain"); err != nil || etag != "etag of /b/k" {
+		t.Fatalf("PutObject: ETag %q, %v", etag, err)
+	}
+	r, err := c.GetObject(ctx, "b", "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(r)
+	_ = r.Close()
+	if string(got) != "content" {
+		t.Fatalf("GetObject read %q", got)
+	}
+	if err := c.RemoveObject(ctx, "b", "k"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`HEAD /gone 0 ` + emptySHA256 + `  ""`,
+		`HEAD /b 0 ` + emptySHA256 + `  ""`,
+		`PUT /b 0 ` + emptySHA256 + `  ""`,
+		`PUT /b/k 3 UNSIGNED-PAYLOAD text/plain "abc"`,
+		`GET /b/k 0 ` + emptySHA256 + `  ""`,
+		`DELETE /b/k 0 ` + emptySHA256 + `  ""`,
+	}
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("requests:\n%s\nwant:\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestUnquoteETag(t *testing.T) {
+	for in, want := range map[string]string{`"abc"`: "abc", "abc": "abc", `"abc-2"`: "abc-2", `""`: ""} {
+		if got := unquote(in); got != want {
+			t.Errorf("unquote(%s) = %q, want %q", in, got, want)
+		}
+	}
 }
