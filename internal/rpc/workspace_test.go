@@ -10,10 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
-
 	"github.com/warren-sandbox/warren/internal/rpc"
+	s3client "github.com/warren-sandbox/warren/internal/s3"
 	"github.com/warren-sandbox/warren/internal/sandbox"
 	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/internal/workspace"
@@ -215,11 +213,11 @@ func TestWorkspaceS3(t *testing.T) {
 		t.Fatalf("write: %+v", r)
 	}
 	e.must("sandbox.stop", map[string]any{"sandbox": "w"}, nil)
-	c, err := minio.New(strings.TrimPrefix(s3.Endpoint, "http://"), &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
+	c, err := s3client.New(s3.Endpoint, "", s3.AccessKey, s3.SecretKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := c.GetObject(t.Context(), "warren", "default/data/out/r.txt", minio.GetObjectOptions{})
+	obj, err := c.GetObject(t.Context(), "warren", "default/data/out/r.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +225,7 @@ func TestWorkspaceS3(t *testing.T) {
 	if err != nil || string(got) != "result\n" {
 		t.Fatalf("object after the stop: %q %v", got, err)
 	}
-	if _, err := c.PutObject(t.Context(), "warren", "default/data/in.txt", strings.NewReader("from the bucket"), 15, minio.PutObjectOptions{}); err != nil {
+	if _, err := c.PutObject(t.Context(), "warren", "default/data/in.txt", strings.NewReader("from the bucket"), 15, ""); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.RemoveAll(filepath.Join(cache, "default", "data", "out")); err != nil {

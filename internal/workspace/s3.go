@@ -6,16 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/url"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
-
 	"github.com/warren-sandbox/warren/internal/confined"
+	"github.com/warren-sandbox/warren/internal/s3"
 )
 
 // The object store: a snapshot bridge (docs/policy.md "Workspaces").
@@ -51,7 +48,7 @@ const maxObjects = 1_000_000
 
 // S3 is a store on an S3-compatible object store.
 type S3 struct {
-	c      *minio.Client
+	c      *s3.Client
 	bucket string
 	prefix string
 	cache  string
@@ -59,10 +56,6 @@ type S3 struct {
 
 // NewS3 connects to the store and creates its bucket if missing.
 func NewS3(ctx context.Context, o S3Options) (*S3, error) {
-	u, err := url.Parse(o.Endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-		return nil, fmt.Errorf("s3 endpoint %q: want http(s)://host[:port]", o.Endpoint)
-	}
 	if o.Bucket == "" || o.Cache == "" {
 		return nil, errors.New("s3 store: bucket and cache directory are required")
 	}
@@ -73,16 +66,16 @@ func NewS3(ctx context.Context, o S3Options) (*S3, error) {
 	if o.AccessKeyEnv == "" || o.SecretKeyEnv == "" || ak == "" || sk == "" {
 		return nil, fmt.Errorf("s3 store: the credentials' environment variables (%q, %q) are not both set", o.AccessKeyEnv, o.SecretKeyEnv)
 	}
-	c, err := minio.New(u.Host, &minio.Options{Creds: credentials.NewStaticV4(ak, sk, ""), Secure: u.Scheme == "https", Region: o.Region})
+	c, err := s3.New(o.Endpoint, o.Region, ak, sk)
 	if err != nil {
-		return nil, fmt.Errorf("s3 store: %w", err)
+		return nil, err
 	}
 	ok, err := c.BucketExists(ctx, o.Bucket)
 	if err != nil {
 		return nil, fmt.Errorf("s3 store %s: bucket %q: %w", o.Endpoint, o.Bucket, err)
 	}
 	if !ok {
-		if err := c.MakeBucket(ctx, o.Bucket, minio.MakeBucketOptions{Region: o.Region}); err != nil {
+		if err := c.MakeBucket(ctx, o.Bucket); err != nil {
 			return nil, fmt.Errorf("s3 store %s: create bucket %q: %w", o.Endpoint, o.Bucket, err)
 		}
 	}
@@ -181,20 +174,13 @@ func local(root *confined.Root) (map[string]synced, error) {
 func (s *S3) remote(ctx context.Context, ns, name string) (map[string]synced, error) {
 	pre := s.keyPrefix(ns, name)
 	out := map[string]synced{}
-	for o := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: pre, Recursive: true}) {
-		if o.Err != nil {
-			return nil, o.Err
-		}
-		if len(out) >= maxObjects {
-			return nil, fmt.Errorf("more than %d objects", maxObjects)
-		}
-		p := strings.TrimPrefix(o.Key, pre)
-		if !validPath(p) {
-			continue // not one this bridge writes: left alone
-		}
-		out[p] = synced{ETag: o.ETag, Size: o.Size}
-	}
-	return out, nil
+	err := s.c.ListObjects(ctx, s.bucket, pre, maxObjects, func(o s3.Object) error {
+		if p, ok := strings.CutPrefix(o.Key, pre); ok && validPath(p) {
+			out[p] = synced{ETag: o.ETag, Size: o.Size}
+		} // else not one this bridge writes: left alone
+		return nil
+	})
+	return out, err
 }
 
 // validPath reports whether an object's path is one a file can have: no
@@ -259,12 +245,12 @@ func (s *S3) Push(ctx context.Context, ns, name string, root *confined.Root) (Sy
 			}
 			return st, err
 		}
-		info, err := s.c.PutObject(ctx, s.bucket, s.keyPrefix(ns, name)+p, f, fi.Size, minio.PutObjectOptions{ContentType: "application/octet-stream"})
+		etag, err := s.c.PutObject(ctx, s.bucket, s.keyPrefix(ns, name)+p, f, fi.Size, "application/octet-stream")
 		_ = f.Close()
 		if err != nil {
 			return st, fmt.Errorf("upload %s: %w", p, err)
 		}
-		man[p] = synced{ETag: info.ETag, Size: fi.Size, MTime: fi.ModTime.UnixNano()}
+		man[p] = synced{ETag: etag, Size: fi.Size, MTime: fi.ModTime.UnixNano()}
 		st.Sent++
 	}
 	for p, m := range man {
@@ -275,7 +261,7 @@ func (s *S3) Push(ctx context.Context, ns, name string, root *confined.Root) (Sy
 		switch {
 		case !inR:
 		case r.ETag == m.ETag:
-			if err := s.c.RemoveObject(ctx, s.bucket, s.keyPrefix(ns, name)+p, minio.RemoveObjectOptions{}); err != nil {
+			if err := s.c.RemoveObject(ctx, s.bucket, s.keyPrefix(ns, name)+p); err != nil {
 				return st, fmt.Errorf("delete %s: %w", p, err)
 			}
 			st.Deleted++
@@ -316,7 +302,7 @@ func (s *S3) Pull(ctx context.Context, ns, name string, root *confined.Root) (Sy
 				return st, fmt.Errorf("download %s: %w", p, err)
 			}
 		}
-		obj, err := s.c.GetObject(ctx, s.bucket, s.keyPrefix(ns, name)+p, minio.GetObjectOptions{})
+		obj, err := s.c.GetObject(ctx, s.bucket, s.keyPrefix(ns, name)+p)
 		if err != nil {
 			return st, fmt.Errorf("download %s: %w", p, err)
 		}
@@ -357,7 +343,7 @@ func (s *S3) Delete(ctx context.Context, ns, name string) error {
 		return err
 	}
 	for p := range rem {
-		if err := s.c.RemoveObject(ctx, s.bucket, s.keyPrefix(ns, name)+p, minio.RemoveObjectOptions{}); err != nil {
+		if err := s.c.RemoveObject(ctx, s.bucket, s.keyPrefix(ns, name)+p); err != nil {
 			return fmt.Errorf("delete %s: %w", p, err)
 		}
 	}

@@ -13,10 +13,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
-
 	"github.com/warren-sandbox/warren/internal/diskquota"
+	s3client "github.com/warren-sandbox/warren/internal/s3"
 	"github.com/warren-sandbox/warren/internal/testenv"
 	"github.com/warren-sandbox/warren/internal/workspace"
 )
@@ -59,22 +57,24 @@ func serverB(t testing.TB, s3 testenv.S3) *workspace.Manager {
 
 func objects(t *testing.T, s3 testenv.S3) map[string]string {
 	t.Helper()
-	c, err := minio.New(s3.Endpoint[len("http://"):], &minio.Options{Creds: credentials.NewStaticV4(s3.AccessKey, s3.SecretKey, "")})
+	c, err := s3client.New(s3.Endpoint, "", s3.AccessKey, s3.SecretKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
-	for o := range c.ListObjects(t.Context(), "warren", minio.ListObjectsOptions{Recursive: true}) {
-		if o.Err != nil {
-			t.Fatal(o.Err)
-		}
-		obj, err := c.GetObject(t.Context(), "warren", o.Key, minio.GetObjectOptions{})
+	err = c.ListObjects(t.Context(), "warren", "", 1000, func(o s3client.Object) error {
+		obj, err := c.GetObject(t.Context(), "warren", o.Key)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		var b bytes.Buffer
-		_, _ = b.ReadFrom(obj)
+		_, err = b.ReadFrom(obj)
+		_ = obj.Close()
 		out[o.Key] = b.String()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
