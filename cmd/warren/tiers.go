@@ -131,7 +131,12 @@ func gvisorTier(ctx context.Context, hf *hostFlags, tf *tierFlags, disk *diskquo
 		return nil, err
 	}
 	return gvisor.New(gvisor.Options{
-		DataDir: filepath.Join(hf.dataDir, "gvisor"), RunDir: filepath.Join(hf.runDir, "gvisor"),
+		// Its run directory starts with a dot: the native backend's
+		// reaper takes every other entry of the run directory for one of
+		// its sandboxes and deletes it, and this one holds the pins of
+		// volume sources (bind mounts) that a recursive delete would
+		// descend into.
+		DataDir: filepath.Join(hf.dataDir, "gvisor"), RunDir: filepath.Join(hf.runDir, ".gvisor"),
 		RunscPath: p, AgentPath: agentPath, Disk: disk, Logger: hf.logger(), Net: plumb,
 	})
 }

@@ -147,7 +147,7 @@ func TestServeIsolationTiers(t *testing.T) {
 	wantErr("unknown tier", create("default", "k", map[string]any{"isolation": "kvm"}), "invalid_params", "want one of native, gvisor")
 
 	// SIGKILL: the server's runsc processes die with it.
-	runDir := filepath.Join(dir, "run", "gvisor")
+	runDir := filepath.Join(dir, "run", ".gvisor")
 	if err := srv.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/warren-sandbox/warren/internal/agent"
 	"github.com/warren-sandbox/warren/internal/backend"
 	"github.com/warren-sandbox/warren/internal/wire/boot"
@@ -60,7 +62,15 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string) (err error) {
 		return fmt.Errorf("checkpoint: the agent did not detach: %w", err)
 	}
 	client.Close()
+	// The agent answers before it lets go of its host descriptors, and
+	// a checkpoint that finds one open fails ("not savable") or makes an
+	// image that cannot be restored; it closes its end of the control
+	// socket last (boot.AttachListener.Detach).
+	err = waitEOF(ctx, ctl)
 	_ = ctl.Close()
+	if err != nil {
+		return fmt.Errorf("checkpoint: the agent did not let go of its connections: %w", err)
+	}
 	// Whatever happens next, the sandbox runs on attached again, or is
 	// stopped with the reason.
 	defer func() {
@@ -83,6 +93,55 @@ func (s *Sandbox) Checkpoint(ctx context.Context, dir string) (err error) {
 		return fmt.Errorf("runsc checkpoint: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return copyTree(ctx, filepath.Join(b.sandboxDir(s.id), "upper"), filepath.Join(dir, upperDir))
+}
+
+// waitEOF waits until f's peer has closed its end of the socket, for at
+// most 10 s or until ctx ends. f is a blocking file (it also carries the
+// descriptors the dialer sends), so it polls rather than reads with a
+// deadline; what the peer sent meanwhile is read and dropped.
+func waitEOF(ctx context.Context, f *os.File) error {
+	deadline := time.Now().Add(10 * time.Second)
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 512)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return errors.New("its end is still open after 10s")
+		}
+		var eof bool
+		var opErr error
+		if err := rc.Control(func(fd uintptr) {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}} //nolint:gosec // a descriptor number fits an int32
+			n, err := unix.Poll(fds, int(min(left, 100*time.Millisecond)/time.Millisecond)+1)
+			if err != nil || n == 0 {
+				if !errors.Is(err, unix.EINTR) {
+					opErr = err
+				}
+				return
+			}
+			r, _, err := unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+			switch {
+			case err == nil && r == 0:
+				eof = true
+			case err != nil && !errors.Is(err, unix.EAGAIN):
+				opErr = err
+			}
+		}); err != nil {
+			return err
+		}
+		switch {
+		case eof:
+			return nil
+		case opErr != nil:
+			return opErr
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 }
 
 // reattach hands the running agent a new control socket (attach) and

@@ -139,10 +139,14 @@ func (l *AttachListener) Detach() {
 		l.first = nil
 	}
 	l.mu.Unlock()
-	_ = cur.Close()
+	// The connections first, the control socket last: the host takes the
+	// end of its control socket (EOF) for the end of every host
+	// descriptor the agent held (a checkpoint must find none open), and
+	// each Close returns only once its descriptor is closed.
 	for c := range conns {
 		_ = c.Close()
 	}
+	_ = cur.Close()
 }
 
 // attach makes ctl the control socket of a detached listener.
