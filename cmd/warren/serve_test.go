@@ -50,6 +50,13 @@ func startServeEnv(t *testing.T, dir string, env []string, extra ...string) (str
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A test that does not stop its server (or fails first) still leaves
+	// none running: one left would hold its sandboxes, mounts and ports.
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			stopServe(t, cmd)
+		}
+	})
 	url := "http://" + addr
 	deadline := time.Now().Add(20 * time.Second)
 	for {
