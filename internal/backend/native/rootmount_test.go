@@ -323,8 +323,12 @@ func rootOverlayOptions(t *testing.T, sb backend.Sandbox) string {
 // that. A sandbox that outlives its process keeps a synced overlay.
 func TestEphemeralRootVolatile(t *testing.T) {
 	testenv.RequireRoot(t)
-	// Elsewhere the agents mount their roots, never volatile.
-	testenv.Require(t, native.HostHoldsRoots(), "a kernel that lets the host hold sandbox roots (6.18; not 6.1 or 6.12)")
+	// Elsewhere (6.1, 6.12) the agents mount their roots, never volatile:
+	// there the same restarts must work on a synced root.
+	volatile := native.HostHoldsRoots()
+	if !volatile {
+		t.Log("this kernel cannot clone a detached mount: the agents mount their roots, never volatile")
+	}
 	base := testenv.SearchableDir(t, "warren-volatile-test-")
 	data, run := filepath.Join(base, "data"), filepath.Join(base, "run")
 	b, err := native.New(native.Options{
@@ -348,8 +352,8 @@ func TestEphemeralRootVolatile(t *testing.T) {
 		if err := sb.Start(ctx); err != nil {
 			t.Fatalf("start %d (on image %s): %v", i, img.Name, err)
 		}
-		if opts := rootOverlayOptions(t, sb); !strings.Contains(opts, "volatile") {
-			t.Errorf("start %d: the ephemeral sandbox's root is not volatile: %s", i, opts)
+		if opts := rootOverlayOptions(t, sb); strings.Contains(opts, "volatile") != volatile {
+			t.Errorf("start %d: the ephemeral sandbox's root volatile: %v, want %v: %s", i, !volatile, volatile, opts)
 		}
 		if r := conformance.Exec(t, sb, 0, "/bin/sh", "-c", "echo $(( $(cat /root/n 2>/dev/null || echo 0) + 1 )) > /root/n; cat /root/n /marker"); r.Stdout != strconv.Itoa(i+1)+"\n"+img.Name {
 			t.Errorf("start %d: counter and marker %q %+v %s", i, r.Stdout, r.ExitStatus, r.Stderr)
