@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"net/http/httptest"
 	"os"
@@ -385,6 +386,23 @@ func TestCrashRecovery(t *testing.T) {
 	assertNoSandboxState(t, dir)
 }
 
+// gvisorRunLeft lists what is in the gvisor tier's run directory dir
+// besides empty directories and runsc's null-netns file.
+func gvisorRunLeft(dir string) []string {
+	var left []string
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			left = append(left, p+": "+err.Error())
+		case d.IsDir() || p == filepath.Join(dir, ".runsc", "null-netns"):
+		default:
+			left = append(left, p)
+		}
+		return nil
+	})
+	return left
+}
+
 func assertNoSandboxState(t *testing.T, dir string) {
 	t.Helper()
 	for _, d := range []string{filepath.Join(dir, "data", "sandboxes"), filepath.Join(dir, "run")} {
@@ -408,6 +426,13 @@ func assertNoSandboxState(t *testing.T, dir string) {
 			case ".removed":
 				if left, _ := os.ReadDir(filepath.Join(d, e.Name())); len(left) > 0 {
 					t.Errorf("removed sandboxes' files left: %v", left)
+				}
+			case ".gvisor":
+				// The gvisor tier's run directory: its own empty
+				// directories and runsc's null-netns file, nothing of
+				// a sandbox.
+				if left := gvisorRunLeft(filepath.Join(d, e.Name())); len(left) > 0 {
+					t.Errorf("left in the gvisor tier's run directory: %v", left)
 				}
 			default:
 				names = append(names, e.Name())
