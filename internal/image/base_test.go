@@ -380,12 +380,18 @@ func requireBuild(t *testing.T) {
 	testenv.RequireRoot(t)
 	_, err := exec.LookPath("mmdebstrap")
 	testenv.Require(t, err == nil, "mmdebstrap (apt-get install mmdebstrap; scripts/setup.sh installs it)")
+	// Three tries: one request timing out is the network's moment, not
+	// a mirror out of reach (a CI run failed on one).
 	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Head("http://deb.debian.org/debian/dists/" + image.DefaultBaseSuite + "/Release")
-	if err == nil {
-		_ = resp.Body.Close()
+	reached := false
+	for try := 0; try < 3 && !reached; try++ {
+		resp, err := c.Head("http://deb.debian.org/debian/dists/" + image.DefaultBaseSuite + "/Release")
+		if err == nil {
+			_ = resp.Body.Close()
+			reached = resp.StatusCode == http.StatusOK
+		}
 	}
-	testenv.Require(t, err == nil && resp.StatusCode == http.StatusOK, "Debian's mirror deb.debian.org")
+	testenv.Require(t, reached, "Debian's mirror deb.debian.org")
 }
 
 // TestBuildBasePython builds the real python image from Debian's mirror
