@@ -1,6 +1,8 @@
 // Command leakcheck lists what Warren made on the host and nobody can use
 // any more: nftables tables of Warren's whose services are gone, mounts
-// of Warren's on deleted directories, and the tests' build directories. `make test` takes a snapshot
+// of Warren's on deleted directories, the tests' build directories, and
+// processes still running a program from the temporary directory (a test's
+// own build of warren, say a server a test never stopped). `make test` takes a snapshot
 // before the tests and checks after them: anything new is a leak (the
 // project's rule: what is made for a sandbox is removed when it ends).
 // Both are judged by what is there, not by who runs, so that another
@@ -71,6 +73,7 @@ func inventory() ([]string, error) {
 	out = append(out, tables...)
 	out = append(out, orphanMounts()...)
 	out = append(out, buildDirs()...)
+	out = append(out, tempPrograms()...)
 	sort.Strings(out)
 	return out, nil
 }
@@ -143,6 +146,45 @@ func buildDirs() []string {
 		for _, d := range m {
 			out = append(out, "build directory "+d)
 		}
+	}
+	return out
+}
+
+// tempPrograms: processes whose program is a file of the temporary
+// directory, deleted or not: the tests build warren, its agent and
+// spawner there (internal/testenv), and a process still running one after
+// the tests is one a test left (a developer's own server runs from
+// elsewhere). Named by pid, start time and program, so that a pid reused
+// is a new entry.
+func tempPrograms() []string {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	tmp := filepath.Clean(os.TempDir()) + "/"
+	self := strconv.Itoa(os.Getpid()) // go run builds this program there too
+	var out []string
+	for _, e := range ents {
+		pid := e.Name()
+		if pid[0] < '0' || pid[0] > '9' || pid == self {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", pid, "exe"))
+		if err != nil || !strings.HasPrefix(exe, tmp) {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat")) //nolint:gosec // /proc/<pid>/stat of a listed pid
+		if err != nil {
+			continue
+		}
+		// The start time is field 22, after the parenthesised command
+		// name (which may hold spaces).
+		f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		start := ""
+		if len(f) > 19 {
+			start = f[19]
+		}
+		out = append(out, fmt.Sprintf("process %s (started at tick %s) running %s", pid, start, exe))
 	}
 	return out
 }
