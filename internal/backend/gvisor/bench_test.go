@@ -16,24 +16,31 @@ import (
 	"github.com/warren-sandbox/warren/internal/wire"
 )
 
+// cycle creates a sandbox of cfg on be, starts it, runs /bin/true in it
+// and removes it: the cycle every benchmark here times.
+func cycle(tb testing.TB, be backend.Backend, cfg backend.Config) {
+	tb.Helper()
+	ctx := context.Background()
+	sb, err := be.Create(ctx, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := sb.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
+		tb.Fatal(st, err)
+	}
+	if err := sb.Remove(ctx); err != nil {
+		tb.Fatal(err)
+	}
+}
+
 // BenchmarkCycle: create, start, exec /bin/true, remove.
 func BenchmarkCycle(b *testing.B) {
 	h := harness(b)
-	ctx := context.Background()
 	for i := range b.N {
-		sb, err := h.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-%d-%d", os.Getpid(), i), Image: h.Image})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := sb.Start(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
-			b.Fatal(st, err)
-		}
-		if err := sb.Remove(ctx); err != nil {
-			b.Fatal(err)
-		}
+		cycle(b, h.Backend, backend.Config{ID: fmt.Sprintf("bench-%d-%d", os.Getpid(), i), Image: h.Image})
 	}
 }
 
@@ -113,19 +120,7 @@ func BenchmarkVsRunsc(b *testing.B) {
 		var ours, theirs []time.Duration
 		for i := range b.N {
 			t0 := time.Now()
-			sb, err := h.Backend.Create(ctx, backend.Config{ID: fmt.Sprintf("vs-%d-%d", os.Getpid(), i), Image: h.Image})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := sb.Start(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
-				b.Fatal(st, err)
-			}
-			if err := sb.Remove(ctx); err != nil {
-				b.Fatal(err)
-			}
+			cycle(b, h.Backend, backend.Config{ID: fmt.Sprintf("vs-%d-%d", os.Getpid(), i), Image: h.Image})
 			ours = append(ours, time.Since(t0))
 			t0 = time.Now()
 			if err := bare(); err != nil {

@@ -17,7 +17,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/diskquota"
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/testenv"
-	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // diskBackend is a backend of its own whose sandboxes are limited on a
@@ -165,28 +164,15 @@ func TestDiskLimitsOverOldSandboxes(t *testing.T) {
 func BenchmarkColdCycleDisk(b *testing.B) {
 	limited, h, _ := diskBackend(b)
 	none := harness(b)
-	ctx := context.Background()
-	cycle := func(be backend.Backend, img *image.Image, id string, disk int64) time.Duration {
+	timed := func(be backend.Backend, img *image.Image, id string, disk int64) time.Duration {
 		start := time.Now()
-		sb, err := be.Create(ctx, backend.Config{ID: id, Image: img, DiskBytes: disk})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := sb.Start(ctx); err != nil {
-			b.Fatal(err)
-		}
-		if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
-			b.Fatal(st, err)
-		}
-		if err := sb.Remove(ctx); err != nil {
-			b.Fatal(err)
-		}
+		cycle(b, be, backend.Config{ID: id, Image: img, DiskBytes: disk})
 		return time.Since(start)
 	}
 	var on, off []time.Duration
 	for i := range b.N {
-		on = append(on, cycle(limited, h.Image, fmt.Sprintf("bench-disk-%d", i), 1<<30))
-		off = append(off, cycle(none.Backend, none.Image, fmt.Sprintf("bench-nodisk-%d", i), 0))
+		on = append(on, timed(limited, h.Image, fmt.Sprintf("bench-disk-%d", i), 1<<30))
+		off = append(off, timed(none.Backend, none.Image, fmt.Sprintf("bench-nodisk-%d", i), 0))
 	}
 	med := func(ds []time.Duration) float64 {
 		slices.Sort(ds)

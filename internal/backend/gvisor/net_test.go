@@ -24,7 +24,6 @@ import (
 	"github.com/warren-sandbox/warren/internal/image"
 	"github.com/warren-sandbox/warren/internal/netplumb"
 	"github.com/warren-sandbox/warren/internal/testenv"
-	"github.com/warren-sandbox/warren/internal/wire"
 )
 
 // TestNetwork: a sandbox of Config.Network egress gets a link of the
@@ -262,24 +261,11 @@ func newNetBackend(t testing.TB) *netBackend {
 // a loaded host's drift hits both: ms/none, ms/egress and their ratio.
 func BenchmarkCycleNetwork(b *testing.B) {
 	n := newNetBackend(b)
-	ctx := context.Background()
 	var took [2]time.Duration
 	for i := range b.N {
 		for k, network := range []string{backend.NetworkNone, backend.NetworkEgress} {
 			t0 := time.Now()
-			sb, err := n.be.Create(ctx, backend.Config{ID: fmt.Sprintf("bench-net-%d-%d", i, k), Image: n.img, Network: network})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := sb.Start(ctx); err != nil {
-				b.Fatal(err)
-			}
-			if st, err := sb.Agent().Exec(ctx, &wire.ExecRequest{Argv: []string{"/bin/true"}}, nil); err != nil || st.Code != 0 {
-				b.Fatal(st, err)
-			}
-			if err := sb.Remove(ctx); err != nil {
-				b.Fatal(err)
-			}
+			cycle(b, n.be, backend.Config{ID: fmt.Sprintf("bench-net-%d-%d", i, k), Image: n.img, Network: network})
 			took[k] += time.Since(t0)
 		}
 	}
